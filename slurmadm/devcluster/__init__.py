@@ -1,0 +1,1 @@
+"""The dev cluster: a real local Slurm of fake B200 nodes (see DESIGN.md)."""

@@ -1,0 +1,225 @@
+"""The site model: everything slurmadm knows about a cluster, from one `site.toml`.
+
+Pydantic models, strict (unknown keys are errors, no type coercion). Cross-references (node
+ranges, partitions, QOS, projects) are checked by `slurmadm.site.validate` with key paths.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Annotated, Literal
+
+from pydantic import Field, PositiveInt
+
+from ..hostlist import compress, expand
+from .accounts import AccountingSettings, Organization, Project, Qos, SlurmName, SlurmTime
+from .burnin import BurninSection
+from .fleet import BmcSection, SoftwareBaseline
+from .health import HealthSection, ModelThresholds
+from .profiles import BUILTIN_PROFILES, NodeProfile, Strict
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+HostName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,252}$")]
+AbsPath = Annotated[str, Field(pattern=r"^/")]
+
+
+class ClusterSection(Strict):
+    # Slurm ClusterName: lowercase, no spaces (Slurm lowercases it anyway).
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
+    # SlurmctldHost lines, primary first.
+    controllers: Annotated[list[HostName], Field(min_length=1, max_length=8)]
+    slurm_user: str = "slurm"
+
+
+class DatabaseSection(Strict):
+    host: HostName  # where slurmdbd runs (AccountingStorageHost)
+    port: Port = 6819
+    storage_host: HostName = "localhost"
+    storage_port: Port = 3306
+    storage_user: str = "slurm"
+    storage_name: str = "slurm_acct_db"
+    # The database password lives in a root-only file, never in site.toml.
+    storage_password_file: AbsPath = "/etc/slurm/slurmdbd.password"
+
+
+class StoreSection(Strict):
+    path: AbsPath = "/var/lib/slurmadm/slurmadm.db"
+    audit_log: AbsPath | None = None  # optional JSON-lines copy of every audit event
+
+
+class NodeGroup(Strict):
+    names: str  # hostlist, e.g. "b200-[001-128]"
+    profile: str = "hgx-b200"
+    features: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_\-.]+$")]] = []
+    # Network placement, only needed when several slurmd share one host (the dev cluster):
+    addr: str | None = None  # NodeAddr
+    hostname: str | None = None  # NodeHostname
+    port: Port | None = None  # Port of the first node; the i-th node of the group gets port+i
+
+
+class ScalableUnit(Strict):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_\-]+$")]
+    nodes: str  # hostlist
+
+
+class TopologySection(Strict):
+    plugin: Literal["tree", "none"] = "tree"
+    # One virtual leaf per scalable unit (a rail-optimised SU shares its 8 rail leaves), one root.
+    spine: Annotated[str, Field(pattern=r"^[A-Za-z0-9_\-]+$")] = "spine"
+    # Explicit units; when empty, nodes are cut into units of `su_size` in hostlist order.
+    units: list[ScalableUnit] = []
+    su_size: Annotated[int, Field(ge=1, le=4096)] = 32
+
+
+class Partition(Strict):
+    name: SlurmName
+    nodes: str = "ALL"  # hostlist or ALL
+    default: bool = False
+    max_time: SlurmTime = "INFINITE"
+    default_time: SlurmTime | None = None
+    state: Literal["UP", "DOWN", "DRAIN", "INACTIVE"] = "UP"
+    qos: SlurmName | None = None  # partition QOS
+    allow_qos: list[SlurmName] = []  # empty: all
+    priority_tier: Annotated[int, Field(ge=0, le=65533)] = 1
+    oversubscribe: Literal["NO", "EXCLUSIVE", "YES", "FORCE"] = "NO"
+
+
+class PrioritySection(Strict):
+    decay_half_life: SlurmTime = "14-0"
+    max_age: SlurmTime = "7-0"
+    weight_fairshare: Annotated[int, Field(ge=0)] = 100000
+    weight_age: Annotated[int, Field(ge=0)] = 1000
+    weight_partition: Annotated[int, Field(ge=0)] = 10000
+    weight_job_size: Annotated[int, Field(ge=0)] = 1000
+    weight_qos: Annotated[int, Field(ge=0)] = 10000
+
+
+class SlurmSection(Strict):
+    """How slurm.conf, gres.conf, topology.conf and cgroup.conf are written."""
+
+    # Slurm release the configs target ("auto": ask the installed `sinfo --version`).
+    release: Literal["auto", "22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11"] = "auto"
+    config_dir: AbsPath = "/etc/slurm"
+    slurmctld_port: Port = 6817
+    slurmd_port: Port = 6818
+    state_save_location: AbsPath = "/var/spool/slurmctld"
+    slurmd_spool_dir: AbsPath = "/var/spool/slurmd"  # %n allowed
+    log_dir: AbsPath = "/var/log/slurm"
+    run_dir: AbsPath = "/run/slurm"
+    munge_socket: AbsPath | None = None  # AuthInfo=socket=...; None: munge's default
+    slurm_user: str | None = None  # SlurmUser; default cluster.slurm_user
+    proctrack: Literal["cgroup", "linuxproc"] = "cgroup"
+    task_plugins: list[Literal["task/cgroup", "task/affinity", "task/none"]] = [
+        "task/cgroup",
+        "task/affinity",
+    ]
+    cgroup_plugin: Literal["autodetect", "cgroup/v1", "cgroup/v2", "disabled"] = "autodetect"
+    constrain_devices: bool = True
+    # RealMemory = this fraction of the profile's physical memory (slurmd -C sees less than DIMMs).
+    real_memory_fraction: Annotated[float, Field(gt=0.1, le=1.0)] = 0.95
+    # Debian's Slurm has no gpu_nvml.so: explicit gres.conf lines unless the site's build has it.
+    has_nvml: bool = False
+    # Where prolog.sh, epilog.sh and healthcheck.sh are installed on compute nodes.
+    prolog_dir: AbsPath = "/opt/slurmadm/prolog_epilog"
+    health_check_interval: Annotated[int, Field(ge=0, le=86400)] = 300
+    resume_timeout: Annotated[int, Field(ge=60, le=86400)] = 900  # a DGX takes ~10 min to boot
+    reboot_program: str = "/usr/sbin/reboot"
+    return_to_service: Literal[0, 1, 2] = 2
+    preempt_mode: Literal["REQUEUE", "CANCEL", "SUSPEND,GANG"] = "REQUEUE"
+    priority: PrioritySection = PrioritySection()
+    # Extra slurm.conf lines for what the model does not cover (KEY -> value).
+    extra: dict[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9]*$")], str] = {}
+
+
+class Site(Strict):
+    cluster: ClusterSection
+    database: DatabaseSection
+    store: StoreSection = StoreSection()
+    profiles: dict[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9\-_.]*$")], NodeProfile] = {}
+    nodes: Annotated[list[NodeGroup], Field(min_length=1)]
+    topology: TopologySection = TopologySection()
+    partitions: Annotated[list[Partition], Field(min_length=1)]
+    slurm: SlurmSection = SlurmSection()
+    qos: list[Qos] = []
+    organizations: list[Organization] = []
+    projects: list[Project] = []
+    accounting: AccountingSettings = AccountingSettings()
+    health: HealthSection = HealthSection()
+    bmc: BmcSection = BmcSection()
+    software: SoftwareBaseline = SoftwareBaseline()
+    burnin: BurninSection = BurninSection()
+
+    # ---- derived views (computed once; the model is frozen) ----
+
+    def profile(self, name: str) -> NodeProfile:
+        if name in self.profiles:
+            return self.profiles[name]
+        return BUILTIN_PROFILES[name]
+
+    def has_profile(self, name: str) -> bool:
+        return name in self.profiles or name in BUILTIN_PROFILES
+
+    @cached_property
+    def node_names(self) -> list[str]:
+        """Every node, in declaration order."""
+        names: list[str] = []
+        for group in self.nodes:
+            names.extend(expand(group.names, what="nodes.names"))
+        return names
+
+    @cached_property
+    def node_group_of(self) -> dict[str, NodeGroup]:
+        out: dict[str, NodeGroup] = {}
+        for group in self.nodes:
+            for name in expand(group.names, what="nodes.names"):
+                out.setdefault(name, group)
+        return out
+
+    def node_profile(self, node: str) -> NodeProfile:
+        return self.profile(self.node_group_of[node].profile)
+
+    @cached_property
+    def total_gpus(self) -> int:
+        return sum(
+            len(expand(g.names, what="nodes.names")) * self.profile(g.profile).gpus.count
+            for g in self.nodes
+            if self.has_profile(g.profile)
+        )
+
+    @cached_property
+    def all_nodes(self) -> str:
+        return compress(self.node_names)
+
+    def partition_nodes(self, partition: Partition) -> list[str]:
+        if partition.nodes == "ALL":
+            return list(self.node_names)
+        return expand(partition.nodes, what=f"partition {partition.name} nodes")
+
+    @cached_property
+    def default_partition(self) -> Partition:
+        for p in self.partitions:
+            if p.default:
+                return p
+        return self.partitions[0]
+
+    @cached_property
+    def scalable_units(self) -> list[tuple[str, list[str]]]:
+        """(unit name, node names) per scalable unit; explicit units or su_size chunks."""
+        if self.topology.units:
+            return [(u.name, expand(u.nodes, what="topology.units")) for u in self.topology.units]
+        size = self.topology.su_size
+        names = self.node_names
+        return [(f"su{i // size + 1}", names[i : i + size]) for i in range(0, len(names), size)]
+
+    def thresholds(self, model: str) -> ModelThresholds:
+        return self.health.models.get(model) or ModelThresholds()
+
+    def qos_by_name(self) -> dict[str, Qos]:
+        return {q.name: q for q in self.qos}
+
+    @property
+    def slurm_user(self) -> str:
+        return self.slurm.slurm_user or self.cluster.slurm_user
+
+    def account_names(self) -> set[str]:
+        return {o.name for o in self.organizations} | {p.name for p in self.projects}

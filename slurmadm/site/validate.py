@@ -1,0 +1,169 @@
+"""Cross-reference checks that a single key's type cannot express. Each problem is one line
+that starts with the key path (`partitions[1].nodes: ...`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+from ClusterShell.NodeSet import NodeSet
+
+from ..errors import UsageError
+from .model import Site
+
+# Capabilities may add their own site checks (e.g. health check ids) without the site package
+# importing them: each returns problem lines.
+EXTRA_CHECKS: list[Callable[[Site], list[str]]] = []
+
+
+def _dupes(names: Iterable[str]) -> list[str]:
+    return [n for n, c in Counter(names).items() if c > 1]
+
+
+def _ns(pattern: str, path: str, problems: list[str]) -> NodeSet | None:
+    try:
+        return NodeSet(pattern)
+    except Exception as exc:  # ClusterShell raises several parse error types
+        problems.append(f"{path}: {pattern!r} is not a valid hostlist ({exc})")
+        return None
+
+
+def check_site(site: Site) -> list[str]:
+    problems: list[str] = []
+    p = problems.append
+
+    # ---- nodes and profiles ----
+    defined = NodeSet()
+    for i, group in enumerate(site.nodes):
+        if not site.has_profile(group.profile):
+            known = sorted(set(site.profiles) | {"hgx-b200", "hgx-h200", "hgx-h100"})
+            p(f"nodes[{i}].profile: {group.profile!r} is not a defined profile (known: {', '.join(known)})")
+        ns = _ns(group.names, f"nodes[{i}].names", problems)
+        if ns is None:
+            continue
+        if len(ns) == 0:
+            p(f"nodes[{i}].names: names no nodes")
+        overlap = defined & ns
+        if len(overlap):
+            p(f"nodes[{i}].names: {group.names!r} overlaps nodes declared earlier at {overlap}")
+        defined.update(ns)
+        if group.port is not None and group.port + len(ns) - 1 > 65535:
+            p(f"nodes[{i}].port: {group.port} + {len(ns)} nodes runs past port 65535")
+    if problems:
+        return problems  # everything below needs a sound node list
+
+    def within(pattern: str, path: str) -> NodeSet | None:
+        ns = _ns(pattern, path, problems)
+        if ns is None:
+            return None
+        outside = ns - defined
+        if len(outside):
+            p(f"{path}: {pattern!r} is outside nodes {str(defined)!r} (undefined: {outside})")
+            return None
+        return ns
+
+    # ---- topology ----
+    if site.topology.units:
+        for name in _dupes(u.name for u in site.topology.units):
+            p(f"topology.units: unit name {name!r} is used twice")
+        seen = NodeSet()
+        for i, unit in enumerate(site.topology.units):
+            ns = within(unit.nodes, f"topology.units[{i}].nodes")
+            if ns is None:
+                continue
+            twice = seen & ns
+            if len(twice):
+                p(f"topology.units[{i}].nodes: {twice} already belong to another unit")
+            seen.update(ns)
+            if unit.name == site.topology.spine:
+                p(f"topology.units[{i}].name: {unit.name!r} is also the spine's name")
+        missing = defined - seen
+        if len(missing) and not any("topology.units" in x for x in problems):
+            p(f"topology.units: nodes {missing} are in no scalable unit")
+
+    # ---- QOS ----
+    qos_names = {q.name for q in site.qos}
+    for name in _dupes(q.name for q in site.qos):
+        p(f"qos: QOS {name!r} is defined twice")
+    total = site.total_gpus
+
+    def quota(value: int | None, path: str) -> None:
+        if value is not None and value > total:
+            p(f"{path}: {value} GPUs is above the cluster's {total} GPUs")
+
+    def known_qos(name: str | None, path: str) -> None:
+        if name is not None and name not in qos_names:
+            p(f"{path}: QOS {name!r} is not defined in [[qos]]")
+
+    for i, q in enumerate(site.qos):
+        for j, target in enumerate(q.preempt):
+            known_qos(target, f"qos[{i}].preempt[{j}]")
+            if target == q.name:
+                p(f"qos[{i}].preempt[{j}]: QOS {q.name!r} cannot preempt itself")
+        quota(q.max_gpus_per_user, f"qos[{i}].max_gpus_per_user")
+        quota(q.max_gpus_per_job, f"qos[{i}].max_gpus_per_job")
+        quota(q.grp_gpus, f"qos[{i}].grp_gpus")
+
+    # ---- partitions ----
+    for name in _dupes(x.name for x in site.partitions):
+        p(f"partitions: partition {name!r} is defined twice")
+    defaults = [i for i, x in enumerate(site.partitions) if x.default]
+    if len(defaults) > 1:
+        p(f"partitions[{defaults[1]}].default: only one partition can be the default "
+          f"(partitions[{defaults[0]}] already is)")
+    for i, part in enumerate(site.partitions):
+        if part.nodes != "ALL":
+            within(part.nodes, f"partitions[{i}].nodes")
+        known_qos(part.qos, f"partitions[{i}].qos")
+        for j, name in enumerate(part.allow_qos):
+            known_qos(name, f"partitions[{i}].allow_qos[{j}]")
+
+    # ---- accounts ----
+    org_names = [o.name for o in site.organizations]
+    for name in _dupes(org_names + [x.name for x in site.projects]):
+        p(f"organizations/projects: account name {name!r} is used twice")
+    if "root" in org_names or "root" in {x.name for x in site.projects}:
+        p("organizations/projects: 'root' is Slurm's own top account and cannot be declared")
+    for i, org in enumerate(site.organizations):
+        quota(org.gpu_quota, f"organizations[{i}].gpu_quota")
+    for i, proj in enumerate(site.projects):
+        path = f"projects[{i}]"
+        if proj.organization not in org_names:
+            p(f"{path}.organization: {proj.organization!r} is not a defined organization")
+        known_qos(proj.default_qos, f"{path}.default_qos")
+        for j, name in enumerate(proj.qos):
+            known_qos(name, f"{path}.qos[{j}]")
+        if proj.default_qos not in proj.qos:
+            p(f"{path}.default_qos: {proj.default_qos!r} is not in the project's qos list {proj.qos}")
+        quota(proj.gpu_quota, f"{path}.gpu_quota")
+        quota(proj.user_gpu_cap, f"{path}.user_gpu_cap")
+        if proj.user_gpu_cap and proj.gpu_quota and proj.user_gpu_cap > proj.gpu_quota:
+            p(f"{path}.user_gpu_cap: {proj.user_gpu_cap} is above the project's gpu_quota {proj.gpu_quota}")
+        for name in _dupes(proj.members):
+            p(f"{path}.members: user {name!r} is listed twice")
+
+    # ---- burn-in ----
+    if site.qos:
+        known_qos(site.burnin.qos, "burnin.qos")
+    if site.burnin.partition is not None and site.burnin.partition not in {x.name for x in site.partitions}:
+        p(f"burnin.partition: {site.burnin.partition!r} is not a defined partition")
+    if site.organizations or site.projects:
+        if site.burnin.account not in site.account_names():
+            p(f"burnin.account: {site.burnin.account!r} is not a defined organization or project")
+    if site.burnin.max_nodes > len(defined):
+        p(f"burnin.max_nodes: {site.burnin.max_nodes} is more than the cluster's {len(defined)} nodes")
+
+    for extra in EXTRA_CHECKS:
+        problems.extend(extra(site))
+    return problems
+
+
+def require_nodes(site: Site, pattern: str, *, what: str = "--nodes") -> list[str]:
+    """Expand a hostlist given on the command line and insist every node is in the site."""
+    ns = _ns(pattern, what, problems := [])
+    if ns is None:
+        raise UsageError(problems[0])
+    unknown = ns - NodeSet.fromlist(site.node_names)
+    if len(unknown):
+        raise UsageError(f"{what}: {unknown} not in the site's nodes {site.all_nodes}")
+    return list(ns)

@@ -1,0 +1,75 @@
+"""The default Slurm backend: scontrol / sinfo (argv lists, time limits, every release)."""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+
+from ..errors import CommandFailed, UnreachableError
+from ..hostlist import compress
+from ..proc import run
+from .model import NodeInfo
+from .parse import nodes_from_json, nodes_from_scontrol_text, parse_version
+
+
+class CliBackend:
+    name = "cli"
+
+    def __init__(self, *, timeout: float = 20.0, env: dict[str, str] | None = None):
+        self.timeout = timeout
+        self.env = env  # e.g. {"SLURM_CONF": ...}; None: inherit
+
+    def _run(self, argv: list[str], *, timeout: float | None = None, check: bool = True):
+        return run(argv, timeout=timeout or self.timeout, env=self.env, check=check)
+
+    @cached_property
+    def _version(self) -> tuple[int, int, int]:
+        return parse_version(self._run(["sinfo", "--version"]).stdout)
+
+    def version(self) -> tuple[int, int, int]:
+        return self._version
+
+    def nodes(self, names: list[str] | None = None) -> list[NodeInfo]:
+        if self.version() >= (23, 11, 0):
+            argv = ["scontrol", "--json", "show", "node"]
+            if names:
+                argv.append(compress(names))
+        else:
+            argv = ["sinfo", "--json"]
+        try:
+            proc = self._run(argv)
+            found = nodes_from_json(proc.stdout, " ".join(argv[:3]))
+        except (CommandFailed, UnreachableError) as exc:
+            if "no answer" in str(exc):
+                raise
+            # JSON plugin missing or odd: fall back to the one-line text form.
+            argv = ["scontrol", "show", "node", "-o"]
+            if names:
+                argv.append(compress(names))
+            found = nodes_from_scontrol_text(self._run(argv).stdout)
+        if names:
+            wanted = set(names)
+            found = [n for n in found if n.name in wanted]
+            missing = wanted - {n.name for n in found}
+            if missing:
+                raise UnreachableError(f"Slurm does not know node(s) {compress(missing)}")
+        return found
+
+    def _update(self, nodes: list[str], *fields: str) -> None:
+        if not nodes:
+            return
+        self._run(["scontrol", "update", f"NodeName={compress(nodes)}", *fields])
+
+    def drain(self, nodes: list[str], reason: str) -> None:
+        self._update(nodes, "State=DRAIN", f"Reason={reason}")
+
+    def resume(self, nodes: list[str]) -> None:
+        self._update(nodes, "State=RESUME")
+
+    def set_reason(self, nodes: list[str], reason: str) -> None:
+        self._update(nodes, f"Reason={reason}")
+
+
+def conf_env() -> dict[str, str] | None:
+    conf = os.environ.get("SLURM_CONF")
+    return {"SLURM_CONF": conf} if conf else None

@@ -1,0 +1,85 @@
+"""What the Slurm adapters return: plain data, the same for every backend and Slurm release."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+# Flags that mean "someone else is handling this node": slurmadm neither drains nor resumes it.
+FOREIGN_FLAGS = frozenset(
+    {
+        "REBOOT_REQUESTED",
+        "REBOOT_ISSUED",
+        "POWERING_UP",
+        "POWERING_DOWN",
+        "POWERED_DOWN",
+        "POWER_DOWN",
+        "MAINTENANCE",
+        "RESERVED",
+        "FAIL",
+    }
+)
+BASE_STATES = frozenset(
+    {"IDLE", "MIXED", "ALLOCATED", "DOWN", "UNKNOWN", "FUTURE", "ERROR", "COMPLETING", "PLANNED"}
+)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    state: str  # base state, upper case: IDLE, MIXED, ALLOCATED, DOWN, UNKNOWN, FUTURE ...
+    flags: frozenset[str] = frozenset()  # DRAIN, NOT_RESPONDING, REBOOT_REQUESTED, ...
+    reason: str = ""
+    reason_user: str = ""
+    gres: str = ""
+    partitions: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    cpus: int = 0
+    real_memory: int = 0
+
+    @property
+    def drained(self) -> bool:
+        """Drain requested (DRAINING while jobs finish, DRAINED once idle)."""
+        return "DRAIN" in self.flags
+
+    @property
+    def state_text(self) -> str:
+        return "+".join([self.state, *sorted(self.flags)])
+
+    @property
+    def gpus(self) -> int:
+        m = re.search(r"gpu(?::[^:,(]+)?:(\d+)", self.gres)
+        return int(m.group(1)) if m else 0
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: str
+    name: str = ""
+    state: str = ""  # PENDING, RUNNING, COMPLETED, FAILED, ...
+    reason: str = ""
+    nodes: str = ""
+    partition: str = ""
+    account: str = ""
+    user: str = ""
+    qos: str = ""
+    exit_code: str = ""
+    extra: dict = field(default_factory=dict, compare=False)
+
+
+@runtime_checkable
+class SlurmBackend(Protocol):
+    """What capabilities may ask of Slurm. Two implementations: `cli` and `pyslurm`."""
+
+    name: str
+
+    def version(self) -> tuple[int, int, int]: ...
+
+    def nodes(self, names: list[str] | None = None) -> list[NodeInfo]: ...
+
+    def drain(self, nodes: list[str], reason: str) -> None: ...
+
+    def resume(self, nodes: list[str]) -> None: ...
+
+    def set_reason(self, nodes: list[str], reason: str) -> None: ...

@@ -1,0 +1,169 @@
+"""Parsers for Slurm's output across releases. Odd output raises UnreachableError naming the
+command (the CLI turns it into one line, exit 3) instead of a traceback.
+
+Shapes handled:
+- `sinfo --json` 22.05 (openapi v0.0.38): nodes[] with `state` a lower-case string and
+  `state_flags` a list; `reason`, `reason_set_by_user`; `partitions` a list; `features` a string.
+- `scontrol --json show node` / `sinfo --json` 23.11+ (data_parser v0.0.40+): `state` a list of
+  upper-case flags (["IDLE", "DRAIN"]), `reason` a string; numbers possibly wrapped as
+  {set, infinite, number}.
+- `scontrol show node -o` (every release): one line per node of Key=Value pairs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ..errors import UnreachableError
+from .model import BASE_STATES, NodeInfo
+
+VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    m = VERSION_RE.search(text)
+    if not m:
+        raise UnreachableError(f"cannot read a Slurm version from {text.strip()[:80]!r}")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def unwrap_number(value: Any) -> int | float | None:
+    """24.11 wraps numbers as {"set": true, "infinite": false, "number": 5}."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        return value.get("number")
+    return value
+
+
+def split_state(state: Any, flags: Any = None) -> tuple[str, frozenset[str]]:
+    """Normalise a node state from any release to (base, flags)."""
+    parts: list[str] = []
+    if isinstance(state, list):
+        parts = [str(s).upper() for s in state]
+    elif isinstance(state, str):
+        # 22.05 JSON: "idle"; text output: "IDLE+DRAIN", "idle*", "drained", "draining"
+        text = state.upper().rstrip("*~#!%$@^-")
+        parts = re.split(r"[+]", text)
+    parts += [str(f).upper() for f in (flags or [])]
+    base = "UNKNOWN"
+    out: set[str] = set()
+    for part in parts:
+        if part in BASE_STATES:
+            base = part
+        elif part in ("DRAINED", "DRAINING", "DRAIN"):
+            out.add("DRAIN")
+            if base == "UNKNOWN" and part == "DRAINED":
+                base = "IDLE"
+        elif part in ("ALLOC",):
+            base = "ALLOCATED"
+        elif part in ("MIX",):
+            base = "MIXED"
+        elif part:
+            out.add(part)
+    return base, frozenset(out)
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, dict):  # 24.11 reason sometimes {"description": ...}
+        return str(value.get("description") or value.get("reason") or "")
+    return str(value)
+
+
+def node_from_json(obj: dict[str, Any]) -> NodeInfo:
+    base, flags = split_state(obj.get("state"), obj.get("state_flags"))
+    feats = obj.get("features") or obj.get("active_features") or ""
+    if isinstance(feats, str):
+        feats = [f for f in feats.split(",") if f]
+    parts = obj.get("partitions") or []
+    if isinstance(parts, str):
+        parts = [p for p in parts.split(",") if p]
+    return NodeInfo(
+        name=str(obj.get("name") or obj.get("hostname") or ""),
+        state=base,
+        flags=flags,
+        reason=_text(obj.get("reason")),
+        reason_user=_text(obj.get("reason_set_by_user")),
+        gres=_text(obj.get("gres")),
+        partitions=tuple(parts),
+        features=tuple(str(f) for f in feats),
+        cpus=int(unwrap_number(obj.get("cpus")) or 0),
+        real_memory=int(unwrap_number(obj.get("real_memory")) or 0),
+    )
+
+
+def nodes_from_json(text: str, command: str) -> list[NodeInfo]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UnreachableError(f"{command}: output is not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise UnreachableError(f"{command}: unexpected JSON (top level is {type(data).__name__})")
+    if "nodes" in data and isinstance(data["nodes"], list):
+        return [node_from_json(n) for n in data["nodes"] if isinstance(n, dict)]
+    if "sinfo" in data and isinstance(data["sinfo"], list):  # 23.11+ sinfo: grouped rows
+        out: dict[str, NodeInfo] = {}
+        for row in data["sinfo"]:
+            names = (row.get("nodes") or {}).get("nodes") or []
+            for name in names:
+                obj = {
+                    "name": name,
+                    "state": (row.get("node") or {}).get("state"),
+                    "reason": (row.get("reason") or {}).get("description"),
+                    "reason_set_by_user": (row.get("reason") or {}).get("user"),
+                    "gres": (row.get("gres") or {}).get("total"),
+                    "partitions": [(row.get("partition") or {}).get("name")],
+                    "features": (row.get("features") or {}).get("total"),
+                }
+                out.setdefault(name, node_from_json(obj))
+        return list(out.values())
+    raise UnreachableError(f"{command}: unexpected JSON (no 'nodes' list)")
+
+
+_KV = re.compile(r"(\w+)=")
+
+
+def parse_kv_line(line: str) -> dict[str, str]:
+    """`scontrol show node -o` line -> dict. Values may contain spaces (Reason=...), so a value
+    runs until the next ` Key=`."""
+    out: dict[str, str] = {}
+    matches = list(re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:]*)=", line))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        out[m.group(1)] = line[m.end() : end].strip()
+    return out
+
+
+def nodes_from_scontrol_text(text: str) -> list[NodeInfo]:
+    nodes = []
+    for line in text.splitlines():
+        if not line.strip().startswith("NodeName="):
+            continue
+        kv = parse_kv_line(line.strip())
+        reason = kv.get("Reason", "")
+        user = ""
+        m = re.match(r"^(.*?)\s*\[([^@\]]+)@[^\]]*\]$", reason)
+        if m:
+            reason, user = m.group(1), m.group(2)
+        base, flags = split_state(kv.get("State", ""))
+        nodes.append(
+            NodeInfo(
+                name=kv.get("NodeName", ""),
+                state=base,
+                flags=flags,
+                reason=reason,
+                reason_user=user,
+                gres=kv.get("Gres", ""),
+                partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p),
+                features=tuple(f for f in kv.get("AvailableFeatures", "").split(",") if f and f != "(null)"),
+                cpus=int(kv.get("CPUTot", "0") or 0),
+                real_memory=int(kv.get("RealMemory", "0") or 0),
+            )
+        )
+    return nodes
