@@ -95,3 +95,28 @@ def test_up_refuses_bad_arguments(cluster_env, tmp_path):
     assert bad.returncode == 2 and "more than the site's 128 nodes" in bad.stderr
     env = run_slurmadm(cluster_env, "dev-cluster", "env", "--state-dir", str(tmp_path / "nothing"))
     assert env.returncode == 2 and "no dev cluster" in env.stderr
+
+
+def test_foreground_mode_comes_down_on_sigterm(tmp_path, cluster_env):
+    """What docker-compose.slurm.yml runs: `up --foreground` until SIGTERM, then a clean down."""
+    import signal
+    import sys
+
+    from slurmadm.devcluster.daemons import wait_for
+
+    state = tmp_path / "fg"
+    proc = subprocess.Popen([sys.executable, "-m", "slurmadm", "dev-cluster", "up", "--nodes", "2",
+                             "--state-dir", str(state), "--port-base", str(TEST_PORT_BASE + 450), "--foreground"],
+                            env=cluster_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    dc = DevCluster(state)
+    try:
+        assert wait_for(lambda: proc.poll() is None and dc.record() is not None
+                        and all(d.alive() for d in dc.daemons())
+                        and set(dc.node_states().values()) == {"idle"}, 120, interval=0.5), proc.poll()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        dc.down()
+    assert _our_processes(state) == []
