@@ -125,11 +125,12 @@ def env_for(
     state_dir: str | os.PathLike[str], lib_dir: str | os.PathLike[str], node: str | None = None
 ) -> dict[str, str]:
     """Environment that makes pynvml load the stand-in and read `state_dir` (as `node`, if given;
-    else SLURMD_NODENAME or the short hostname)."""
+    else SLURMD_NODENAME or the short hostname). Paths are made absolute: Slurm runs prologs and
+    jobs in other directories."""
     ld = os.environ.get("LD_LIBRARY_PATH")
     env = {
-        "LD_LIBRARY_PATH": str(lib_dir) + (":" + ld if ld else ""),
-        "SLURMADM_FAKE_NVML_DIR": str(state_dir),
+        "LD_LIBRARY_PATH": os.path.abspath(lib_dir) + (":" + ld if ld else ""),
+        "SLURMADM_FAKE_NVML_DIR": os.path.abspath(state_dir),
     }
     if node is not None:
         env["SLURMADM_FAKE_NVML_NODE"] = _check_node(node)

@@ -180,12 +180,13 @@ def test_unknown_xid_numbers_get_a_generic_text():
                          "Unspecified error reported by the GPU")
 
 
-def test_env_for(monkeypatch):
+def test_env_for(monkeypatch, tmp_path):
     monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/x")
     assert gpus.env_for("/s", "/l", "b200-001") == {
         "LD_LIBRARY_PATH": "/l:/opt/x", "SLURMADM_FAKE_NVML_DIR": "/s", "SLURMADM_FAKE_NVML_NODE": "b200-001"}
     monkeypatch.delenv("LD_LIBRARY_PATH")
-    assert gpus.env_for("/s", "/l") == {"LD_LIBRARY_PATH": "/l", "SLURMADM_FAKE_NVML_DIR": "/s"}
+    monkeypatch.chdir(tmp_path)
+    assert gpus.env_for("s", "/l") == {"LD_LIBRARY_PATH": "/l", "SLURMADM_FAKE_NVML_DIR": str(tmp_path / "s")}
     with pytest.raises(UsageError):
         gpus.env_for("/s", "/l", "a b")
 
