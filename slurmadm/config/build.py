@@ -156,6 +156,8 @@ def slurm_settings(site: Site) -> list[Section]:
             ("AccountingStorageHost", site.database.host),
             ("AccountingStoragePort", str(site.database.port)),
         ]
+        if s.munge_socket:  # connections to slurmdbd name their munge socket here, not in AuthInfo
+            accounting.append(("AccountingStoragePass", s.munge_socket))
         if s.accounting_tres:
             accounting.append(("AccountingStorageTRES", ",".join(s.accounting_tres)))
         if s.accounting_enforce:
