@@ -53,11 +53,11 @@ def _check_cores(prof, path: str) -> list[str]:
     total = prof.sockets * per
     for i, text in enumerate(prof.gpus.cores):
         try:
-            cores = RangeSet(text)
+            cores = list(RangeSet(text).intiter())
         except (RangeSetException, ValueError):
             problems.append(f"{path}[{i}]: {text!r} is not a list of core indexes like '0-55'")
             continue
-        if len(cores) == 0:
+        if not cores:
             problems.append(f"{path}[{i}]: {text!r} names no cores")
             continue
         socket = prof.gpus.sockets[i]
@@ -75,17 +75,23 @@ def _check_cores(prof, path: str) -> list[str]:
 
 
 def check_topology(site: Site) -> list[str]:
+    """Switch names are unique (units, spines and the core switch)."""
     if site.topology.plugin != "tree":
         return []
-    problems: list[str] = []
-    units = [name for name, _ in site.scalable_units]
-    spines = [name for name, _ in spine_groups(site)]
-    where = {name: "topology.spine" for name in spines}
+    spines = spine_groups(site)
+    named = [(unit, "topology.units") for unit, _ in site.scalable_units]
+    named += [(spine, "topology.spine") for spine, _ in spines]
     if len(spines) > 1:
-        where[site.topology.core] = "topology.core"
-    for name, count in Counter(units + list(where)).items():
-        if count > 1 and name in where:
-            problems.append(f"{where[name]}: switch name {name!r} is used twice (switch names must be unique)")
+        named.append((site.topology.core, "topology.core"))
+    counts = Counter(name for name, _ in named)
+    problems, reported = [], set()
+    for name, key in reversed(named):  # blame the switch declared last
+        if counts[name] < 2 or name in reported or key == "topology.units":
+            continue  # a clash among explicit units alone is site.validate's to report
+        if site.topology.units and key == "topology.spine" and name == site.topology.spine:
+            continue  # so is an explicit unit named like the spine
+        reported.add(name)
+        problems.append(f"{key}: switch name {name!r} is used twice (switch names must be unique)")
     return problems
 
 
@@ -140,7 +146,7 @@ def check_slurm(site: Site) -> list[str]:
     if several_slurmd_per_host(site) and "%n" not in s.slurmd_spool_dir:
         p(f"slurm.slurmd_spool_dir: several slurmd share a host (nodes[].port is set), so the "
           f"spool dir needs %n: {s.slurmd_spool_dir!r}")
-    daemon_ports = {s.slurmctld_port: "slurm.slurmctld_port", s.slurmd_port: "slurm.slurmd_port"}
+    daemon_ports = {s.slurmctld_port: "slurm.slurmctld_port"}  # (nodes with ports ignore SlurmdPort)
     for i, group in enumerate(site.nodes):
         if group.port is None:
             continue

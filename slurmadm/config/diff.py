@@ -73,7 +73,7 @@ class Change:
     file: str
     what: str
     daemons: tuple[str, ...] = ()  # to restart; empty: reconfigure is enough (unless no_action)
-    nodes: str = ""  # slurmd restarts only on these nodes; "" means all
+    nodes: str = ""  # slurmd restarts only on these nodes ("" means all)
     no_action: bool = False  # comments only
     note: str = ""
 
@@ -116,7 +116,7 @@ class Plan:
         scope: dict[str, set[str] | None] = {}  # None: everywhere
         for c in self.changes:
             for daemon in c.daemons:
-                if c.nodes and scope.get(daemon, set()) is not None:
+                if daemon == "slurmd" and c.nodes and scope.get(daemon, set()) is not None:
                     scope.setdefault(daemon, set()).update(expand(c.nodes))
                 else:
                     scope[daemon] = None
@@ -253,12 +253,13 @@ def _gres_changes(old: Parsed, new: Parsed) -> list[Change]:
 
 
 def _gres_files(parsed: Parsed) -> dict[str, list[str]]:
-    """node -> its GPU File= values, in file order."""
+    """node -> its GPU device files, in file order."""
     files: dict[str, list[str]] = {}
     for rec in parsed.records:
         if "nodename" in rec and "file" in rec:
+            devices = expand(rec["file"], what="gres.conf File")
             for node in expand(rec["nodename"], what="gres.conf NodeName"):
-                files.setdefault(node, []).append(rec["file"])
+                files.setdefault(node, []).extend(devices)
     return files
 
 
