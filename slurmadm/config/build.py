@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ClusterShell.NodeSet import NodeSet
 from ClusterShell.RangeSet import RangeSet
 
-from ..hostlist import compress, expand
+from ..hostlist import compress, nodeset
 from ..site import NodeProfile, Site
 
 Pairs = list[tuple[str, str]]
@@ -191,22 +191,37 @@ def slurm_settings(site: Site) -> list[Section]:
     ]
 
 
-def node_lines(site: Site) -> list[Pairs]:
+@dataclass
+class Layout:
+    """The site's nodes as NodeSets, folded once: set operations on them cost little, while
+    folding name lists (parsing every name) dominates the render time of large sites."""
+
+    groups: list[NodeSet]  # per node group
+    units: list[tuple[str, NodeSet]]  # per scalable unit, in order
+
+    @classmethod
+    def of(cls, site: Site) -> "Layout":
+        groups = [nodeset(g.names, what=f"nodes[{i}].names") for i, g in enumerate(site.nodes)]
+        if site.topology.units:
+            units = [(u.name, nodeset(u.nodes, what=f"topology.units[{i}].nodes"))
+                     for i, u in enumerate(site.topology.units)]
+        else:
+            units = [(name, NodeSet.fromlist(members)) for name, members in site.scalable_units]
+        return cls(groups, units)
+
+    def union(self, sets) -> NodeSet:
+        out = NodeSet()
+        for ns in sets:
+            out.update(ns)
+        return out
+
+
+def node_lines(site: Site, layout: Layout) -> list[Pairs]:
     """One NodeName line per (node group, scalable unit): nodes of a line share features."""
-    unit_of: dict[str, str] = {}
-    unit_order: dict[str, int] = {}
-    for i, (unit, members) in enumerate(site.scalable_units):
-        unit_order[unit] = i
-        for name in members:
-            unit_of[name] = unit
     lines: list[Pairs] = []
-    for gi, group in enumerate(site.nodes):
+    for group, members in zip(site.nodes, layout.groups):
         prof = site.profile(group.profile)
-        names = expand(group.names, what=f"nodes[{gi}].names")
-        by_unit: dict[str, list[str]] = defaultdict(list)
-        for name in names:
-            by_unit[unit_of[name]].append(name)
-        port_of = {name: group.port + i for i, name in enumerate(names)} if group.port is not None else {}
+        port_of = {name: group.port + i for i, name in enumerate(members)} if group.port is not None else {}
         hardware: Pairs = [
             ("Sockets", str(prof.sockets)),
             ("CoresPerSocket", str(prof.cores_per_socket)),
@@ -215,8 +230,10 @@ def node_lines(site: Site) -> list[Pairs]:
             ("RealMemory", str(real_memory(site, prof))),
             ("Gres", f"gpu:{prof.gpus.model}:{prof.gpus.count}"),
         ]
-        for unit in sorted(by_unit, key=unit_order.__getitem__):
-            ns = NodeSet.fromlist(by_unit[unit])
+        for unit, unit_nodes in layout.units:
+            ns = members & unit_nodes
+            if not ns:
+                continue
             line: Pairs = [("NodeName", str(ns))]
             if group.hostname:
                 line.append(("NodeHostname", group.hostname))
@@ -231,15 +248,16 @@ def node_lines(site: Site) -> list[Pairs]:
     return lines
 
 
-def partition_lines(site: Site) -> list[Pairs]:
+def partition_lines(site: Site, layout: Layout) -> list[Pairs]:
     lines: list[Pairs] = []
-    for part in site.partitions:
-        names = site.partition_nodes(part)
-        profiles = {site.node_group_of[n].profile for n in names}
+    everything = layout.union(layout.groups)
+    for i, part in enumerate(site.partitions):
+        nodes = everything if part.nodes == "ALL" else nodeset(part.nodes, what=f"partitions[{i}].nodes")
+        profiles = {g.profile for g, members in zip(site.nodes, layout.groups) if members & nodes}
         # Defaults that fit every node of the partition (a job may land on any of them).
         cpu_per_gpu = min(site.profile(p).cpus // site.profile(p).gpus.count for p in profiles)
         mem_per_gpu = min(real_memory(site, site.profile(p)) // site.profile(p).gpus.count for p in profiles)
-        line: Pairs = [("PartitionName", part.name), ("Nodes", compress(names))]
+        line: Pairs = [("PartitionName", part.name), ("Nodes", str(nodes))]
         if part.default:
             line.append(("Default", "YES"))
         line.append(("MaxTime", part.max_time))
@@ -258,29 +276,29 @@ def partition_lines(site: Site) -> list[Pairs]:
     return lines
 
 
-def slurm_conf(site: Site) -> SlurmConf:
+def slurm_conf(site: Site, layout: Layout) -> SlurmConf:
     sections = slurm_settings(site)
     if site.slurm.extra:
         extra = [(key, quoted(value)) for key, value in site.slurm.extra.items()]
         sections.append(Section("Site extras (slurm.extra)", extra))
-    return SlurmConf(sections, node_lines(site), partition_lines(site))
+    return SlurmConf(sections, node_lines(site, layout), partition_lines(site, layout))
 
 
 # ------------------------------------------------------------------------------- gres.conf
 
 
-def gres_conf(site: Site) -> GresConf:
+def gres_conf(site: Site, layout: Layout) -> GresConf:
     """Explicit GPU lines per profile (Debian's Slurm has no NVML autodetect); consecutive GPUs
     with the same cores share a line."""
-    nodes_of: dict[str, list[str]] = defaultdict(list)
-    for gi, group in enumerate(site.nodes):
-        nodes_of[group.profile].extend(expand(group.names, what=f"nodes[{gi}].names"))
+    groups_of: dict[str, list[NodeSet]] = defaultdict(list)
+    for group, members in zip(site.nodes, layout.groups):
+        groups_of[group.profile].append(members)
     conf = GresConf(autodetect="nvml" if site.slurm.has_nvml else "off")
-    for name, nodes in nodes_of.items():
+    for name, sets in groups_of.items():
         prof = site.profile(name)
         files = prof.gpus.files()
         cores = gpu_cores(prof)
-        hostlist = compress(nodes)
+        hostlist = str(layout.union(sets))
         start = 0
         for i in range(1, len(files) + 1):
             if i == len(files) or cores[i] != cores[start]:
@@ -298,10 +316,9 @@ def gres_conf(site: Site) -> GresConf:
 # --------------------------------------------------------------------------- topology.conf
 
 
-def topology_conf(site: Site) -> TopologyConf:
+def topology_conf(site: Site, layout: Layout) -> TopologyConf:
     """topology/tree: one leaf per scalable unit, spine(s) above, a core above several spines."""
-    switches: list[Pairs] = [[("SwitchName", unit), ("Nodes", compress(members))] for unit, members in
-                             site.scalable_units]
+    switches: list[Pairs] = [[("SwitchName", unit), ("Nodes", str(members))] for unit, members in layout.units]
     spines = spine_groups(site)
     switches += [[("SwitchName", spine), ("Switches", compress(units))] for spine, units in spines]
     if len(spines) > 1:

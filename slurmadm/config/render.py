@@ -54,11 +54,12 @@ def render(site: Site, release: Release, *, source: str = "site") -> dict[str, s
     def one(name: str, conf) -> str:
         return env.get_template(f"slurm/{name}.j2").render(header=header, conf=conf)
 
+    layout = build.Layout.of(site)
     out = {
-        "slurm.conf": one("slurm.conf", build.slurm_conf(site)),
-        "gres.conf": one("gres.conf", build.gres_conf(site)),
+        "slurm.conf": one("slurm.conf", build.slurm_conf(site, layout)),
+        "gres.conf": one("gres.conf", build.gres_conf(site, layout)),
     }
     if site.topology.plugin == "tree":
-        out["topology.conf"] = one("topology.conf", build.topology_conf(site))
+        out["topology.conf"] = one("topology.conf", build.topology_conf(site, layout))
     out["cgroup.conf"] = one("cgroup.conf", build.cgroup_conf(site))
     return out
