@@ -117,7 +117,8 @@ def main() -> int:
         ratio = (by_size[10000] / 10000) / (by_size[1024] / 1024)
         verdict = ratio <= 2.0
         ok &= verdict
-        print(f"linear growth (per-node time 10,000 vs 1,024 = {ratio:.2f}, limit 2.0): {'PASS' if verdict else 'FAIL'}")
+        print(f"linear growth (per-node time 10,000 vs 1,024 = {ratio:.2f}, limit 2.0): "
+              f"{'PASS' if verdict else 'FAIL'}")
     return 0 if ok else 1
 
 

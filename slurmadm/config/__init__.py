@@ -1,7 +1,10 @@
 """Slurm configuration from the site: render, validate, diff, apply, check a node against it.
 
-Public surface: `render(site, release)` -> {file name: text}, `validate`, `resolve_release`,
-`plan(rendered, target_dir)` / `apply(...)` (see apply.py) and `check_node` (see node.py).
+Public surface: `render(site, release)` -> {file name: text} (validates first), `validate`,
+`resolve_release`; `diff.plan(rendered, config_dir)` classifies changes (restart or
+reconfigure); `apply.apply(site, rendered, reason=...)` writes them; `node.compare` checks a
+compute node (slurmd -C, NVML) against its profile. Importing this package adds the config
+rules to `slurmadm site validate` (site.validate.EXTRA_CHECKS).
 """
 
 from ..site.validate import EXTRA_CHECKS

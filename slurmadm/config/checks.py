@@ -14,7 +14,7 @@ from ClusterShell.RangeSet import RangeSet, RangeSetException
 
 from ..hostlist import expand
 from ..site import Site
-from .build import gpu_cores, several_slurmd_per_host, slurm_settings, spine_groups
+from .build import several_slurmd_per_host, slurm_settings, spine_groups
 from .release import CGROUP_DISABLED_FROM, Release, fmt
 
 # Lines slurmadm writes itself besides the settings (slurm.extra may not add them).

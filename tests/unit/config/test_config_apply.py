@@ -75,7 +75,8 @@ def test_a_change_is_backed_up_and_keeps_the_file_mode(site_at, tmp_path):
     assert len(newest) == 4  # the header (site digest) changed in every file
     conf = next(e for e in newest if e.target.endswith("slurm.conf"))
     assert conf.detail["backup"].endswith("/slurm.conf")
-    assert {"what": "PriorityWeightQOS: 10000 -> 20000", "action": "reconfigure", "daemons": []} in conf.detail["changes"]
+    want = {"what": "PriorityWeightQOS: 10000 -> 20000", "action": "reconfigure", "daemons": []}
+    assert want in conf.detail["changes"]
     assert not list(etc.glob(".*.slurmadm-*"))  # no temporary files left
 
 

@@ -33,7 +33,8 @@ def test_identical_files_plan_nothing(tmp_path, example):
 
 def test_a_header_only_change_needs_nothing(tmp_path):
     the_plan, real = changes_after(tmp_path, lambda d: d["health"].update(check_timeout_s=7.0))
-    assert real == {} and {f.name for f in the_plan.files} == {"slurm.conf", "gres.conf", "topology.conf", "cgroup.conf"}
+    assert real == {}
+    assert {f.name for f in the_plan.files} == {"slurm.conf", "gres.conf", "topology.conf", "cgroup.conf"}
     assert {c.action for c in the_plan.changes} == {"none"} and the_plan.restart == {}
     assert "-# Site sha256" in the_plan.files[0].unified
 

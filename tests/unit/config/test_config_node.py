@@ -42,7 +42,8 @@ def test_cpu_layout_and_memory_mismatches(example):
     assert lines == [
         "CPUs: slurmd -C reports 112, profile hgx-b200 declares 224",
         "ThreadsPerCore: slurmd -C reports 1, profile hgx-b200 declares 2",
-        "RealMemory: slurmd -C reports 1031000 MiB, below the declared 1992294 MiB (Slurm drains the node: Low RealMemory)",
+        "RealMemory: slurmd -C reports 1031000 MiB, below the declared 1992294 MiB "
+        "(Slurm drains the node: Low RealMemory)",
     ]
 
 

@@ -67,7 +67,8 @@ def test_node_lines_are_hostlists_per_scalable_unit(example):
     nodes = records(text, "nodename")
     assert [n["nodename"] for n in nodes] == ["b200-[001-032]", "b200-[033-064]", "b200-[065-096]", "b200-[097-128]"]
     first = nodes[0]
-    assert (first["sockets"], first["corespersocket"], first["threadspercore"], first["cpus"]) == ("2", "56", "2", "224")
+    layout = (first["sockets"], first["corespersocket"], first["threadspercore"], first["cpus"])
+    assert layout == ("2", "56", "2", "224")
     assert first["realmemory"] == str(int(2048 * 1024 * 0.95)) and first["gres"] == "gpu:b200:8"
     assert [n["features"] for n in nodes] == [f"b200,ib400,su{i}" for i in range(1, 5)]
     parts = {p["partitionname"]: p for p in records(text, "partitionname")}
@@ -186,7 +187,8 @@ def test_linuxproc_tracking_drops_contain_and_cgroup_gathering():
 
 def test_munge_socket_reaches_slurmctld_and_slurmdbd_connections():
     text = render(make_site(lambda d: d["slurm"].update(munge_socket="/run/m/sock")), (22, 5))["slurm.conf"]
-    assert setting(text, "AuthInfo") == ["socket=/run/m/sock"] and setting(text, "AccountingStoragePass") == ["/run/m/sock"]
+    assert setting(text, "AuthInfo") == ["socket=/run/m/sock"]
+    assert setting(text, "AccountingStoragePass") == ["/run/m/sock"]
 
 
 def test_extra_values_with_blanks_are_quoted():
