@@ -87,6 +87,9 @@ do_mount() {
     mkdir -p "$ROOT/run/lock"
   fi
   mkdir -p "$ROOT/src"
+  if mountpoint -q "$ROOT/src" && [ "$(stat -c %d:%i "$ROOT/src")" != "$(stat -c %d:%i "$SRC")" ]; then
+    die "$ROOT/src is another checkout; run '$0 umount' there first, or set TRIXIE_ROOT"
+  fi
   if ! mountpoint -q "$ROOT/src"; then
     mount --bind "$SRC" "$ROOT/src"
     mount --make-private "$ROOT/src"   # our mounts over .venv/build stay inside the chroot
