@@ -5,6 +5,7 @@ the full 128-node reference rendering shows the nodes, topology and settings the
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tomllib
 from pathlib import Path
@@ -31,11 +32,14 @@ def sh(env, *argv, timeout=30, check=True) -> str:
 
 
 def show_config(env) -> dict[str, str]:
-    out = {}
+    """`scontrol show config` as key -> value; list keys (`Prolog[0]` on 24.11, `SlurmctldHost[1]`)
+    joined with commas under their plain name."""
+    out: dict[str, str] = {}
     for line in sh(env, "scontrol", "show", "config").splitlines():
         key, sep, value = line.partition("=")
         if sep:
-            out[key.strip()] = value.strip()
+            key = re.sub(r"\[\d+\]$", "", key.strip())
+            out[key] = f"{out[key]},{value.strip()}" if key in out else value.strip()
     return out
 
 
