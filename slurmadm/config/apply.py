@@ -3,7 +3,8 @@
 Under a lock (one apply at a time per directory): re-read what is installed, back up each file
 that changes into `<config_dir>/slurmadm-backup/<UTC time>/`, write each through a temporary
 file and rename (readers never see half a file), record one audit event per file, then run
-`scontrol reconfigure` when that is enough. When a change needs daemon restarts, nothing is
+`scontrol reconfigure` when that is enough. A partition QOS that slurmdbd does not know is refused
+before anything is written (slurmctld exits on it). When a change needs daemon restarts, nothing is
 restarted here: the result names the daemons, where, and in which order. Restarting slurmd on
 every node is a fleet operation, and the files must reach the nodes first (configless mode
 pushes them on reconfigure or slurmd start; otherwise the site's own distribution does).
@@ -17,12 +18,13 @@ import fcntl
 import hashlib
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import LockBusy, SlurmadmError, UsageError
+from ..errors import LockBusy, SlurmadmError, UnreachableError, UsageError
 from ..proc import run
 from ..site import Site
 from ..store import Store
@@ -126,6 +128,30 @@ def write_atomic(path: Path, text: str, *, mode: int = 0o644) -> None:
         os.close(dir_fd)
 
 
+def check_partition_qos(site: Site, slurm_conf_text: str, *, timeout: float = 30.0) -> None:
+    """slurmctld exits (fatal, on start and on reconfigure) when a partition's QOS is not in
+    slurmdbd: refuse before writing. Asks slurmdbd through the config about to be written."""
+    wanted = [(i, p.qos) for i, p in enumerate(site.partitions) if p.qos]
+    if not wanted or site.slurm.accounting_storage != "slurmdbd":
+        return
+    with tempfile.TemporaryDirectory(prefix="slurmadm-qos-") as tmp:
+        conf = Path(tmp) / "slurm.conf"
+        conf.write_text(slurm_conf_text)
+        try:
+            out = run(["sacctmgr", "-n", "-P", "show", "qos", "format=name"], timeout=timeout,
+                      env={"SLURM_CONF": str(conf)}).stdout
+        except SlurmadmError as exc:
+            raise UnreachableError(f"cannot check the partition QOS in slurmdbd, nothing written: {exc}") from None
+    known = set(out.split())
+    missing = [(i, q) for i, q in wanted if q not in known]
+    if missing:
+        i, q = missing[0]
+        raise UsageError(
+            f"partitions[{i}].qos: QOS {q!r} does not exist in slurmdbd, and slurmctld stops on an unknown "
+            f"partition QOS; create it first (slurmadm accounts apply), then apply again. Nothing written."
+        )
+
+
 def apply(site: Site, rendered: dict[str, str], *, reason: str, dry_run: bool = False,
           target: str | Path | None = None, reconfigure: bool = True, timeout: float = 60.0) -> ApplyResult:
     target = Path(target or site.slurm.config_dir)
@@ -136,6 +162,8 @@ def apply(site: Site, rendered: dict[str, str], *, reason: str, dry_run: bool = 
         result = ApplyResult(the_plan, dry_run=False)
         if not the_plan.files:
             return result
+        if the_plan.needs_reconfigure or the_plan.restart:
+            check_partition_qos(site, rendered["slurm.conf"], timeout=timeout)
         backup = _backup_dir(target)
         olds = [f for f in the_plan.files if f.old is not None]
         if olds:

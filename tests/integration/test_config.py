@@ -140,6 +140,22 @@ def test_apply_names_restarts_instead_of_reconfiguring(cluster_env, dev_cluster,
     assert show_config(cluster_env)["BOOT_TIME"] == before  # nothing was restarted
 
 
+def test_apply_refuses_a_partition_qos_that_slurmdbd_lacks(cluster_env, dev_cluster, tmp_path):
+    """slurmctld exits on reconfigure when a partition's QOS is unknown: apply must not get there."""
+    def change(d):
+        d["qos"].append({"name": "fresh"})
+        d["partitions"][0]["qos"] = "fresh"
+    changed = site_copy(dev_cluster.site_path, tmp_path / "site.toml", change)
+    before = dev_cluster.slurm_conf.read_text()
+    out = run_slurmadm(cluster_env, "config", "apply", "--site", changed)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.strip() == (
+        "slurmadm: error: partitions[0].qos: QOS 'fresh' does not exist in slurmdbd, and slurmctld stops on an "
+        "unknown partition QOS; create it first (slurmadm accounts apply), then apply again. Nothing written.")
+    assert dev_cluster.slurm_conf.read_text() == before
+    assert "UP" in sh(cluster_env, "scontrol", "ping")
+
+
 def test_apply_reports_an_unreachable_controller(cluster_env, dev_cluster, tmp_path):
     def away(d):
         d["slurm"].update(config_dir=str(tmp_path / "etc"), slurmctld_port=TEST_PORT_BASE + 390)
