@@ -11,7 +11,7 @@ import json
 from functools import cached_property
 from typing import Annotated, Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import Field
 
 from ..hostlist import compress, expand
 from .accounts import AccountingSettings, Organization, Project, Qos, SlurmName, SlurmTime
