@@ -23,22 +23,11 @@ import math
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
-
 from ..slurm.model import NodeInfo
 from ..slurm.ownership import format_reason, is_ours, may_drain, may_resume
-from .runner import Result, first_drain
+from .runner import Plan, Result, first_drain
 
 CLEAN_RUNS_KEY = "clean-runs"
-
-
-@dataclass(frozen=True)
-class Plan:
-    action: str  # drain | resume | alert | none
-    reason: str  # the drain reason, or why (alert / none)
-    blocks_job: bool = False
-    clean_runs: int | None = None  # the new consecutive-clean count to store (None: leave it)
-    check_id: str = ""
 
 
 def drain_reason(results: list[Result], context: str) -> tuple[str, str] | None:

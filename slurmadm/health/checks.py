@@ -53,7 +53,7 @@ class Ctx:
     now: float
     nvml: Nvml | None = None
     state: Any = None  # slurmadm.health.record.NodeState, or None without a store
-    store: Any = None  # slurmadm.store.Store, or None
+    nccl_last_pass: float | None = None  # when nccl-allreduce last passed here (from the store)
 
 
 @dataclass(frozen=True)

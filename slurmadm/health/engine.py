@@ -15,11 +15,10 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from . import actions
 from .checks import Ctx, select
 from .config import HealthConfig
-from .record import NodeState, Recorder, open_store
-from .runner import Result, run_checks, stuck_threads
+from .record import NodeState, Recorder, last_pass, open_store
+from .runner import Plan, Result, first_drain, run_checks, stuck_threads
 
 CHECK_SHARE = 0.75
 
@@ -30,7 +29,7 @@ class Report:
     context: str
     run_id: str
     results: list[Result]
-    plan: actions.Plan
+    plan: Plan
     applied: bool
     exit_code: int
     duration_ms: float
@@ -47,7 +46,7 @@ class Report:
         }
 
 
-def _exit_code(context: str, results: list[Result], plan: actions.Plan) -> int:
+def _exit_code(context: str, results: list[Result], plan: Plan) -> int:
     if context in ("prolog", "epilog"):
         return 1 if plan.blocks_job else 0
     if context == "periodic":
@@ -80,13 +79,26 @@ def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, a
                    use_syslog=use_syslog)
     if store_problem:
         rec.problems.append(store_problem)
-    state = NodeState(store, cfg.node) if store is not None else None
-    ctx = Ctx(cfg=cfg, context=context, now=time.time(), state=state, store=store)
-    results = run_checks(select(cfg, context, only), ctx, deadline=check_deadline)
+    policies = select(cfg, context, only)
+    state, last_nccl = None, None
+    if store is not None:
+        try:
+            state = NodeState(store, cfg.node)
+            if any(p.spec.id == "nccl-allreduce" for p in policies):
+                last_nccl = last_pass(store, cfg.node, "nccl-allreduce")
+        except Exception as exc:  # noqa: BLE001 - sqlite3.OperationalError (locked too long)
+            rec.problems.append(f"store: {exc}")
+    ctx = Ctx(cfg=cfg, context=context, now=time.time(), state=state, nccl_last_pass=last_nccl)
+    results = run_checks(policies, ctx, deadline=check_deadline)
     rec.results(results)
 
     plan, applied = _act(cfg, context, results, rec, state, act=act, backend=backend,
                          deadline=started + limit)
+    if state is not None and act:
+        try:
+            state.flush()
+        except Exception as exc:  # noqa: BLE001
+            rec.problems.append(f"store: {exc}")
     report = Report(cfg.node, context, run_id, results, plan, applied, _exit_code(context, results, plan),
                     round((time.monotonic() - started) * 1000, 1), rec.problems)
     if store is not None:
@@ -95,10 +107,11 @@ def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, a
 
 
 def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, state: NodeState | None, *,
-         act: bool, backend, deadline: float) -> tuple[actions.Plan, bool]:
-    needs_slurm = context == "periodic" or actions.drain_reason(results, context) is not None
-    if not needs_slurm:
-        return actions.Plan("none", "clean"), False
+         act: bool, backend, deadline: float) -> tuple[Plan, bool]:
+    if context != "periodic" and first_drain(results) is None:
+        return Plan("none", "clean"), False  # a healthy node's prolog never calls Slurm
+    from . import actions
+
     prev = int(state.get(actions.CLEAN_RUNS_KEY) or 0) if state is not None else 0
     try:
         backend = backend or _backend(deadline)
@@ -119,7 +132,7 @@ def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, 
                 if why and me is not None and actions.is_ours(me):
                     backend.resume([cfg.node])
                     rec.event("resume", f"undo drain: {why}", check_id=plan.check_id)
-                    plan = actions.Plan("alert", f"breaker: drain undone ({plan.reason}): {why}",
+                    plan = Plan("alert", f"breaker: drain undone ({plan.reason}): {why}",
                                         clean_runs=plan.clean_runs, check_id=plan.check_id)
             elif plan.action == "resume":
                 backend.resume([cfg.node])
@@ -129,16 +142,13 @@ def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, 
     except Exception as exc:  # noqa: BLE001 - UnreachableError/CommandFailed from Slurm, all alike here
         rec.problems.append(f"slurm: {exc}")
         # Fail-safe: a fault we could not act on still keeps the job off this node.
-        plan = actions.Plan("alert", f"could not reach Slurm to act ({exc})",
-                            blocks_job=actions.drain_reason(results, context) is not None)
+        plan = Plan("alert", f"could not reach Slurm to act ({exc})",
+                            blocks_job=first_drain(results) is not None)
         if act:
             rec.event("alert", plan.reason)
         return plan, False
     if state is not None and plan.clean_runs is not None:
-        try:
-            state.set(actions.CLEAN_RUNS_KEY, str(plan.clean_runs))
-        except Exception as exc:  # noqa: BLE001
-            rec.problems.append(f"store: {exc}")
+        state.set(actions.CLEAN_RUNS_KEY, str(plan.clean_runs))
     return plan, True
 
 

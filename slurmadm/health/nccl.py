@@ -21,7 +21,6 @@ import sys
 from ..errors import SlurmadmError
 from ..proc import run
 from .checks import CannotRun, Ctx, Outcome
-from .record import last_pass
 
 AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.]+)", re.M)
 
@@ -78,9 +77,9 @@ def _torch_cuda() -> bool:
 def check(ctx: Ctx) -> Outcome:
     cfg = ctx.cfg
     out = Outcome()
-    if ctx.context in ("prolog", "epilog") and ctx.store is not None:
-        last = last_pass(ctx.store, cfg.node, "nccl-allreduce")
-        if last is not None and ctx.now - last < cfg.nccl_fresh_hours * 3600:
+    last = ctx.nccl_last_pass
+    if ctx.context in ("prolog", "epilog") and last is not None:
+        if ctx.now - last < cfg.nccl_fresh_hours * 3600:
             out.skip = f"passed {(ctx.now - last) / 3600:.1f} h ago (fresh for {cfg.nccl_fresh_hours:g} h)"
             return out
     if ctx.nvml is not None:

@@ -31,17 +31,40 @@ def open_store(path: str, audit_log: str | None, timeout_s: float):
 
 
 class NodeState:
-    """`node_state` rows under the `health.` prefix for one node."""
+    """`node_state` rows under the `health.` prefix for one node, read once in the main thread.
+
+    Checks run in worker threads and never touch the store (an SQLite connection belongs to its
+    thread, and a check may be abandoned mid-call): they read this snapshot and `set` into it;
+    `flush()` writes the changes from the main thread after the checks.
+    """
 
     def __init__(self, store, node: str):
         self.store = store
         self.node = node
+        rows = store.db.execute("SELECT key, value FROM node_state WHERE node=? AND key LIKE ?",
+                                (node, STATE_PREFIX + "%")).fetchall()
+        self.values = {r["key"][len(STATE_PREFIX):]: r["value"] for r in rows}
+        self.pending: dict[str, str] = {}
 
     def get(self, key: str) -> str | None:
-        return self.store.get_node_state(self.node, STATE_PREFIX + key)
+        return self.pending.get(key, self.values.get(key))
 
     def set(self, key: str, value: str) -> None:
-        self.store.set_node_state(self.node, STATE_PREFIX + key, value)
+        if self.get(key) != value:
+            self.pending[key] = value
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        now = time.time()
+        with self.store.transaction() as db:
+            db.executemany(
+                "INSERT INTO node_state (node, key, value, ts) VALUES (?,?,?,?) "
+                "ON CONFLICT(node, key) DO UPDATE SET value=excluded.value, ts=excluded.ts",
+                [(self.node, STATE_PREFIX + k, v, now) for k, v in self.pending.items()],
+            )
+        self.values.update(self.pending)
+        self.pending.clear()
 
 
 class Recorder:

@@ -7,6 +7,7 @@ driver lock): they report "error" at once.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -23,24 +24,43 @@ class TimedOut(Exception):
     pass
 
 
-# Set when a worker thread is still stuck in a call: the process must leave with os._exit.
+# Worker threads still stuck in a call: the process must leave with os._exit.
 stuck_threads: list[threading.Thread] = []
 
 
+class _Worker:
+    """One daemon thread that runs calls in order (starting a thread per check would cost more
+    than the checks). Abandoned, and replaced, when a call overruns its deadline."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, daemon=True, name="slurmadm-check")
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            fn, box, done = self.jobs.get()
+            try:
+                box["value"] = fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                box["error"] = exc
+            done.set()
+
+
+_worker: _Worker | None = None
+
+
 def call_with_deadline(fn: Callable[[], Any], timeout_s: float) -> Any:
+    """fn() in the worker thread; TimedOut if it has not returned within `timeout_s`."""
+    global _worker
+    if _worker is None:
+        _worker = _Worker()
     box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            box["error"] = exc
-
-    t = threading.Thread(target=target, daemon=True, name="slurmadm-check")
-    t.start()
-    t.join(max(timeout_s, 0.0))
-    if t.is_alive():
-        stuck_threads.append(t)
+    done = threading.Event()
+    _worker.jobs.put((fn, box, done))
+    if not done.wait(max(timeout_s, 0.0)):
+        stuck_threads.append(_worker.thread)
+        _worker = None
         raise TimedOut(f"no answer within {timeout_s:.3g} s")
     if "error" in box:
         raise box["error"]
@@ -59,6 +79,17 @@ class Result:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run does about its results (slurmadm.health.actions.decide)."""
+
+    action: str  # drain | resume | alert | none
+    reason: str  # the drain reason, or why (alert / none)
+    blocks_job: bool = False
+    clean_runs: int | None = None  # the new consecutive-clean count to store (None: leave it)
+    check_id: str = ""
 
 
 def verdict(policy: Policy, status: str) -> str:
