@@ -4,4 +4,4 @@
 # after health.resume_after_clean_runs consecutive clean runs. Finishes within
 # health.periodic_timeout_s (keep it below Slurm's 60 s limit).
 . "${0%/*}/hook-env.sh"
-exec "${SLURMADM_PYTHON:-python3}" -m slurmadm.health periodic
+exec "${SLURMADM_PYTHON:-python3}" -I -m slurmadm.health periodic

@@ -5,4 +5,4 @@
 # `slurmadm: <check-id>: <detail> [prolog]` and Slurm requeues the batch job (keep
 # SchedulerParameters=nohold_on_prolog_fail so it runs elsewhere instead of being held).
 . "${0%/*}/hook-env.sh"
-exec "${SLURMADM_PYTHON:-python3}" -m slurmadm.health prolog
+exec "${SLURMADM_PYTHON:-python3}" -I -m slurmadm.health prolog

@@ -11,6 +11,7 @@ import statistics
 import time
 
 import click
+from rich.markup import escape
 
 from ..errors import UsageError
 from ..health import config as hconfig
@@ -34,15 +35,15 @@ def _node_option(fn):
 
 
 def _show(report: engine.Report) -> None:
-    rows = [(r.check_id, f"[{STATUS_STYLE[r.status]}]{r.status}[/]", r.severity, r.action, r.detail,
+    rows = [(r.check_id, f"[{STATUS_STYLE[r.status]}]{r.status}[/]", r.severity, r.action, escape(r.detail),
              f"{r.duration_ms:.1f}") for r in report.results]
     console.print(table(f"{report.context} on {report.node} ({report.duration_ms:.0f} ms)",
                         ["check", "status", "severity", "action", "detail", "ms"], rows))
     if report.plan.action != "none" or report.plan.reason != "clean":
         done = "" if report.applied or report.plan.action == "none" else " (not applied)"
-        console.print(f"{report.plan.action}{done}: {report.plan.reason}")
+        console.print(f"{report.plan.action}{done}: {escape(report.plan.reason)}")
     for p in report.problems:
-        console.print(f"[yellow]warning:[/yellow] {p}")
+        console.print(f"[yellow]warning:[/yellow] {escape(p)}")
 
 
 def _execute(site_file, node, context, checks, dry_run, as_json) -> None:
@@ -130,7 +131,7 @@ def status_cmd(site_file, as_json, nodes) -> None:
     else:
         console.print(table(None, ["node", "check", "status", "context", "when", "detail"],
                             [(r["node"], r["check_id"], f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]",
-                              r["context"], _when(r["ts"]), r["detail"]) for r in out]))
+                              r["context"], _when(r["ts"]), escape(r["detail"])) for r in out]))
     if any(r["status"] in ("fail", "error") for r in out):
         raise SystemExit(1)
 
@@ -166,7 +167,7 @@ def history_cmd(site_file, as_json, node, check_id, status, since, limit) -> Non
         return
     console.print(table(None, ["when", "node", "context", "check", "status", "detail"],
                         [(_when(r["ts"]), r["node"], r["context"], r["check_id"],
-                          f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]", r["detail"]) for r in out]))
+                          f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]", escape(r["detail"])) for r in out]))
 
 
 @health.command("calibrate")
