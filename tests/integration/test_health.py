@@ -18,7 +18,7 @@ import pytest
 
 from slurmadm.devcluster import gpus
 from slurmadm.devcluster.daemons import wait_for
-from slurmadm.slurm.parse import nodes_from_scontrol_text
+from slurmadm.slurm.cli_backend import CliBackend
 from slurmadm.store import Store
 from tests.integration.helpers import run_slurmadm
 
@@ -35,7 +35,8 @@ def sh(env, *argv, timeout=30, check=True) -> str:
 
 
 def node(env, name):
-    return nodes_from_scontrol_text(sh(env, "scontrol", "show", "node", "-o", name))[0]
+    """Slurm's view through slurmadm's own adapter (sinfo/scontrol JSON)."""
+    return CliBackend(env={"SLURM_CONF": env["SLURM_CONF"]}).nodes([name])[0]
 
 
 def hook(dc, script, node_name, timeout=60):
@@ -214,7 +215,7 @@ def test_hung_nvml_prolog_gives_up_within_its_limit(dev_cluster, env):
 
 @pytest.mark.parametrize("args,message", [
     (["b200-999", "--gpu", "1", "--kind", "hang"], "'b200-999' is not a node of this dev cluster"),
-    (["b200-001", "--gpu", "9", "--kind", "hang"], "gpu"),
+    (["b200-001", "--gpu", "9", "--kind", "hang"], "GPU 9 does not exist on b200-001"),
     (["b200-001", "--gpu", "1", "--kind", "meltdown"], "unknown GPU fault 'meltdown'"),
     (["b200-001", "--gpu", "1", "--kind", "xid", "--value", "abc"], "is not a number"),
     (["b200-001", "--kind", "hang"], "--gpu: which GPU"),
