@@ -264,6 +264,15 @@ def nvlink(ctx: Ctx) -> Outcome:
     return out
 
 
+def _field(nv: Nvml, handle: Any, field_id: int) -> int | None:
+    """One NVML field value (unsigned), or None when unsupported."""
+    got = nv.get("nvmlDeviceGetFieldValues", handle, [field_id])
+    if not got or got[0].nvmlReturn != 0:
+        return None
+    return int(got[0].value.ullVal if got[0].valueType == nv.mod.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+               else got[0].value.uiVal)
+
+
 THROTTLE_BITS = {
     0x8: "HW slowdown",
     0x20: "SW thermal slowdown",
@@ -277,6 +286,7 @@ def thermal(ctx: Ctx) -> Outcome:
     nv = ctx.nvml
     m = nv.mod
     limit = ctx.cfg.thresholds.max_gpu_temp_c
+    mem_limit = ctx.cfg.thresholds.max_memory_temp_c
     hottest = 0
     reasons_fn = ("nvmlDeviceGetCurrentClocksEventReasons" if hasattr(m, "nvmlDeviceGetCurrentClocksEventReasons")
                   else "nvmlDeviceGetCurrentClocksThrottleReasons")
@@ -286,6 +296,9 @@ def thermal(ctx: Ctx) -> Outcome:
             hottest = max(hottest, temp)
             if temp > limit:
                 out.fail(f"GPU{g.index} {temp} C > {limit} C")
+        hbm = _field(nv, g.handle, m.NVML_FI_DEV_MEMORY_TEMP)
+        if hbm is not None and hbm > mem_limit:
+            out.fail(f"GPU{g.index} HBM {hbm} C > {mem_limit} C")
         reasons = nv.get(reasons_fn, g.handle)
         if reasons:
             names = [name for bit, name in THROTTLE_BITS.items() if reasons & bit]
@@ -370,7 +383,7 @@ CHECKS: list[CheckSpec] = [
     CheckSpec("xid", "no serious XID in the kernel log within the window", xid, needs_nvml=False),
     CheckSpec("nvlink", "every NVLink active, error counters not rising", nvlink),
     CheckSpec("pcie-link", "PCIe link at full width and generation", pcie_link),
-    CheckSpec("thermal", "temperature below limit, no thermal or HW slowdown", thermal),
+    CheckSpec("thermal", "GPU and HBM temperature below limits, no thermal or HW slowdown", thermal),
     CheckSpec("ecc-corrected", "corrected ECC errors below the threshold", ecc_corrected, severity="warning"),
     CheckSpec("retired-pages", "retired pages below the threshold, none pending", retired_pages),
     CheckSpec("power", "power draw within the enforced limit", power, severity="warning"),

@@ -38,6 +38,7 @@ class GpuExpect:
 class Thresholds:
     nccl_busbw_floor_gbps: float
     max_gpu_temp_c: int
+    max_memory_temp_c: int
     ecc_corrected_volatile_max: int
     retired_pages_max: int
     power_over_limit_factor: float

@@ -26,6 +26,7 @@ class ModelThresholds(Strict):
     # run `slurmadm health calibrate` and set the floor from the fleet median.
     nccl_busbw_floor_gbps: Annotated[float, Field(gt=0)] = 300.0
     max_gpu_temp_c: Annotated[int, Field(gt=0, le=150)] = 87
+    max_memory_temp_c: Annotated[int, Field(gt=0, le=150)] = 95
     # Corrected (single-bit) volatile ECC errors since boot above this fail.
     ecc_corrected_volatile_max: NonNegativeInt = 50_000_000
     retired_pages_max: NonNegativeInt = 10

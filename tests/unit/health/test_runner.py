@@ -20,7 +20,7 @@ def cfg(**over) -> HealthConfig:
     base = dict(
         node="b200-001", site_path="", site_sha256="",
         gpu=GpuExpect(8, "b200", "NVIDIA B200", 18, 5, 16, 1000),
-        thresholds=Thresholds(300.0, 87, 50_000_000, 10, 1.1, 100), driver_version="570.133.20",
+        thresholds=Thresholds(300.0, 87, 95, 50_000_000, 10, 1.1, 100), driver_version="570.133.20",
         store_path="/nonexistent/x.db", audit_log=None, check_timeout_s=0.3,
         timeouts={"prolog": 5, "epilog": 5, "periodic": 5, "run": 5}, on_error="fail", nccl_fresh_hours=24,
         nccl_timeout_s=1, nccl_size_mib=1, nccl_iters=1, xid_window_minutes=60, xid_source="/nonexistent",
