@@ -165,8 +165,7 @@ def test_hung_gpu_is_reported_as_cannot_run_within_the_check_limit(node):
 
 
 def test_missing_library_is_cannot_run_not_a_fault(node, tmp_path):
-    env_lib = os.environ.get("LD_LIBRARY_PATH")
-    report = node  # noqa: F841
+    env_lib = os.environ.get("LD_LIBRARY_PATH")  # the machine's own, without the stand-in
     site = node.tmp / "site.toml"
     p = subprocess.run([sys.executable, "-I", "-m", "slurmadm.health", "run", "--node", NODE, "--json", "--dry-run",
                         "--checks", "gpu-count", "--site", str(site)],
