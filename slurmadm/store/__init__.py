@@ -99,8 +99,9 @@ class Store:
         except sqlite3.OperationalError:
             pass  # another process is switching it right now; it will be WAL either way
         self._db.execute("PRAGMA synchronous = NORMAL")
-        with self.transaction():
-            self._db.executescript(SCHEMA + "\n".join(EXTRA_SCHEMA))
+        # executescript commits any open transaction first, so it cannot run inside one; every
+        # statement is CREATE ... IF NOT EXISTS, safe against a concurrent opener.
+        self._db.executescript(SCHEMA + "\n".join(EXTRA_SCHEMA))
 
     @classmethod
     def for_site(cls, site) -> "Store":
