@@ -44,6 +44,10 @@ def dev_cluster() -> None:
 def up(nodes, site_file, state_dir, port_base, timeout, foreground, as_json) -> None:
     """Start the dev cluster (idempotent) and wait until every node is idle."""
     dc = _cluster(state_dir)
+    stop = threading.Event()
+    if foreground:  # before bring-up, so a SIGTERM during it still ends in a clean down
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
     status = dc.up(nodes=nodes, site_file=site_file, port_base=port_base, timeout=timeout,
                    progress=lambda m: err_console.print(f"[dim]·[/dim] {m}"))
     if as_json:
@@ -53,9 +57,6 @@ def up(nodes, site_file, state_dir, port_base, timeout, foreground, as_json) -> 
         console.print("\nUse it:  eval \"$(slurmadm dev-cluster env"
                       + (f" --state-dir {shlex.quote(str(dc.state_dir))}" if state_dir else "") + ')"')
     if foreground:
-        stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
         stop.wait()
         dc.down(progress=lambda m: err_console.print(f"[dim]·[/dim] {m}"))
 

@@ -29,7 +29,7 @@ from ..resources import example_site, prolog_epilog_dir
 from ..site import Site, load_site
 from ..slurm.parse import parse_version
 from . import devsite, slurmconf
-from .daemons import Daemon, session_members, start_time, wait_for
+from .daemons import Daemon, session_members, start_time, wait_for, with_descendants
 
 DEFAULT_STATE_DIR = "/var/lib/slurmadm/dev-cluster"
 DEFAULT_PORT_BASE = 17000
@@ -365,7 +365,7 @@ class DevCluster:
                 stopped.append(d.name)
                 progress(f"stopped {d.name}")
         # slurmstepd and job processes that outlived their slurmd
-        leftovers = [p for p in _with_descendants(stray_roots | self._our_stepds())
+        leftovers = [p for p in with_descendants(stray_roots | self._our_stepds())
                      if p not in sids and start_time(p) is not None]
         for pid in leftovers:
             try:
@@ -392,28 +392,6 @@ class DevCluster:
             except (FileNotFoundError, ProcessLookupError, PermissionError):
                 continue
         return out
-
-
-def _with_descendants(roots: set[int]) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat_text = (entry / "stat").read_text()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        ppid = int(stat_text[stat_text.rindex(")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    seen: list[int] = []
-    todo = [r for r in roots if r != os.getpid()]
-    while todo:
-        pid = todo.pop()
-        if pid in seen or pid == os.getpid():
-            continue
-        seen.append(pid)
-        todo.extend(children.get(pid, []))
-    return seen
 
 
 def _port_busy(port: int) -> bool:

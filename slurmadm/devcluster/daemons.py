@@ -19,13 +19,9 @@ from ..errors import UnreachableError
 
 
 def start_time(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # field 22 (starttime) counted after the ")" that closes the command name
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":  # zombie: as good as gone
+    """Field 22 of /proc/<pid>/stat (start time in ticks); None if gone or a zombie."""
+    fields = _stat_fields(Path(f"/proc/{pid}"))
+    if fields is None or fields[0] == "Z":
         return None
     return fields[19]
 
@@ -131,17 +127,40 @@ def wait_for(cond: Callable[[], bool], timeout: float, *, interval: float = 0.1,
         time.sleep(interval)
 
 
-def session_members(sids: set[int]) -> list[int]:
-    """Pids of every process whose session id is one of `sids` (our daemons' descendants)."""
+def _stat_fields(pid_dir: Path) -> list[str] | None:
+    """/proc/<pid>/stat fields after the command name (state, ppid, pgrp, session, ...)."""
+    try:
+        text = (pid_dir / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def process_table() -> list[tuple[int, int, int]]:
+    """(pid, ppid, session id) of every live (non-zombie) process."""
     out = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] != "Z" and int(fields[3]) in sids:
-            out.append(int(entry.name))
+        if entry.name.isdigit() and (fields := _stat_fields(entry)) and fields[0] != "Z":
+            out.append((int(entry.name), int(fields[1]), int(fields[3])))
     return out
+
+
+def session_members(sids: set[int]) -> list[int]:
+    """Pids of every process whose session id is one of `sids` (our daemons' descendants)."""
+    return [pid for pid, _, sid in process_table() if sid in sids]
+
+
+def with_descendants(roots: set[int]) -> list[int]:
+    """`roots` and every process below them (never this process)."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid, _ in process_table():
+        children.setdefault(ppid, []).append(pid)
+    seen: list[int] = []
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid in seen or pid == os.getpid():
+            continue
+        seen.append(pid)
+        todo.extend(children.get(pid, []))
+    return seen

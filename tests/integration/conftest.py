@@ -7,8 +7,6 @@ $SLURMADM_TEST_STATE_DIR, so several sessions can run side by side on one machin
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -36,10 +34,3 @@ def cluster_env(dev_cluster: DevCluster) -> dict[str, str]:
     env = dict(os.environ)
     env.update(dev_cluster.env())
     return env
-
-
-def run_slurmadm(env: dict[str, str], *args: str, timeout: float = 120, input: str | None = None
-                 ) -> subprocess.CompletedProcess[str]:
-    """The real console entry point in a child process, with the dev cluster's environment."""
-    return subprocess.run([sys.executable, "-m", "slurmadm", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout, input=input)
