@@ -20,10 +20,11 @@ busy cluster:
    same reason: a dead sweep leaves its nodes held, never open to users.
 4. **Per node** (node.py), one job per node, all at once, each `srun --exclusive` of the whole
    node in QOS `burnin.qos` and account `burnin.account` (so it is scheduled and accounted like
-   any job): the health suite (`slurmadm health run --context burnin --json`), the GPU stress
-   (stress.py: torch on every GPU, `dcgmi diag` where DCGM is installed, a clearly labelled CPU
-   stand-in where there is no GPU), and the single-node all-reduce (collective.py). srun brings
-   the jobs' output back to the head node: no shared filesystem is needed.
+   any job): the GPU stress (stress.py: torch on every GPU, `dcgmi diag` where DCGM is
+   installed, a clearly labelled CPU stand-in where there is no GPU), the single-node all-reduce
+   (collective.py), then the health suite (`slurmadm health run --dry-run --json`) on the node
+   fresh from the load (the prolog checked it idle). srun brings the jobs' output back to the
+   head node: no shared filesystem is needed.
 5. **Across nodes** (pairs.py): two-node all-reduces launched with srun, first pairs inside a
    scalable unit, then across units; a pair below `burnin.pair_busbw_floor_gbps` is bisected
    against known-good nodes, naming the bad node (or the link, when both members pass elsewhere).

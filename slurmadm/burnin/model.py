@@ -18,6 +18,8 @@ TESTS = ("health", "stress", "dcgm", "allreduce-node", "allreduce-pair", "job")
 
 @dataclass
 class TestResult:
+    __test__ = False  # not a pytest test class
+
     test: str
     status: str
     detail: str = ""

@@ -7,8 +7,9 @@ JSON lines from stdout:
 
     python -m slurmadm.burnin.node --spec '{"stress_seconds": 600, ...}'
 
-Tests, in order: the health suite (through `slurmadm health run --context burnin --json`), the
-GPU stress, DCGM's diagnostic where installed, and the single-node all-reduce.
+Tests, in order: the GPU stress, DCGM's diagnostic where installed, the single-node all-reduce,
+then the health suite (`slurmadm health run --dry-run --json`) on the node that has just been
+under load (Slurm's prolog checked it idle before the job began).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from ..proc import run
 from . import collective, stress
 from .model import TestResult
 
-# The health suite, as the health capability's CLI offers it for burn-in (one narrow boundary).
-HEALTH_ARGV = ["-m", "slurmadm", "health", "run", "--context", "burnin", "--json"]
+# The health suite through the health capability's CLI (one narrow boundary): every check of its
+# `run` context, reported but not acted on (--dry-run): the sweep drains, with a burnin- reason.
+HEALTH_ARGV = ["-m", "slurmadm", "health", "run", "--dry-run", "--json"]
 
 
 def _emit(obj: dict[str, Any]) -> None:
@@ -37,7 +39,8 @@ def _emit(obj: dict[str, Any]) -> None:
 
 def parse_health(stdout: str) -> TestResult | None:
     """The health suite's JSON -> one `health` result naming each failed check. Accepts a list of
-    check results or an object holding one under `results`/`checks`; None when not JSON."""
+    check results or an object holding one under `results`/`checks`; None when not JSON. A check
+    whose `action` (the site's action table) is not "drain" only warns, as it would in a prolog."""
     try:
         data = json.loads(stdout)
     except json.JSONDecodeError:
@@ -50,14 +53,15 @@ def parse_health(stdout: str) -> TestResult | None:
     checks = [r for r in rows if isinstance(r, dict)]
     by_status: dict[str, list[str]] = {}
     for r in checks:
-        cid = str(r.get("check_id") or r.get("check") or r.get("id") or r.get("name") or "?")
+        cid = str(r.get("check_id") or r.get("check") or r.get("id") or "?")
         status = str(r.get("status", "error")).lower()
+        if status in ("fail", "error") and r.get("action", "drain") != "drain":
+            status = "warn"
         detail = " ".join(str(r.get("detail") or r.get("message") or "").split())
         by_status.setdefault(status, []).append(f"{cid}: {detail}" if detail else cid)
     for status in ("fail", "error", "warn"):
         if by_status.get(status):
-            return TestResult("health", status, "; ".join(by_status[status]),
-                              data={"checks": checks})
+            return TestResult("health", status, "; ".join(by_status[status]), data={"checks": checks})
     return TestResult("health", "pass", f"{len(checks)} checks passed", data={"checks": checks})
 
 
@@ -114,11 +118,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = json.loads(ap.parse_args(argv).spec)
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     _emit({"event": "started", "node": node, "job_id": os.environ.get("SLURM_JOB_ID", ""), "pid": os.getpid()})
+    # Load first, then the health suite: the prolog already checked the idle node before this job
+    # started; what burn-in adds is whether the node is still healthy after hours-long load.
     steps = [
-        ("health", lambda: health_suite(spec["step_timeout"])),
         ("stress", lambda: stress.stress(spec["stress_seconds"])),
         ("dcgm", lambda: stress.dcgm_diag(spec["dcgm_level"], spec["dcgm_timeout"])),
         ("allreduce-node", lambda: single_node_allreduce(spec)),
+        ("health", lambda: health_suite(spec["step_timeout"])),
     ]
     tests = []
     for name, step in steps:

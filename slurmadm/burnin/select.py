@@ -106,12 +106,11 @@ def select(site: Site, nodes: list[NodeInfo], *, now: dt.datetime, named: str | 
     for node in nodes:
         if node.name in site_nodes and is_ours(node):
             consider(node.name, REQUALIFY)
-    idle = [n.name for n in nodes if n.name in site_nodes and not n.drained]
-    idle.sort(key=lambda name: (last_tested.get(name, 0.0), site.node_names.index(name)))
-    for name in idle:
-        if not sel.in_window:
-            if name not in sel.chosen:
-                sel.skipped.setdefault(name, f"outside the burn-in window {b.window_start}-{b.window_end}")
-            continue
-        consider(name, IDLE)
+    rest = [n.name for n in nodes if n.name in site_nodes]
+    rest.sort(key=lambda name: (last_tested.get(name, 0.0), site.node_names.index(name)))
+    for name in rest:
+        if sel.in_window or by_name[name].drained:  # a drained node says why it is left out
+            consider(name, IDLE)
+        elif name not in sel.chosen:
+            sel.skipped.setdefault(name, f"outside the burn-in window {b.window_start}-{b.window_end}")
     return sel

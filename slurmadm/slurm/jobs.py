@@ -180,20 +180,26 @@ class Reservation:
     state: str
 
 
-def reservation(name: str, *, timeout: float = 20.0) -> Reservation | None:
-    proc = run(["scontrol", "show", "reservation", name, "-o"], timeout=timeout, check=False)
-    text = (proc.stdout or "") + (proc.stderr or "")
-    if proc.returncode != 0:
-        if "not found" in text.lower():
-            return None
-        raise CommandFailed(["scontrol", "show", "reservation", name], proc.returncode, text)
-    for line in proc.stdout.splitlines():
+def parse_reservation(text: str, name: str) -> Reservation | None:
+    """Reservation `name` from `scontrol show reservation -o` output (one line per reservation)."""
+    for line in text.splitlines():
         kv = parse_kv_line(line.strip())
         if kv.get("ReservationName") == name:
             return Reservation(name=name, nodes=kv.get("Nodes", ""), users=kv.get("Users", ""),
                                flags=frozenset(f for f in kv.get("Flags", "").split(",") if f),
                                state=kv.get("State", ""))
     return None
+
+
+def reservation(name: str, *, timeout: float = 20.0) -> Reservation | None:
+    argv = ["scontrol", "show", "reservation", name, "-o"]
+    proc = run(argv, timeout=timeout, check=False)
+    if proc.returncode != 0:
+        text = (proc.stdout or "") + (proc.stderr or "")
+        if "not found" in text.lower():
+            return None
+        raise CommandFailed(argv, proc.returncode, text)
+    return parse_reservation(proc.stdout, name)
 
 
 def create_reservation(name: str, nodes: Sequence[str], *, users: str, flags: Sequence[str],
