@@ -36,6 +36,7 @@ from .select import Selection, burnin_partition, select
 JOB_PREFIX = "slurmadm-burnin"
 OWN_RESERVATION_FLAGS = frozenset({"MAINTENANCE", "RESERVED"})
 POLL_S = 0.5
+RECOVER_WAIT_S = 120.0
 CONTEXT = "burnin"
 
 
@@ -218,8 +219,11 @@ class Sweep:
         return {
             "reservation": res.nodes if res else None,
             "quarantined": {n: r for n, r in held.items() if r},
-            "jobs": [j.job_id for j in sjobs.queued_jobs(user=self.user) if j.name.startswith(JOB_PREFIX + ".")],
+            "jobs": self._leftovers_jobs(),
         }
+
+    def _leftovers_jobs(self) -> list[str]:
+        return [j.job_id for j in sjobs.queued_jobs(user=self.user) if j.name.startswith(JOB_PREFIX + ".")]
 
     def _recover(self) -> None:
         """Undo what an earlier sweep that died (SIGKILL, power loss) left behind: its jobs, its
@@ -231,6 +235,10 @@ class Sweep:
         if left["jobs"]:
             sjobs.cancel(left["jobs"])
             self.store.audit("burnin.recover", ",".join(left["jobs"]), "cancelled jobs of a dead sweep")
+            # their nodes count as busy until the jobs have completed: wait (bounded) for that
+            deadline = time.monotonic() + RECOVER_WAIT_S
+            while self._leftovers_jobs() and time.monotonic() < deadline:
+                time.sleep(POLL_S)
         if left["quarantined"]:
             nodes = {n.name: n for n in self.backend.nodes(list(left["quarantined"]))}
             for name, reason in left["quarantined"].items():
