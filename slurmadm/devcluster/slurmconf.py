@@ -60,7 +60,9 @@ def slurm_files(site: Site, release: tuple[int, int, int]) -> dict[str, str]:
             f"NodeName={group.names} NodeHostname={group.hostname} NodeAddr={group.addr} Port={ports} "
             f"Sockets={prof.sockets} CoresPerSocket={prof.cores_per_socket} "
             f"ThreadsPerCore={prof.threads_per_core} RealMemory={real_mem} "
-            f"Gres=gpu:{prof.gpus.model}:{prof.gpus.count} State=UNKNOWN"
+            f"Gres=gpu:{prof.gpus.model}:{prof.gpus.count} "
+            + (f"Features={','.join(group.features)} " if group.features else "")
+            + "State=UNKNOWN"
         )
         gres_lines.append(
             f"NodeName={group.names} Name=gpu Type={prof.gpus.model} File={prof.gpus.device_files}"
