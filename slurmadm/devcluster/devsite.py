@@ -191,9 +191,26 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "prolog_dir": str(prolog_dir),
         "reboot_program": "/bin/true",
         "resume_timeout": 60,
+        "health_check_interval": 30,
     })
-    data["health"]["results_log"] = f"{d}/log/health.jsonl"
-    data["health"]["xid_source"] = f"{d}/gpus/{{node}}.kmsg"
+    # Health checks against the stand-in GPUs (gpus/); sized for a handful of nodes:
+    # - the breaker's cap is a fraction of a partition: 10 % of 4 nodes would forbid every drain;
+    # - there is nothing to all-reduce on, so nccl-allreduce runs only when asked (`health run
+    #   --checks nccl-allreduce`), never in the prolog/epilog where it could only "cannot run";
+    # - short limits, so a `hang` fault gives up quickly and resuming takes two periodic runs.
+    health = data["health"]
+    health.update({
+        "results_log": f"{d}/log/health.jsonl",
+        "xid_source": f"{d}/gpus/{{node}}.kmsg",
+        "drain_cap_fraction": max(health.get("drain_cap_fraction", 0.1), 0.5),
+        "resume_after_clean_runs": 2,
+        "check_timeout_s": 2.0,
+        "prolog_timeout_s": 10.0,
+        "epilog_timeout_s": 20.0,
+        "periodic_timeout_s": 20.0,
+    })
+    health.setdefault("checks", {})
+    health["checks"]["nccl-allreduce"] = {**health["checks"].get("nccl-allreduce", {}), "contexts": ["run"]}
     data["burnin"].update({
         "report_dir": f"{d}/burnin",
         # CPU-only machine: gloo on the CPU instead of NCCL, short phases, floors for loopback

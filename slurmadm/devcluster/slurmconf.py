@@ -45,6 +45,13 @@ def slurm_files(site: Site, release: tuple[int, int, int]) -> dict[str, str]:
         "PreemptType=preempt/qos",
         f"PreemptMode={s.preempt_mode}",
         "SchedulerParameters=nohold_on_prolog_fail",
+        # slurmadm's GPU health checks (prolog_epilog/): before and after every job, and periodically
+        f"Prolog={s.prolog_dir}/prolog.sh",
+        f"Epilog={s.prolog_dir}/epilog.sh",
+        "PrologFlags=Alloc",
+        f"HealthCheckProgram={s.prolog_dir}/healthcheck.sh",
+        f"HealthCheckInterval={s.health_check_interval}",
+        "HealthCheckNodeState=ANY",
         f"ReturnToService={s.return_to_service}",
         "MpiDefault=none",
     ]
