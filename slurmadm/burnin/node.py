@@ -30,7 +30,12 @@ from .model import TestResult
 
 # The health suite through the health capability's CLI (one narrow boundary): every check of its
 # `run` context, reported but not acted on (--dry-run): the sweep drains, with a burnin- reason.
+# Its own all-reduce check is left out: the burn-in measures that itself (allreduce-node), with
+# the site's collective.
 HEALTH_ARGV = ["-m", "slurmadm", "health", "run", "--dry-run", "--json"]
+HEALTH_CHECKS_ARGV = ["-m", "slurmadm", "health", "checks", "--json"]
+HEALTH_CONTEXT = "run"
+MEASURED_HERE = {"nccl-allreduce"}
 
 
 def _emit(obj: dict[str, Any]) -> None:
@@ -65,8 +70,22 @@ def parse_health(stdout: str) -> TestResult | None:
     return TestResult("health", "pass", f"{len(checks)} checks passed", data={"checks": checks})
 
 
+def health_check_ids(timeout: float) -> list[str] | None:
+    """The health checks of the `run` context on this site, minus those burn-in measures itself;
+    None when the health CLI cannot list them (then its own default selection applies)."""
+    try:
+        proc = run([sys.executable, *HEALTH_CHECKS_ARGV], timeout=timeout, check=False)
+        rows = json.loads(proc.stdout)
+        return [r["id"] for r in rows if HEALTH_CONTEXT in r["contexts"] and r["id"] not in MEASURED_HERE]
+    except (SlurmadmError, json.JSONDecodeError, KeyError, TypeError):
+        return None
+
+
 def health_suite(timeout: float) -> TestResult:
     argv = [sys.executable, *HEALTH_ARGV]
+    ids = health_check_ids(timeout)
+    if ids:
+        argv += ["--checks", ",".join(ids)]
     try:
         proc = run(argv, timeout=timeout, check=False)
     except SlurmadmError as exc:

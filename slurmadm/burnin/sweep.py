@@ -370,7 +370,7 @@ class Sweep:
     # ------------------------------------------------------------------ phase 1: per node
     def _node_phase(self, deadline: float) -> None:
         todo = {n: self._node_request(n) for n, r in self.runs.items() if not r.detail}
-        self.progress(f"phase 1: {len(todo)} node job(s) in parallel (health, stress, single-node all-reduce)")
+        self.progress(f"phase 1: {len(todo)} node job(s) in parallel (stress, single-node all-reduce, health)")
         outcomes = self._run_jobs(todo, deadline)
         for node, res in outcomes.items():
             self._judge_node(self.runs[node], res)

@@ -148,6 +148,59 @@ def test_requalifies_slurmadm_drains_and_never_touches_others(burnin_env, dev_cl
         assert store.get_node_state("b200-002", history.REQUALIFY_KEY) is None
 
 
+def test_fault_under_load_drains_exactly_that_node_and_a_clean_sweep_resumes_it(burnin_env, dev_cluster):
+    """The proof: an uncorrectable ECC error appears on one stand-in GPU while its node is under
+    burn-in load; the sweep drains that node alone, with the reason in the report; once the fault
+    is cleared, the next sweep re-qualifies and resumes it."""
+    clean(burnin_env)
+    report_dir = Path(dev_cluster.site().burnin.report_dir)
+    before = set(report_dir.glob("*/")) if report_dir.exists() else set()
+    proc = _start_sweep(burnin_env)
+    try:
+        def started_on_003() -> bool:
+            fresh = [d for d in report_dir.glob("*/") if d not in before]
+            return any("started" in f.read_text() for d in fresh for f in d.glob("jobs/*.b200-003.out"))
+
+        assert wait_for(started_on_003, 90, interval=0.1)  # the prolog passed; the load is on
+        fault = run_slurmadm(burnin_env, "dev-cluster", "gpu-fault", "b200-003", "--gpu", "2", "--kind",
+                             "ecc-uncorrected", "--state-dir", str(dev_cluster.state_dir))
+        assert fault.returncode == 0, fault.stderr
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err  # a node failed
+    s = json.loads(out)
+    by = {n["node"]: n for n in s["nodes"]}
+    assert [n for n, r in by.items() if r["verdict"] == "fail"] == ["b200-003"]
+    bad = by["b200-003"]
+    assert bad["failed_test"] == "health" and "ecc-uncorrected: GPU2 volatile uncorrected ECC=1" in bad["detail"]
+    assert bad["reason"].startswith("slurmadm: burnin-health: ecc-uncorrected: GPU2") and \
+        bad["reason"].endswith("[burnin]")
+    states = node_states(burnin_env)
+    assert states["b200-003"] == ("drained", bad["reason"])
+    assert all(states[n][0] == "idle" for n in NODES if n != "b200-003")
+    # the pair tests went on without it: b200-004 was paired with a known-good node instead
+    assert all("b200-003" not in (p["a"], p["b"]) for p in s["pairs"])
+    assert any(p["a"] == "b200-004" and p["kind"] == "partner" and p["status"] == "pass" for p in s["pairs"])
+    html = Path(s["report"]).read_text()
+    assert bad["reason"].replace("[burnin]", "") in html and "problems found" in html
+
+    clear = run_slurmadm(burnin_env, "dev-cluster", "gpu-fault", "b200-003", "--clear", "--state-dir",
+                         str(dev_cluster.state_dir))
+    assert clear.returncode == 0, clear.stderr
+    again = burnin(burnin_env, "run", "--json")
+    assert again.returncode == 0, again.stderr + again.stdout
+    s2 = json.loads(again.stdout)
+    node3 = {n["node"]: n for n in s2["nodes"]}["b200-003"]
+    assert (node3["why"], node3["verdict"], node3["action"]) == ("requalify", "pass", "resumed")
+    assert node3["prior_reason"] == bad["reason"]
+    assert node_states(burnin_env)["b200-003"][0] == "idle"
+    assert s2["previous"]["nodes"]["b200-003"]["verdict"] == "fail"  # compared with the failed sweep
+    assert "b200-003: <span class=\"fail\">fail</span> &rarr; <span class=\"pass\">pass</span>" in \
+        Path(s2["report"]).read_text()
+
+
 def _start_sweep(env) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "slurmadm", "burnin", "run", "--json"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
