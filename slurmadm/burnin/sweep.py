@@ -6,7 +6,6 @@ import datetime as dt
 import fcntl
 import getpass
 import json
-import math
 import os
 import signal
 import socket
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LockBusy, SlurmadmError
+from ..health.actions import breaker
 from ..hostlist import compress
 from ..site import Site, site_path
 from ..site.accounts import slurm_time_seconds
@@ -130,11 +130,6 @@ def _signals_raise() -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-
-
-def drain_cap(site: Site, partition_nodes: int) -> int:
-    """Most slurmadm drains a partition may hold (health.drain_cap_fraction, at least one)."""
-    return max(1, math.floor(site.health.drain_cap_fraction * partition_nodes))
 
 
 class Sweep:
@@ -486,24 +481,25 @@ class Sweep:
     def _act(self) -> None:
         if not self.runs:
             return
-        everything = self.backend.nodes()
-        info = {n.name: self._ours_stripped(n) for n in everything if n.name in self.runs}
-        part = burnin_partition(self.site)
-        members = [n for n in everything if part in n.partitions]
-        # slurmadm drains the partition holds, re-qualifying nodes included (they were drained)
-        held = {n.name for n in members if is_ours(n)} | {r.node for r in self.runs.values() if r.prior_reason}
-        cap = drain_cap(self.site, len(members))
-        for name, run in self.runs.items():
-            node = info[name]
+        actual = {n.name: n for n in self.backend.nodes()}
+        # For the drain cap, nodes under re-qualification still count as slurmadm's drains.
+        view = dict(actual)
+        for r in self.runs.values():
+            if r.prior_reason and not actual[r.node].drained:
+                view[r.node] = replace(actual[r.node], flags=actual[r.node].flags | {"DRAIN"}, reason=r.prior_reason)
+        # re-qualification outcomes first: what they free or hold is known before new drains
+        for name, run in sorted(self.runs.items(), key=lambda item: not item[1].prior_reason):
+            node = self._ours_stripped(actual[name])
             if node.drained:  # drained during the sweep (a prolog found a fault, an admin): keep it
                 if is_ours(node) and node.reason != run.prior_reason and run.verdict != "fail":
                     run.verdict, run.detail = "fail", node.reason
                     run.failed_test = reason_check_id(node.reason) or "job"
                 run.action, run.reason = "already drained", node.reason
             elif run.verdict == "fail":
-                self._drain_failed(run, node, held, cap, part)
+                self._drain_failed(run, node, view)
             elif run.prior_reason and run.verdict == "pass":
                 run.action = "resumed"
+                view[name] = actual[name]
                 self.store.audit("node.resume", name, f"passed burn-in sweep {self.id}", was=run.prior_reason)
             elif run.prior_reason:  # not tested to the end: drained again, as it was
                 self.backend.drain([name], run.prior_reason)
@@ -512,19 +508,20 @@ class Sweep:
             if run.prior_reason:
                 self.store.delete_node_state(name, history.REQUALIFY_KEY)
 
-    def _drain_failed(self, run: NodeRun, node: NodeInfo, held: set[str], cap: int, part: str) -> None:
+    def _drain_failed(self, run: NodeRun, node: NodeInfo, view: dict[str, NodeInfo]) -> None:
         reason = format_reason(f"burnin-{run.failed_test}", run.detail, CONTEXT)
-        if not run.prior_reason:  # a node in service: ownership rules and the drain cap apply
+        if not run.prior_reason:  # a node in service: ownership rules and the breaker apply
             verdict = may_drain(node)
             if not verdict.act:
                 run.action = f"not drained: {verdict.why}"
                 return
-            if len(held) >= cap:
-                run.action = f"not drained: drain cap reached ({len(held)} of {cap} in partition {part})"
-                self.store.audit("burnin.drain-capped", node.name, reason, sweep=self.id, cap=cap)
+            why = breaker(view[node.name], list(view.values()), self.site.health.drain_cap_fraction)
+            if why:
+                run.action = f"not drained (breaker): {why}"
+                self.store.audit("burnin.drain-capped", node.name, reason, sweep=self.id, why=why)
                 return
-            held.add(node.name)
         self.backend.drain([node.name], reason)
+        view[node.name] = replace(view[node.name], flags=view[node.name].flags | {"DRAIN"}, reason=reason)
         run.action, run.reason = "drained", reason
         self.store.audit("node.drain", node.name, reason, by="burnin", sweep=self.id)
 

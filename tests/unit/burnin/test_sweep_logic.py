@@ -102,8 +102,9 @@ def test_own_reservation_flags_do_not_block_the_drain_but_others_do(site, tmp_pa
     assert slurm.calls == [] and "MAINTENANCE+RESERVED" in sw.runs["b200-004"].action
 
 
-def test_drain_cap_turns_drains_into_alerts(site, tmp_path):
-    # 40 nodes, drain_cap_fraction 0.10: at most 4 slurmadm drains; 3 exist, 2 more fail
+def test_breaker_turns_drains_into_alerts(site, tmp_path):
+    # 40 nodes, drain_cap_fraction 0.10: at most 4 slurmadm drains (health's breaker); 3 exist,
+    # 2 more fail: one is drained, the other becomes an alert
     drained = {f"b200_00{i}": node(f"b200-00{i}", flags={"DRAIN"}, reason="slurmadm: xid: x [prolog]")
                for i in (1, 2, 3)}
     sw, slurm = sweep(site, tmp_path, fleet(**drained))
@@ -111,7 +112,8 @@ def test_drain_cap_turns_drains_into_alerts(site, tmp_path):
                for n in ("b200-010", "b200-011")}
     sw._act()
     assert [c[1] for c in slurm.calls] == [("b200-010",)]
-    assert sw.runs["b200-011"].action == "not drained: drain cap reached (4 of 4 in partition gpu)"
+    assert sw.runs["b200-011"].action == ("not drained (breaker): partition gpu: 4 of 40 nodes already drained "
+                                          "by slurmadm, cap is 4 (drain_cap_fraction 0.1)")
     assert [e.target for e in sw.store.events(action="burnin.drain-capped")] == ["b200-011"]
 
 
@@ -181,3 +183,21 @@ def test_finish_records_history_and_writes_the_report(site, tmp_path):
     row = history.sweeps(sw.store)[0]
     assert (row["status"], row["passed"], row["failed"]) == ("done", 1, 1)
     assert (tmp_path / "reports" / "latest").resolve() == Path(summary["report"]).parent
+
+
+def test_nodes_under_requalification_count_towards_the_breaker(site, tmp_path):
+    drained = {f"b200_00{i}": node(f"b200-00{i}", flags={"DRAIN"}, reason="slurmadm: xid: x [prolog]")
+               for i in (1, 2, 3)}
+    failing = run("b200-010", verdict="fail", failed_test="stress", detail="GPU1 slow")
+    prior = "slurmadm: nvlink: x [periodic]"
+    # b200-009 was resumed for re-qualification and fails again: it stays one of the 4 allowed
+    sw, slurm = sweep(site, tmp_path, fleet(**drained))
+    sw.runs = {"b200-010": failing, "b200-009": run("b200-009", "requalify", "fail", "health", "nvlink", prior)}
+    sw._act()
+    assert [c[1] for c in slurm.calls] == [("b200-009",)]
+    assert "4 of 40 nodes already drained" in sw.runs["b200-010"].action
+    # it passes instead: back in service, so the failing node may take its place
+    sw, slurm = sweep(site, tmp_path, fleet(**drained))
+    sw.runs = {"b200-010": replace(failing, action=""), "b200-009": run("b200-009", "requalify", "pass", prior=prior)}
+    sw._act()
+    assert [c[1] for c in slurm.calls] == [("b200-010",)] and sw.runs["b200-009"].action == "resumed"
