@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import config
 from ..errors import UnreachableError, UsageError
 from ..proc import run
 from ..resources import example_site, prolog_epilog_dir
@@ -144,7 +145,7 @@ class DevCluster:
             self.p(sub).mkdir(parents=True, exist_ok=True)
         os.chmod(self.p("munge"), 0o700)
         data = devsite.derive(src_site, nodes=nodes, state_dir=self.state_dir, ports=ports,
-                              hostname=hostname, hw=hw, prolog_dir=self.p("prolog_epilog"))
+                              hostname=hostname, hw=hw, prolog_dir=self.p("prolog_epilog"), release=release[:2])
         site = devsite.write(data, self.site_path, source=source)
         node_names = site.node_names
 
@@ -185,7 +186,7 @@ class DevCluster:
         return self.status()
 
     def _write_configs(self, site: Site, release: tuple[int, int, int]) -> bool:
-        files = slurmconf.slurm_files(site, release)
+        files = config.render(site, release[:2], source=str(self.site_path))
         pw_file = Path(site.database.storage_password_file)
         if not pw_file.exists():
             pw_file.parent.mkdir(parents=True, exist_ok=True)
@@ -305,6 +306,13 @@ class DevCluster:
         if name not in clusters:
             progress(f"registering cluster {name} in slurmdbd")
             run(["sacctmgr", "-i", "add", "cluster", name], env=env, timeout=30)
+        # slurmctld refuses to start when a partition's QOS is unknown to slurmdbd: create the
+        # site's QOS by name (`slurmadm accounts apply` sets their limits).
+        have = run(["sacctmgr", "-n", "-P", "show", "qos", "format=name"], env=env, timeout=30).stdout.split()
+        missing = [q.name for q in site.qos if q.name not in have]
+        if missing:
+            progress(f"creating QOS {', '.join(missing)} in slurmdbd")
+            run(["sacctmgr", "-i", "add", "qos", ",".join(missing)], env=env, timeout=30)
 
     def _slurmctld(self, progress) -> None:
         d = self.daemon("slurmctld")

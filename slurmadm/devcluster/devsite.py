@@ -10,17 +10,23 @@ dev cluster's GPUs.
 
 from __future__ import annotations
 
-import re
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
-from ..errors import UsageError
+from ..config.release import CGROUP_DISABLED_FROM, Release, fmt
+from ..errors import UnreachableError, UsageError
 from ..hostlist import compress, expand
 from ..site import Site, parse_site
+from ..site.model import SlurmSection
 from ..site.profiles import NodeProfile
+from ..slurm.parse import parse_slurmd_c
+
+
+RELEASES = typing.get_args(SlurmSection.model_fields["release"].annotation)
 
 
 @dataclass(frozen=True)
@@ -34,17 +40,11 @@ class Hardware:
 
     @classmethod
     def parse(cls, text: str) -> "Hardware":
-        kv = dict(re.findall(r"(\w+)=(\S+)", text))
         try:
-            boards = int(kv.get("Boards", "1"))
-            return cls(
-                sockets=int(kv["SocketsPerBoard"]) * boards,
-                cores_per_socket=int(kv["CoresPerSocket"]),
-                threads_per_core=int(kv["ThreadsPerCore"]),
-                real_memory_mib=int(kv["RealMemory"]),
-            )
-        except (KeyError, ValueError):
-            raise UsageError(f"slurmd -C: unexpected output {text.strip()[:120]!r}") from None
+            hw = parse_slurmd_c(text)
+        except UnreachableError as exc:
+            raise UsageError(str(exc)) from None
+        return cls(hw.sockets, hw.cores_per_socket, hw.threads_per_core, hw.real_memory)
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,7 @@ def dev_profile(src: NodeProfile, hw: Hardware, dev_dir: Path) -> NodeProfile:
         memory_gib=max(1, hw.real_memory_mib // 1024),
         gpus=dev_gpus,
         nics=src.nics,
+        boot_seconds=5,  # its "reboot" is /bin/true
     )
 
 
@@ -102,8 +103,8 @@ def _drop_none(value: Any) -> Any:
 
 
 def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: str, hw: Hardware,
-           prolog_dir: Path) -> dict[str, Any]:
-    """The dev site as a plain dict (TOML-ready)."""
+           prolog_dir: Path, release: Release) -> dict[str, Any]:
+    """The dev site as a plain dict (TOML-ready), for the installed Slurm `release`."""
     if nodes < 1:
         raise UsageError("--nodes: must be at least 1")
     if nodes > len(src.node_names):
@@ -125,7 +126,8 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         if not names:
             continue
         prof_name = f"dev-{group.profile}"
-        profiles[prof_name] = dev_profile(src.profile(group.profile), hw, state_dir / "dev").model_dump(mode="json")
+        prof = dev_profile(src.profile(group.profile), hw, state_dir / "dev")
+        profiles[prof_name] = _drop_none(prof.model_dump(mode="json"))
         groups.append({
             "names": compress(names), "profile": prof_name, "features": list(group.features),
             "addr": "127.0.0.1", "hostname": hostname, "port": port,
@@ -184,10 +186,16 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "run_dir": f"{d}/run",
         "munge_socket": f"{d}/munge/munge.socket",
         "slurm_user": "root",
+        "release": fmt(release) if fmt(release) in RELEASES else "auto",
         "proctrack": "linuxproc",
         "task_plugins": ["task/none"],
-        "cgroup_plugin": "disabled",
+        # 24.11's slurmd loads the cgroup plugin even with task/none and fails without cgroupfs;
+        # "disabled" exists from 23.02 only.
+        "cgroup_plugin": "disabled" if release >= CGROUP_DISABLED_FROM else "autodetect",
+        "constrain_cores": False,
         "constrain_devices": False,
+        "constrain_ram_space": False,
+        "constrain_swap_space": False,
         "prolog_dir": str(prolog_dir),
         "reboot_program": "/bin/true",
         "resume_timeout": 60,

@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from ..errors import UnreachableError
-from .model import BASE_STATES, NodeInfo
+from .model import BASE_STATES, NodeInfo, SlurmdHardware
 
 VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
@@ -210,3 +210,20 @@ def nodes_from_scontrol_text(text: str) -> list[NodeInfo]:
             )
         )
     return nodes
+
+
+def parse_slurmd_c(text: str) -> SlurmdHardware:
+    """`slurmd -C`: `NodeName=x CPUs=224 Boards=1 SocketsPerBoard=2 CoresPerSocket=56
+    ThreadsPerCore=2 RealMemory=2063000` then `UpTime=...`."""
+    kv = dict(re.findall(r"(\w+)=(\S+)", text))
+    try:
+        return SlurmdHardware(
+            node_name=kv["NodeName"],
+            cpus=int(kv["CPUs"]),
+            sockets=int(kv.get("Boards", "1")) * int(kv["SocketsPerBoard"]),
+            cores_per_socket=int(kv["CoresPerSocket"]),
+            threads_per_core=int(kv["ThreadsPerCore"]),
+            real_memory=int(kv["RealMemory"]),
+        )
+    except (KeyError, ValueError):
+        raise UnreachableError(f"slurmd -C: unexpected output {text.strip()[:120]!r}") from None
