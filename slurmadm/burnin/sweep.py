@@ -156,6 +156,7 @@ class Sweep:
         self.pair_note = ""
         self.status = "running"
         self.reserved = False
+        self.timings: dict[str, float] = {}  # seconds per phase
         self.secs = {k: slurm_time_seconds(getattr(self.b, k)) or 0
                      for k in ("job_time_limit", "start_timeout", "sweep_time_limit")}
 
@@ -189,9 +190,12 @@ class Sweep:
             error: BaseException | None = None
             try:
                 if sel.chosen:
-                    self._prepare(sel)
-                    self._node_phase(deadline)
-                    self._pair_phase(deadline)
+                    for phase, fn in (("prepare", lambda: self._prepare(sel)),
+                                      ("nodes", lambda: self._node_phase(deadline)),
+                                      ("pairs", lambda: self._pair_phase(deadline))):
+                        t0 = time.monotonic()
+                        fn()
+                        self.timings[phase] = round(time.monotonic() - t0, 2)
                 self.status = "timed-out" if time.monotonic() >= deadline else "done"
             except Interrupted as exc:
                 self.status, error = "interrupted", exc
@@ -535,6 +539,7 @@ class Sweep:
             "site": self.site_file, "started": self.now.isoformat(timespec="seconds"),
             "finished": finished.isoformat(timespec="seconds"),
             "duration_s": round((finished - self.now).total_seconds(), 1),
+            "phase_s": self.timings,
             "collective": self.b.collective,
             "floors": {"pair_busbw_gbps": self.b.pair_busbw_floor_gbps,
                        "node_busbw_gbps": {n: self.node_spec(n)["node_floor_gbps"] for n in self.runs}},

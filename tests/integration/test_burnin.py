@@ -19,7 +19,7 @@ from slurmadm.burnin.collective import import_torch
 from slurmadm.devcluster.daemons import wait_for
 from slurmadm.store import Store
 
-from tests.integration.helpers import run_slurmadm
+from tests.integration.helpers import ensure_burnin_accounting, run_slurmadm
 
 pytestmark = pytest.mark.integration
 
@@ -39,19 +39,7 @@ def burnin_env(dev_cluster):
         pytest.fail("torch is required for the burn-in tests: scripts/install-torch-cpu.sh .venv/bin/python")
     env = dict(os.environ)
     env.update(dev_cluster.env())
-    site = dev_cluster.site()
-    b = site.burnin
-    have = sh(env, "sacctmgr", "-n", "-P", "show", "qos", "format=name").split()
-    if b.qos not in have:
-        sh(env, "sacctmgr", "-i", "add", "qos", b.qos)
-    parent = next(p.organization for p in site.projects if p.name == b.account)
-    for account, up in ((parent, "root"), (b.account, parent)):
-        if not sh(env, "sacctmgr", "-n", "-P", "show", "account", account, "format=account").strip():
-            sh(env, "sacctmgr", "-i", "add", "account", account, f"parent={up}")
-    sh(env, "sacctmgr", "-i", "add", "user", "root", f"account={b.account}", f"qos=normal,{b.qos}",
-       check=False)  # exits 1 when it exists already
-    sh(env, "sacctmgr", "-i", "modify", "user", "root", "where", f"account={b.account}", "set",
-       f"qos=normal,{b.qos}")
+    ensure_burnin_accounting(env, dev_cluster.site())
     return env
 
 
@@ -62,6 +50,13 @@ def burnin(env, *args, timeout=240):
 def node_states(env) -> dict[str, tuple[str, str]]:
     out = sh(env, "sinfo", "-N", "-h", "-p", "gpu", "-o", "%N|%T|%E")
     return {n: (state, reason) for n, state, reason in (line.split("|") for line in out.splitlines())}
+
+
+def settled(env) -> dict[str, tuple[str, str]]:
+    """Node states once the last jobs have finished completing (their epilog ran)."""
+    assert wait_for(lambda: not any(st.startswith(("completing", "draining")) or st.endswith("*")
+                                    for st, _ in node_states(env).values()), 60, interval=0.3), node_states(env)
+    return node_states(env)
 
 
 def our_jobs(env) -> list[str]:
@@ -115,7 +110,7 @@ def test_sweep_runs_real_jobs_and_a_real_allreduce_across_nodes(burnin_env, dev_
     assert s["duration_s"] < time.monotonic() - started + 1
     # nothing left behind: no reservation, no job, every node idle again
     assert "slurmadm_burnin" not in reservations(burnin_env) and not our_jobs(burnin_env)
-    assert all(state == "idle" for state, _ in node_states(burnin_env).values())
+    assert all(state == "idle" for state, _ in settled(burnin_env).values())
     report = Path(s["report"])
     html = report.read_text()
     assert report.parent.parent == Path(dev_cluster.site().burnin.report_dir)
@@ -136,7 +131,7 @@ def test_requalifies_slurmadm_drains_and_never_touches_others(burnin_env, dev_cl
     assert by["b200-002"]["why"] == "requalify" and by["b200-002"]["verdict"] == "pass"
     assert by["b200-002"]["action"] == "resumed" and by["b200-002"]["prior_reason"] == ours
     assert "b200-004" not in by and "admin: replace fan" in s["selection"]["skipped"]["b200-004"]
-    states = node_states(burnin_env)
+    states = settled(burnin_env)
     assert states["b200-002"][0] == "idle"
     assert states["b200-004"] == ("drained", "admin: replace fan")
     # the drained node ran its job inside the sweep's reservation, as root's burnin job
@@ -177,7 +172,7 @@ def test_fault_under_load_drains_exactly_that_node_and_a_clean_sweep_resumes_it(
     assert bad["failed_test"] == "health" and "ecc-uncorrected: GPU2 volatile uncorrected ECC=1" in bad["detail"]
     assert bad["reason"].startswith("slurmadm: burnin-health: ecc-uncorrected: GPU2") and \
         bad["reason"].endswith("[burnin]")
-    states = node_states(burnin_env)
+    states = settled(burnin_env)
     assert states["b200-003"] == ("drained", bad["reason"])
     assert all(states[n][0] == "idle" for n in NODES if n != "b200-003")
     # the pair tests went on without it: b200-004 was paired with a known-good node instead
@@ -195,7 +190,7 @@ def test_fault_under_load_drains_exactly_that_node_and_a_clean_sweep_resumes_it(
     node3 = {n["node"]: n for n in s2["nodes"]}["b200-003"]
     assert (node3["why"], node3["verdict"], node3["action"]) == ("requalify", "pass", "resumed")
     assert node3["prior_reason"] == bad["reason"]
-    assert node_states(burnin_env)["b200-003"][0] == "idle"
+    assert settled(burnin_env)["b200-003"][0] == "idle"
     assert s2["previous"]["nodes"]["b200-003"]["verdict"] == "fail"  # compared with the failed sweep
     assert "b200-003: <span class=\"fail\">fail</span> &rarr; <span class=\"pass\">pass</span>" in \
         Path(s2["report"]).read_text()
@@ -229,7 +224,7 @@ def test_sigterm_cancels_the_jobs_restores_nodes_and_records_it(burnin_env, dev_
     assert "interrupted by SIGTERM" in err
     assert "slurmadm_burnin" not in reservations(burnin_env)
     assert wait_for(lambda: not our_jobs(burnin_env), 60), our_jobs(burnin_env)  # cancelled (completing ends)
-    assert node_states(burnin_env)["b200-003"] == ("drained", ours)  # back as it was
+    assert settled(burnin_env)["b200-003"] == ("drained", ours)  # back as it was
     with Store(dev_cluster.site().store.path) as store:
         last = history.sweeps(store, limit=1)[0]
     assert last["status"] == "interrupted" and last["failed"] == 0

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Burn-in sweep wall time: 4 nodes at once against 1 node, and against the same 4 nodes swept
+one at a time (the serial peer), all in one run on a fresh dev cluster (issue 6).
+
+What is timed is `slurmadm burnin run` end to end (lock, reservation, the per-node jobs through
+srun, the pair all-reduces, drains/report/store), as cron would run it. The dev site's phases:
+3 s CPU stand-in stress, a 2-rank gloo all-reduce of 16 MiB, the health suite against the
+stand-in GPUs. A 1-node sweep has no pair phase; the per-phase split is printed too.
+
+Usage (root, torch installed: scripts/install-torch-cpu.sh .venv/bin/python):
+    .venv/bin/python bench/burnin_sweep.py [--port-base 21200] [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.integration.helpers
+
+from slurmadm.devcluster.cluster import DevCluster  # noqa: E402
+from tests.integration.helpers import ensure_burnin_accounting  # noqa: E402
+
+NODES = ["b200-001", "b200-002", "b200-003", "b200-004"]
+
+
+def sweep(env: dict[str, str], nodes: list[str] | None) -> dict:
+    argv = [sys.executable, "-m", "slurmadm", "burnin", "run", "--json"]
+    if nodes:
+        argv += ["--nodes", ",".join(nodes)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"sweep of {nodes or 'all'} failed ({proc.returncode}): {proc.stderr[-500:]}")
+    s = json.loads(proc.stdout)
+    if len(s["nodes"]) != (len(nodes) if nodes else 4) or any(n["verdict"] != "pass" for n in s["nodes"]):
+        raise SystemExit(f"unexpected sweep result: {[(n['node'], n['verdict']) for n in s['nodes']]}")
+    return {"wall": wall, **{k: s["phase_s"].get(k, 0.0) for k in ("prepare", "nodes", "pairs")}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port-base", type=int, default=21200)
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-burnin-") as tmp:
+        dc = DevCluster(Path(tmp))
+        try:
+            dc.up(nodes=4, port_base=args.port_base, timeout=300)
+            env = dict(os.environ)
+            env.update(dc.env())
+            ensure_burnin_accounting(env, dc.site())
+            sweep(env, ["b200-001"])  # warm-up: page cache for torch, first sacct/squeue
+            rows: dict[str, list[dict]] = {"1 node": [], "4 nodes": [], "4 x 1 node (serial peer)": []}
+            for _ in range(args.repeat):
+                rows["1 node"].append(sweep(env, ["b200-001"]))
+                rows["4 nodes"].append(sweep(env, None))
+                serial = [sweep(env, [n]) for n in NODES]
+                rows["4 x 1 node (serial peer)"].append(
+                    {k: sum(r[k] for r in serial) for k in ("wall", "prepare", "nodes", "pairs")})
+        finally:
+            dc.down(purge=True)
+    print(f"{'sweep':<26}{'wall':>9}{'node jobs':>11}{'pairs':>8}")
+    for name, runs in rows.items():
+        med = {k: statistics.median(r[k] for r in runs) for k in ("wall", "nodes", "pairs")}
+        print(f"{name:<26}{med['wall']:>8.1f}s{med['nodes']:>10.1f}s{med['pairs']:>7.1f}s")
+    one, four = (statistics.median(r["wall"] for r in rows[k]) for k in ("1 node", "4 nodes"))
+    serial = statistics.median(r["wall"] for r in rows["4 x 1 node (serial peer)"])
+    print(f"4-node sweep / 1-node sweep: {four / one:.2f}x   serial peer / 4-node sweep: {serial / four:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
