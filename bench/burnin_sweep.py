@@ -43,7 +43,25 @@ def sweep(env: dict[str, str], nodes: list[str] | None) -> dict:
     s = json.loads(proc.stdout)
     if len(s["nodes"]) != (len(nodes) if nodes else 4) or any(n["verdict"] != "pass" for n in s["nodes"]):
         raise SystemExit(f"unexpected sweep result: {[(n['node'], n['verdict']) for n in s['nodes']]}")
-    return {"wall": wall, **{k: s["phase_s"].get(k, 0.0) for k in ("prepare", "nodes", "pairs")}}
+    cpu = job_cpu_seconds(env, [n["job_id"] for n in s["nodes"]])
+    return {"wall": wall, "cpu": cpu, **{k: s["phase_s"].get(k, 0.0) for k in ("prepare", "nodes", "pairs")}}
+
+
+def _seconds(text: str) -> float:
+    """sacct TotalCPU: [D-][HH:]MM:SS[.mmm]"""
+    days, _, clock = text.rpartition("-")
+    parts = [float(p) for p in clock.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0.0)
+    return (int(days) if days else 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
+def job_cpu_seconds(env: dict[str, str], job_ids: list[str]) -> float:
+    """CPU time (user + system) the node jobs' steps used, as Slurm accounted it."""
+    out = subprocess.run(["sacct", "-n", "-P", "-j", ",".join(job_ids), "-o", "JobID,TotalCPU"], env=env,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return sum(_seconds(cpu) for job, cpu in (ln.split("|") for ln in out.splitlines())
+               if "." in job and cpu)
 
 
 def main() -> None:
@@ -65,16 +83,20 @@ def main() -> None:
                 rows["4 nodes"].append(sweep(env, None))
                 serial = [sweep(env, [n]) for n in NODES]
                 rows["4 x 1 node (serial peer)"].append(
-                    {k: sum(r[k] for r in serial) for k in ("wall", "prepare", "nodes", "pairs")})
+                    {k: sum(r[k] for r in serial) for k in ("wall", "cpu", "prepare", "nodes", "pairs")})
         finally:
             dc.down(purge=True)
-    print(f"{'sweep':<26}{'wall':>9}{'node jobs':>11}{'pairs':>8}")
-    for name, runs in rows.items():
-        med = {k: statistics.median(r[k] for r in runs) for k in ("wall", "nodes", "pairs")}
-        print(f"{name:<26}{med['wall']:>8.1f}s{med['nodes']:>10.1f}s{med['pairs']:>7.1f}s")
-    one, four = (statistics.median(r["wall"] for r in rows[k]) for k in ("1 node", "4 nodes"))
-    serial = statistics.median(r["wall"] for r in rows["4 x 1 node (serial peer)"])
-    print(f"4-node sweep / 1-node sweep: {four / one:.2f}x   serial peer / 4-node sweep: {serial / four:.2f}x")
+    cores = os.cpu_count() or 1
+    print(f"{'sweep':<26}{'wall':>9}{'node jobs':>11}{'pairs':>8}{'node-job CPU':>14}")
+    med = {name: {k: statistics.median(r[k] for r in runs) for k in ("wall", "nodes", "pairs", "cpu")}
+           for name, runs in rows.items()}
+    for name, m in med.items():
+        print(f"{name:<26}{m['wall']:>8.1f}s{m['nodes']:>10.1f}s{m['pairs']:>7.1f}s{m['cpu']:>13.1f}s")
+    one, four, serial = (med[k] for k in rows)
+    print(f"4-node sweep / 1-node sweep: {four['wall'] / one['wall']:.2f}x wall, node jobs "
+          f"{four['nodes'] / one['nodes']:.2f}x; serial peer / 4-node sweep: {serial['wall'] / four['wall']:.2f}x")
+    print(f"the 4 fake nodes share this host's {cores} cores: their node jobs need {four['cpu']:.1f} CPU-s, "
+          f"so they cannot take less than {four['cpu'] / cores:.1f} s here (one node's job: {one['nodes']:.1f} s)")
 
 
 if __name__ == "__main__":

@@ -64,6 +64,14 @@ def _unusable(node: NodeInfo) -> str | None:
     return None
 
 
+def named_nodes(site: Site, pattern: str) -> list[str]:
+    """--nodes: a hostlist of the site's nodes, no more than burnin.max_nodes (UsageError)."""
+    wanted = require_nodes(site, pattern)
+    if len(wanted) > site.burnin.max_nodes:
+        raise UsageError(f"--nodes: {len(wanted)} nodes is more than burnin.max_nodes ({site.burnin.max_nodes})")
+    return wanted
+
+
 def select(site: Site, nodes: list[NodeInfo], *, now: dt.datetime, named: str | None = None,
            last_tested: Mapping[str, float] | None = None, reservation_enabled: bool = True) -> Selection:
     b = site.burnin
@@ -95,10 +103,7 @@ def select(site: Site, nodes: list[NodeInfo], *, now: dt.datetime, named: str | 
         sel.chosen[name] = REQUALIFY if node.drained else why
 
     if named:
-        wanted = require_nodes(site, named)
-        if len(wanted) > b.max_nodes:
-            raise UsageError(f"--nodes: {len(wanted)} nodes is more than burnin.max_nodes ({b.max_nodes})")
-        for name in wanted:
+        for name in named_nodes(site, named):
             consider(name, NAMED)
         return sel
 

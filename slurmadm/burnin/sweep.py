@@ -31,7 +31,7 @@ from . import history, report
 from .collective import last_result
 from .model import PairResult, TestResult, is_failure
 from .pairs import PairPlan
-from .select import Selection, burnin_partition, select
+from .select import Selection, burnin_partition, named_nodes, select
 
 JOB_PREFIX = "slurmadm-burnin"
 OWN_RESERVATION_FLAGS = frozenset({"MAINTENANCE", "RESERVED"})
@@ -138,7 +138,7 @@ class Sweep:
                  progress: Callable[[str], None] = lambda m: None, now: dt.datetime | None = None):
         self.site = site
         self.b = site.burnin
-        self.backend = backend or get_backend()
+        self._backend = backend
         self.store = store or Store.for_site(site)
         self.site_file = str(site_path(site_file).resolve())
         self.report_root = Path(report_dir or self.b.report_dir)
@@ -160,8 +160,17 @@ class Sweep:
         self.secs = {k: slurm_time_seconds(getattr(self.b, k)) or 0
                      for k in ("job_time_limit", "start_timeout", "sweep_time_limit")}
 
+    @property
+    def backend(self) -> SlurmBackend:
+        """Chosen on first use (asking Slurm), so bad arguments are refused before that."""
+        if self._backend is None:
+            self._backend = get_backend()
+        return self._backend
+
     # ------------------------------------------------------------------ entry points
     def select(self, named: str | None) -> Selection:
+        if named:
+            named_nodes(self.site, named)  # bad --nodes: refused before Slurm is asked
         nodes = self.backend.nodes()
         return select(self.site, nodes, now=self.now, named=named, last_tested=history.last_tested(self.store),
                       reservation_enabled=self.reservation is not None)
@@ -181,6 +190,8 @@ class Sweep:
         """The whole sweep under the lock. Returns the JSON summary (its `exit_code` says 0/1).
         Whatever happens after the sweep is recorded (interrupt, Slurm error), its jobs are
         cancelled, its nodes restored, the reservation deleted, and the sweep recorded."""
+        if named:
+            named_nodes(self.site, named)  # bad --nodes: refused before anything else happens
         with sweep_lock(self.site), _signals_raise():
             self._recover()
             self.selection = sel = self.select(named)
@@ -556,6 +567,10 @@ class Sweep:
         paths = report.write(summary, self.report_root)
         summary["report"] = str(paths["html"])
         history.finish_sweep(self.store, self.id, status=self.status, summary=summary, report=str(paths["html"]))
+        verdicts = [r.verdict for r in self.runs.values()]
+        self.store.audit("burnin.sweep", self.id, f"burn-in sweep {self.status}", nodes=compress(self.runs),
+                         passed=verdicts.count("pass"), failed=verdicts.count("fail"),
+                         skipped=verdicts.count("skipped"), report=str(paths["html"]))
         return summary
 
 

@@ -76,6 +76,12 @@ def _show_summary(s: dict) -> None:
         info(f"[red]bad link[/red] {link['a']} <-> {link['b']}: {link['detail']}")
     if s["pair_note"]:
         info(s["pair_note"])
+    skipped = s["selection"]["skipped"]
+    if skipped and (len(skipped) <= 10 or not s["nodes"]):
+        for node, why in list(skipped.items())[:20]:
+            info(f"not tested: {node}: {why}")
+    elif skipped:
+        info(f"{len(skipped)} node(s) not tested (see the report)")
     console.print(f"report: {s['report']}")
 
 
@@ -98,10 +104,11 @@ def status(site_file, limit, as_json) -> None:
     def when(ts):
         return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else ""
 
-    console.print(table(None, ["sweep", "started", "took", "status", "nodes", "pass", "fail", "skipped", "report"],
+    console.print(table(None, ["sweep", "started", "took", "status", "nodes", "pass", "fail", "skipped"],
                         [(r["id"], when(r["started"]), f"{r['finished'] - r['started']:.0f} s" if r["finished"] else "",
-                          r["status"], r["nodes"], r["passed"], r["failed"], r["skipped"], r["report"])
-                         for r in rows]))
+                          r["status"], r["nodes"], r["passed"], r["failed"], r["skipped"]) for r in rows]))
+    if rows[0]["report"]:
+        console.print(f"latest report: {rows[0]['report']}")
 
 
 @burnin.command("install-schedule")

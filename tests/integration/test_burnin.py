@@ -119,14 +119,15 @@ def test_sweep_runs_real_jobs_and_a_real_allreduce_across_nodes(burnin_env, dev_
     assert json.loads(status.stdout)[0]["id"] == s["sweep_id"]
 
 
-def test_requalifies_slurmadm_drains_and_never_touches_others(burnin_env, dev_cluster):
+def test_requalifies_slurmadm_drains_and_never_touches_others(burnin_env, dev_cluster, tmp_path):
     clean(burnin_env)
     ours = "slurmadm: xid: GPU3 XID 79 GPU has fallen off the bus [prolog]"
     sh(burnin_env, "scontrol", "update", "nodename=b200-002", "state=drain", f"reason={ours}")
     sh(burnin_env, "scontrol", "update", "nodename=b200-004", "state=drain", "reason=admin: replace fan")
-    result = burnin(burnin_env, "run", "--json")
+    result = burnin(burnin_env, "run", "--json", "--report-dir", str(tmp_path / "reports"))
     assert result.returncode == 0, result.stderr + result.stdout
     s = json.loads(result.stdout)
+    assert Path(s["report"]).parent.parent == tmp_path / "reports"
     by = {n["node"]: n for n in s["nodes"]}
     assert by["b200-002"]["why"] == "requalify" and by["b200-002"]["verdict"] == "pass"
     assert by["b200-002"]["action"] == "resumed" and by["b200-002"]["prior_reason"] == ours

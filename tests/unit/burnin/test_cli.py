@@ -1,5 +1,5 @@
-"""install-schedule: cron and systemd files from the site's burnin.schedule, written atomically,
-idempotent, audited."""
+"""The burnin CLI without Slurm: install-schedule (cron and systemd files from burnin.schedule,
+written atomically, idempotent, audited) and `run` refusing bad arguments before Slurm is asked."""
 
 from __future__ import annotations
 
@@ -94,3 +94,16 @@ def test_systemd_units(tmp_path):
         proc = subprocess.run(["systemd-analyze", "verify", str(dest / "slurmadm-burnin.service"),
                                str(dest / "slurmadm-burnin.timer")], capture_output=True, text=True, timeout=30)
         assert proc.returncode == 0 and "slurmadm-burnin" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--nodes", "b200-[001-"], "--nodes: 'b200-[001-' is not a valid hostlist"),
+    (["--nodes", "b200-[001-009]"], "--nodes: 9 nodes is more than burnin.max_nodes (8)"),
+    (["--nodes", "gpu-001"], "--nodes: gpu-001 not in the site's nodes"),
+])
+def test_bad_run_arguments_are_one_line_exit_2_before_slurm_is_asked(tmp_path, args, expected):
+    site = site_copy(tmp_path)
+    result = CliRunner().invoke(cli, ["burnin", "run", "--site", str(site), *args])
+    assert result.exit_code == 2, result.output
+    assert expected in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
