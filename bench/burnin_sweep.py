@@ -4,11 +4,13 @@ one at a time (the serial peer), all in one run on a fresh dev cluster (issue 6)
 
 What is timed is `slurmadm burnin run` end to end (lock, reservation, the per-node jobs through
 srun, the pair all-reduces, drains/report/store), as cron would run it. The dev site's phases:
-3 s CPU stand-in stress, a 2-rank gloo all-reduce of 16 MiB, the health suite against the
-stand-in GPUs. A 1-node sweep has no pair phase; the per-phase split is printed too.
+the CPU stand-in stress (burnin.stress_seconds, time-bound), a 2-rank gloo all-reduce of
+16 MiB, the health suite against the stand-in GPUs. A 1-node sweep has no pair phase; the
+per-phase split is printed too. Each --stress-seconds value is one configuration: 3 is the dev
+site's; a longer one is closer to a real sweep, where the time-bound stress dominates.
 
 Usage (root, torch installed: scripts/install-torch-cpu.sh .venv/bin/python):
-    .venv/bin/python bench/burnin_sweep.py [--port-base 21200] [--repeat 1]
+    .venv/bin/python bench/burnin_sweep.py [--port-base 21200] [--repeat 1] [--stress-seconds 3,30]
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
+
+import tomli_w
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.integration.helpers
 
@@ -64,29 +69,26 @@ def job_cpu_seconds(env: dict[str, str], job_ids: list[str]) -> float:
                if "." in job and cpu)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--port-base", type=int, default=21200)
-    ap.add_argument("--repeat", type=int, default=1)
-    args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-burnin-") as tmp:
-        dc = DevCluster(Path(tmp))
-        try:
-            dc.up(nodes=4, port_base=args.port_base, timeout=300)
-            env = dict(os.environ)
-            env.update(dc.env())
-            ensure_burnin_accounting(env, dc.site())
-            sweep(env, ["b200-001"])  # warm-up: page cache for torch, first sacct/squeue
-            rows: dict[str, list[dict]] = {"1 node": [], "4 nodes": [], "4 x 1 node (serial peer)": []}
-            for _ in range(args.repeat):
-                rows["1 node"].append(sweep(env, ["b200-001"]))
-                rows["4 nodes"].append(sweep(env, None))
-                serial = [sweep(env, [n]) for n in NODES]
-                rows["4 x 1 node (serial peer)"].append(
-                    {k: sum(r[k] for r in serial) for k in ("wall", "cpu", "prepare", "nodes", "pairs")})
-        finally:
-            dc.down(purge=True)
+def bench_config(env: dict[str, str], dev_site: Path, stress: int, repeat: int) -> dict[str, list[dict]]:
+    data = tomllib.loads(dev_site.read_text())
+    data["burnin"]["stress_seconds"] = stress
+    site = dev_site.with_name(f"site-stress{stress}.toml")
+    site.write_text(tomli_w.dumps(data))
+    env = {**env, "SLURMADM_SITE": str(site)}
+    sweep(env, ["b200-001"])  # warm-up: page cache for torch, first sacct/squeue
+    rows: dict[str, list[dict]] = {"1 node": [], "4 nodes": [], "4 x 1 node (serial peer)": []}
+    for _ in range(repeat):
+        rows["1 node"].append(sweep(env, ["b200-001"]))
+        rows["4 nodes"].append(sweep(env, None))
+        serial = [sweep(env, [n]) for n in NODES]
+        rows["4 x 1 node (serial peer)"].append(
+            {k: sum(r[k] for r in serial) for k in ("wall", "cpu", "prepare", "nodes", "pairs")})
+    return rows
+
+
+def show(stress: int, rows: dict[str, list[dict]]) -> None:
     cores = os.cpu_count() or 1
+    print(f"\nstress_seconds = {stress}")
     print(f"{'sweep':<26}{'wall':>9}{'node jobs':>11}{'pairs':>8}{'node-job CPU':>14}")
     med = {name: {k: statistics.median(r[k] for r in runs) for k in ("wall", "nodes", "pairs", "cpu")}
            for name, runs in rows.items()}
@@ -97,6 +99,30 @@ def main() -> None:
           f"{four['nodes'] / one['nodes']:.2f}x; serial peer / 4-node sweep: {serial['wall'] / four['wall']:.2f}x")
     print(f"the 4 fake nodes share this host's {cores} cores: their node jobs need {four['cpu']:.1f} CPU-s, "
           f"so they cannot take less than {four['cpu'] / cores:.1f} s here (one node's job: {one['nodes']:.1f} s)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port-base", type=int, default=21200)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--stress-seconds", default="3,30", help="comma-separated stress durations to run")
+    args = ap.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench-burnin-") as tmp:
+        dc = DevCluster(Path(tmp))
+        try:
+            dc.up(nodes=4, port_base=args.port_base, timeout=300)
+            env = dict(os.environ)
+            env.update(dc.env())
+            ensure_burnin_accounting(env, dc.site())
+            for stress in (int(x) for x in args.stress_seconds.split(",")):
+                results[stress] = bench_config(env, dc.site_path, stress, args.repeat)
+        finally:
+            dc.down(purge=True)
+    for stress, rows in results.items():
+        show(stress, rows)
+    print(f"\nload average at the end (other work on this host skews every number): "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
