@@ -62,6 +62,17 @@ if SCHEMA not in EXTRA_SCHEMA:
 REQUALIFY_KEY = "burnin.requalify"  # the slurmadm drain reason a node had before a sweep resumed it
 
 
+def unique_sweep_id(store: Store, base: str) -> str:
+    """`base`, or `base-2`, `base-3`... when sweeps started within the same second."""
+    taken = {r["id"] for r in store.db.execute("SELECT id FROM burnin_sweeps WHERE id = ? OR id LIKE ?",
+                                                 (base, f"{base}-%"))}
+    n, candidate = 1, base
+    while candidate in taken:
+        n += 1
+        candidate = f"{base}-{n}"
+    return candidate
+
+
 def start_sweep(store: Store, sweep_id: str, *, pid: int, host: str, actor: str, nodes: str) -> None:
     with store.transaction() as db:
         db.execute("INSERT INTO burnin_sweeps (id, started, status, pid, host, actor, nodes) VALUES (?,?,?,?,?,?,?)",

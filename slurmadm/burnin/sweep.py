@@ -109,14 +109,14 @@ def sweep_lock(site: Site) -> Iterator[None]:
 
 
 @contextmanager
-def _signals_raise() -> Iterator[None]:
-    """The first SIGTERM (systemd stop, kill) or SIGINT (Ctrl-C) raises Interrupted in the main
-    thread; later ones are ignored so that the clean-up (bounded by time limits) completes."""
-    fired = []
-
+def _signals_raise(armed: Callable[[], bool], fired: list[int]) -> Iterator[None]:
+    """SIGTERM (systemd stop, kill) and SIGINT (Ctrl-C) raise Interrupted in the main thread while
+    `armed()`; otherwise (during the clean-up, which has its own time limits) they are only noted
+    in `fired` so the clean-up completes and the caller raises afterwards."""
     def handler(signum, _frame):
-        if not fired:
-            fired.append(signum)
+        first = not fired
+        fired.append(signum)
+        if first and armed():
             raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
 
     previous = {}
@@ -192,9 +192,12 @@ class Sweep:
         cancelled, its nodes restored, the reservation deleted, and the sweep recorded."""
         if named:
             named_nodes(self.site, named)  # bad --nodes: refused before anything else happens
-        with sweep_lock(self.site), _signals_raise():
+        cleaning = False
+        fired: list[int] = []
+        with sweep_lock(self.site), _signals_raise(lambda: not cleaning, fired):
             self._recover()
             self.selection = sel = self.select(named)
+            self.id = history.unique_sweep_id(self.store, self.id)
             history.start_sweep(self.store, self.id, pid=os.getpid(), host=socket.gethostname(), actor=actor(),
                                 nodes=compress(sel.chosen))
             deadline = time.monotonic() + self.secs["sweep_time_limit"]
@@ -212,11 +215,15 @@ class Sweep:
                 self.status, error = "interrupted", exc
             except BaseException as exc:  # recorded, then raised again
                 self.status, error = "failed", exc
+            cleaning = True  # from here on a signal waits for the clean-up to finish
             self._cancel_leftover_jobs()
             try:
                 self._conclude()
             except SlurmadmError as exc:
                 self.status, error = "failed", error or exc
+            if fired and error is None:
+                self.status = "interrupted"
+                error = Interrupted(f"interrupted by {signal.Signals(fired[0]).name} (after the sweep's work)")
             summary = self._finish()
         if error is not None:
             raise error

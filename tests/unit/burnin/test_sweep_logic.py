@@ -201,3 +201,31 @@ def test_nodes_under_requalification_count_towards_the_breaker(site, tmp_path):
     sw.runs = {"b200-010": replace(failing, action=""), "b200-009": run("b200-009", "requalify", "pass", prior=prior)}
     sw._act()
     assert [c[1] for c in slurm.calls] == [("b200-010",)] and sw.runs["b200-009"].action == "resumed"
+
+
+def test_sweep_ids_stay_unique_within_one_second(site, tmp_path):
+    sw, _ = sweep(site, tmp_path, fleet(4))
+    for _ in range(3):
+        history.start_sweep(sw.store, history.unique_sweep_id(sw.store, "20261130-013000"), pid=1, host="h",
+                            actor="root", nodes="")
+    assert sorted(r["id"] for r in history.sweeps(sw.store)) == [
+        "20261130-013000", "20261130-013000-2", "20261130-013000-3"]
+
+
+def test_a_signal_interrupts_the_work_but_waits_for_the_clean_up():
+    import os
+    import signal
+
+    from slurmadm.burnin.sweep import Interrupted, _signals_raise
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    fired: list[int] = []
+    armed = True
+    with pytest.raises(Interrupted, match="SIGTERM"), _signals_raise(lambda: armed, fired):
+        os.kill(os.getpid(), signal.SIGTERM)
+    fired.clear()
+    armed = False
+    with _signals_raise(lambda: armed, fired):
+        os.kill(os.getpid(), signal.SIGINT)  # during the clean-up: noted, nothing raised
+    assert fired == [signal.SIGINT]
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before  # restored
