@@ -178,15 +178,16 @@ def history_cmd(site_file, as_json, node, check_id, status, since, limit) -> Non
 @click.option("--margin", type=click.FloatRange(0.05, 0.9), default=0.15, show_default=True,
               help="Suggested floor = fleet median x (1 - margin).")
 def calibrate_cmd(site_file, as_json, model, since, margin) -> None:
-    """The fleet's NCCL all-reduce bus bandwidth: median per GPU model (each node's latest passing
-    result) and a suggested `nccl_busbw_floor_gbps`. Changes nothing."""
+    """The fleet's NCCL all-reduce bus bandwidth: median per GPU model of each node's latest passing
+    result (a node below the floor is no yardstick) and a suggested `nccl_busbw_floor_gbps`.
+    Changes nothing."""
     site = get_site(site_file)
     model_of = {n: site.node_profile(n).gpus.model for n in site.node_names}
     if model and model not in set(model_of.values()):
         raise UsageError(f"--model: no node has GPU model {model!r} (site has: {', '.join(sorted(set(model_of.values())))})")
     with Store.for_site(site) as store:
         rows = store.db.execute(
-            "SELECT node, value, ts FROM check_results WHERE check_id='nccl-allreduce' AND status IN ('pass','fail') "
+            "SELECT node, value, ts FROM check_results WHERE check_id='nccl-allreduce' AND status = 'pass' "
             "AND value IS NOT NULL AND ts >= ? ORDER BY ts", (parse_since(since),)).fetchall()
     latest: dict[str, float] = {}
     for r in rows:

@@ -168,6 +168,7 @@ def summary_line(report: Report) -> str:
     parts.append("; ".join(f"{r.check_id} {r.status}: {r.detail}" for r in bad) if bad else "all clean")
     if report.plan.action != "none":
         parts.append(f"{report.plan.action}: {report.plan.reason}")
+    parts += [f"problem: {p}" for p in report.problems]
     return " | ".join(parts)
 
 

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
 
     limit = cfg.timeouts[args.context]
     # at the hard limit, fail-safe for the job unless the site said otherwise
-    blocked = 1 if cfg.on_error == "fail" and args.context in ("prolog", "epilog") else 0
+    expiry_code = 1 if cfg.on_error == "fail" and args.context in ("prolog", "epilog") else 0
 
     def expired() -> None:
         msg = f"slurmadm health {args.context} {node}: gave up at the run's limit of {limit:g} s"
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         syslog.syslog(syslog.LOG_ALERT, msg)
         print(msg, file=sys.stderr, flush=True)
 
-    engine.start_watchdog(limit - (time.monotonic() - started), expired, exit_code=blocked)
+    engine.start_watchdog(limit - (time.monotonic() - started), expired, exit_code=expiry_code)
     try:
         only = [c.strip() for c in args.checks.split(",") if c.strip()] if args.checks else None
         report = engine.execute(cfg, args.context, only=only, act=not args.dry_run, started=started)

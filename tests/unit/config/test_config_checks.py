@@ -130,9 +130,15 @@ def test_resume_timeout_covers_the_boot_when_slurm_reboots_nodes():
     make_site(lambda d: d["slurm"].update(resume_timeout=300, reboot_program=""))
 
 
+def _model(d, name):
+    """Rename the GPU model, thresholds included (the health checks want them to match)."""
+    gpus(d).update(model=name)
+    d["health"]["models"][name] = d["health"]["models"].pop("b200")
+
+
 def test_nvml_autodetect_needs_a_matching_type():
-    assert only(lambda d: (d["slurm"].update(has_nvml=True), gpus(d).update(model="blackwell")))
-    line = only(lambda d: (d["slurm"].update(has_nvml=True), gpus(d).update(model="b100")))
+    assert only(lambda d: (d["slurm"].update(has_nvml=True), _model(d, "blackwell")))
+    line = only(lambda d: (d["slurm"].update(has_nvml=True), _model(d, "b100")))
     assert line.startswith("profiles.hgx-b200.gpus.model: 'b100' must be part of NVML's type 'nvidia_b200'")
 
 

@@ -40,6 +40,7 @@ def node(tmp_path, lib_dir):
     data["store"] = {"path": str(tmp_path / "slurmadm.db")}
     data["health"].update(results_log=str(tmp_path / "health.jsonl"), xid_source=str(tmp_path / "gpus/{node}.kmsg"),
                           check_timeout_s=1.0)
+    data["health"]["checks"]["nccl-allreduce"] = {"contexts": ["epilog"]}  # no GPUs to all-reduce on here
     site = tmp_path / "site.toml"
     site.write_text(tomli_w.dumps(data))
     gdir = tmp_path / "gpus"
@@ -164,8 +165,7 @@ def test_hung_gpu_is_reported_as_cannot_run_within_the_check_limit(node):
 
 
 def test_missing_library_is_cannot_run_not_a_fault(node, tmp_path):
-    env_lib = os.environ.get("LD_LIBRARY_PATH")
-    report = node  # noqa: F841
+    env_lib = os.environ.get("LD_LIBRARY_PATH")  # the machine's own, without the stand-in
     site = node.tmp / "site.toml"
     p = subprocess.run([sys.executable, "-I", "-m", "slurmadm.health", "run", "--node", NODE, "--json", "--dry-run",
                         "--checks", "gpu-count", "--site", str(site)],
@@ -174,3 +174,26 @@ def test_missing_library_is_cannot_run_not_a_fault(node, tmp_path):
                        capture_output=True, text=True, timeout=60)
     r = json.loads(p.stdout)["results"][0]
     assert r["status"] == "error" and "NVML Shared Library Not Found" in r["detail"]
+
+
+def test_concurrent_prologs_share_one_store(node, lib_dir):
+    """Eight nodes' prologs at the same moment, one store file and one JSON-lines file (as on the
+    dev cluster): every run succeeds and every result lands, none interleaved."""
+    names = [f"b200-{i:03d}" for i in range(1, 9)]
+    for n in names:
+        gpus.write_healthy(node.gdir, n, B200, driver_version=DRIVER)
+    env = {"PATH": "/usr/bin:/bin", "SLURMADM_SITE": str(node.tmp / "site.toml"),
+           "SLURMADM_CACHE_DIR": str(node.tmp / "cache"), **gpus.env_for(node.gdir, lib_dir)}
+    procs = [subprocess.Popen([sys.executable, "-I", "-m", "slurmadm.health", "prolog"],
+                              env={**env, "SLURMD_NODENAME": n}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for n in names]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, outs
+    lines = [json.loads(x) for x in (node.tmp / "health.jsonl").read_text().splitlines()]
+    per_node = {n: sum(1 for x in lines if x["node"] == n) for n in names}
+    assert len(set(per_node.values())) == 1 and per_node[names[0]] >= 10, per_node
+    from slurmadm.store import Store
+
+    with Store(node.tmp / "slurmadm.db") as store:
+        rows = store.db.execute("SELECT node, COUNT(*) AS n FROM check_results GROUP BY node").fetchall()
+    assert {r["node"]: r["n"] for r in rows} == per_node
