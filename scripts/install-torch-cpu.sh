@@ -16,8 +16,8 @@ set -euo pipefail
 PY="${1:-${PYTHON:-python3}}"
 PIP=("$PY" -m pip --disable-pip-version-check)
 
-if "$PY" -c 'import torch' >/dev/null 2>&1; then
-    echo "torch $("$PY" -c 'import torch; print(torch.__version__)') already installed in $PY"
+if "$PY" -W ignore -c 'import torch' >/dev/null 2>&1; then
+    echo "torch $("$PY" -W ignore -c 'import torch; print(torch.__version__)') already installed in $PY"
     exit 0
 fi
 
