@@ -78,7 +78,7 @@ class JobOutcome:
     stdout: str
     stderr: str
     job_id: str = ""
-    stopped: str = ""  # "" | start-timeout | time-limit | interrupted
+    stopped: str = ""  # "" | start-timeout | time-limit (the sweep's)
 
 
 def new_sweep_id(now: dt.datetime) -> str:
@@ -403,20 +403,18 @@ class Sweep:
                 "time-limit": "sweep time limit reached before the job started",
             }.get(res.stopped, f"job did not start: {_tail(res.stderr)}")
             return
-        if final is None:
-            why = self._job_failure(res)
-            run.tests.append(TestResult("job", "error", why))
+        if final is None and res.stopped != "time-limit":  # the sweep's limit is not the node's fault
+            run.tests.append(TestResult("job", "error", self._job_failure(res)))
         bad = [t for t in run.tests if is_failure(t.status, self.on_error)]
         if bad:
             run.verdict, run.failed_test, run.detail = "fail", bad[0].test, bad[0].detail
         elif final is None:
-            run.verdict, run.detail = "skipped", run.tests[-1].detail
+            run.verdict = "skipped"
+            run.detail = run.tests[-1].detail if res.stopped != "time-limit" else "cut short by the sweep time limit"
         else:
             run.verdict = "pass"
 
     def _job_failure(self, res: JobOutcome) -> str:
-        if res.stopped == "time-limit":
-            return "cut short by the sweep time limit"
         acct = {}
         if res.job_id:
             try:

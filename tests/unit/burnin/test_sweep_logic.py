@@ -158,9 +158,14 @@ def test_job_outcomes_become_verdicts(site, tmp_path):
     never = JobOutcome(False, 1, "", "", stopped="start-timeout")
     clean = JobOutcome(True, 0, "\n".join(lines[:1] + [json.dumps({"event": "result", "tests": [
         TestResult("stress", "pass", "ok").to_json()]})]), "")
-    runs = {n: NodeRun(n, "idle") for n in ("a", "b", "c")}
-    for name, outcome in zip("abc", (crashed, never, clean), strict=True):
+    # the sweep's own time limit cut two jobs short: not the nodes' fault, unless a test had failed
+    cut = JobOutcome(True, 1, lines[0], "", stopped="time-limit")
+    cut_after_failure = JobOutcome(True, 1, "\n".join(lines), "", stopped="time-limit")
+    runs = {n: NodeRun(n, "idle") for n in "abcde"}
+    for name, outcome in zip("abcde", (crashed, never, clean, cut, cut_after_failure), strict=True):
         sw._judge_node(runs[name], outcome)
+    assert (runs["d"].verdict, runs["d"].detail, runs["d"].tests) == ("skipped", "cut short by the sweep time limit", [])
+    assert (runs["e"].verdict, runs["e"].failed_test) == ("fail", "stress")
     assert (runs["a"].verdict, runs["a"].failed_test, runs["a"].detail) == ("fail", "stress", "GPU1 hung")
     assert runs["a"].tests[-1].test == "job" and "task 0: Killed" in runs["a"].tests[-1].detail
     assert runs["b"].verdict == "skipped" and "start_timeout 00:15:00" in runs["b"].detail
