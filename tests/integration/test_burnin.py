@@ -197,6 +197,30 @@ def test_fault_under_load_drains_exactly_that_node_and_a_clean_sweep_resumes_it(
         Path(s2["report"]).read_text()
 
 
+def test_a_standing_fault_fails_the_node_whoever_drains_it(burnin_env, dev_cluster):
+    """A fault present before the sweep: the health prolog of the burn-in job may drain the node
+    first (it does on 24.11, where the reservation's MAINT flag is not visible yet), or the burn-in's
+    own health step does; either way that node alone fails, drained with a slurmadm reason."""
+    clean(burnin_env)
+    fault = run_slurmadm(burnin_env, "dev-cluster", "gpu-fault", "b200-002", "--gpu", "6", "--kind",
+                         "ecc-uncorrected", "--state-dir", str(dev_cluster.state_dir))
+    assert fault.returncode == 0, fault.stderr
+    try:
+        result = burnin(burnin_env, "run", "--json")
+    finally:
+        run_slurmadm(burnin_env, "dev-cluster", "gpu-fault", "b200-002", "--clear", "--state-dir",
+                     str(dev_cluster.state_dir))
+    assert result.returncode == 1, result.stderr
+    s = json.loads(result.stdout)
+    failed = {n["node"]: n for n in s["nodes"] if n["verdict"] == "fail"}
+    assert list(failed) == ["b200-002"]
+    node = failed["b200-002"]
+    assert node["action"] in ("drained", "already drained")
+    assert node["reason"].startswith("slurmadm: ") and "ecc-uncorrected: GPU6" in node["reason"]
+    assert settled(burnin_env)["b200-002"] == ("drained", node["reason"])
+    assert node["reason"].replace("[burnin]", "").replace("[prolog]", "") in Path(s["report"]).read_text()
+
+
 def _start_sweep(env) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "slurmadm", "burnin", "run", "--json"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
