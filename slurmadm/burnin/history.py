@@ -124,7 +124,8 @@ def previous_summary(store: Store, before: str) -> dict[str, Any] | None:
 
 
 def running_sweeps(store: Store) -> list[dict[str, Any]]:
-    return [dict(r) for r in store.db.execute("SELECT id, pid, host, started FROM burnin_sweeps WHERE status='running'")]
+    rows = store.db.execute("SELECT id, pid, host, started FROM burnin_sweeps WHERE status='running'")
+    return [dict(r) for r in rows]
 
 
 def mark_abandoned(store: Store, sweep_id: str) -> None:

@@ -127,8 +127,9 @@ def single_node_allreduce(spec: dict[str, Any]) -> TestResult:
         return TestResult("allreduce-node", "fail", f"{label}: {res['wrong_elements']} wrong elements after all-reduce",
                           value=bw, unit="GB/s", duration_s=took, data=res)
     status = "pass" if bw >= floor else "fail"
-    return TestResult("allreduce-node", status, f"{label}: busbw {bw:.3g} GB/s ({'>=' if status == 'pass' else '<'} floor "
-                      f"{floor:g})", value=bw, unit="GB/s", duration_s=took, data=res)
+    relation = ">=" if status == "pass" else "<"
+    return TestResult("allreduce-node", status, f"{label}: busbw {bw:.3g} GB/s ({relation} floor {floor:g})",
+                      value=bw, unit="GB/s", duration_s=took, data=res)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

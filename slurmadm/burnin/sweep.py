@@ -379,7 +379,8 @@ class Sweep:
 
     def _cancel_leftover_jobs(self) -> None:
         try:
-            mine = [j.job_id for j in sjobs.queued_jobs(user=self.user) if j.name.startswith(f"{JOB_PREFIX}.{self.id}.")]
+            prefix = f"{JOB_PREFIX}.{self.id}."
+            mine = [j.job_id for j in sjobs.queued_jobs(user=self.user) if j.name.startswith(prefix)]
             sjobs.cancel(mine)
         except SlurmadmError as exc:
             self.progress(f"could not check for leftover jobs: {exc}")
@@ -431,7 +432,8 @@ class Sweep:
     # ------------------------------------------------------------------ phase 2: pairs
     def _pair_phase(self, deadline: float) -> None:
         ready = [n for n, r in self.runs.items() if r.verdict == "pass"]
-        no_torch = [n for n in ready if any(t.test == "allreduce-node" and t.status == "skip" for t in self.runs[n].tests)]
+        no_torch = [n for n in ready
+                    if any(t.test == "allreduce-node" and t.status == "skip" for t in self.runs[n].tests)]
         if no_torch:
             self.pair_note = f"multi-node all-reduce skipped: no torch on {compress(no_torch)}"
             ready = [n for n in ready if n not in no_torch]

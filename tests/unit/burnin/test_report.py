@@ -36,7 +36,8 @@ def summary(**over):
 
 def test_comparison_with_the_previous_sweep():
     before = summary(sweep_id="20261129-013000", nodes=[
-        {**summary()["nodes"][0], "busbw_gbps": 400.0}, {**summary()["nodes"][1], "verdict": "pass", "busbw_gbps": 470.0}],
+        {**summary()["nodes"][0], "busbw_gbps": 400.0},
+        {**summary()["nodes"][1], "verdict": "pass", "busbw_gbps": 470.0}],
         pairs=[{**summary()["pairs"][0], "a": "b200-002", "b": "b200-001", "busbw_gbps": 48.0}])
     cmp = report.compare(summary(), before)
     assert cmp["sweep_id"] == "20261129-013000"
