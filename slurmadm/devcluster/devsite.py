@@ -67,6 +67,11 @@ class Ports:
     def first_slurmd(self) -> int:
         return self.base + 11
 
+    @property
+    def burnin_rendezvous(self) -> int:
+        """All fake nodes share 127.0.0.1: burn-in all-reduces listen on base+400..base+499."""
+        return self.base + 400
+
 
 def dev_profile(src: NodeProfile, hw: Hardware, dev_dir: Path) -> NodeProfile:
     gpus = src.gpus
@@ -106,6 +111,9 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         raise UsageError(f"--nodes: {nodes} is more than the site's {len(src.node_names)} nodes")
     if ports.first_slurmd + nodes - 1 > 65535:
         raise UsageError(f"--port-base: {ports.base} leaves no room for {nodes} slurmd ports")
+    if ports.first_slurmd + nodes > ports.burnin_rendezvous:
+        raise UsageError(f"--nodes: at most {ports.burnin_rendezvous - ports.first_slurmd} nodes fit "
+                         f"below the burn-in rendezvous ports (base+400)")
     keep = src.node_names[:nodes]
     keep_set = set(keep)
     state_dir = state_dir.resolve()
@@ -211,7 +219,17 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
     })
     health.setdefault("checks", {})
     health["checks"]["nccl-allreduce"] = {**health["checks"].get("nccl-allreduce", {}), "contexts": ["run"]}
-    data["burnin"]["report_dir"] = f"{d}/burnin"
+    data["burnin"].update({
+        "report_dir": f"{d}/burnin",
+        # CPU-only machine: gloo on the CPU instead of NCCL, short phases, floors for loopback
+        # (the report labels these numbers as CPU numbers), any time of day.
+        "collective": "gloo", "allreduce_mib": 16, "allreduce_iters": 5,
+        "node_busbw_floor_gbps": 0.01, "pair_busbw_floor_gbps": 0.01,
+        "stress_seconds": 3, "dcgm_level": 0,
+        "job_time_limit": "00:10:00", "start_timeout": "00:02:00", "sweep_time_limit": "00:30:00",
+        "window_start": "00:00", "window_end": "00:00",
+        "rendezvous_port": ports.burnin_rendezvous,
+    })
     data["bmc"]["password_file"] = f"{d}/bmc/password"
     return data
 

@@ -22,6 +22,22 @@ SlurmTime = Annotated[
 ]
 Fairshare = PositiveInt | Literal["parent"]
 
+
+def slurm_time_seconds(text: str) -> int | None:
+    """Seconds of a SlurmTime (`90`, `30:00`, `02:00:00`, `1-12`, `1-12:30:00`); None for
+    INFINITE/UNLIMITED. Plain numbers are minutes and MM:SS is minutes:seconds, as in Slurm."""
+    if text in ("INFINITE", "UNLIMITED"):
+        return None
+    days = 0
+    if "-" in text:  # D-HH, D-HH:MM, D-HH:MM:SS
+        day_text, text = text.split("-", 1)
+        days = int(day_text)
+        h, m, s = ([int(x) for x in text.split(":")] + [0, 0])[:3]
+    else:
+        parts = [int(x) for x in text.split(":")]
+        h, m, s = {1: (0, parts[0], 0), 2: (0, *parts), 3: tuple(parts)}[len(parts)]
+    return days * 86400 + h * 3600 + m * 60 + s
+
 QosFlag = Literal[
     "DenyOnLimit",
     "EnforceUsageThreshold",
