@@ -233,7 +233,6 @@ class DevCluster:
                                driver_version=site.software.driver_version,
                                cuda_version=site.software.cuda_version)
         env = {**self.env(), "SLURMADM_PYTHON": sys.executable}
-        env.pop("SLURM_CONF")  # Slurm sets it for its hooks
         text = "# written by `slurmadm dev-cluster up`; read by hook-env.sh\n" + "".join(
             f"{k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
         hooks = self.p("prolog_epilog")

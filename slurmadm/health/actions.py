@@ -9,7 +9,8 @@ Rules:
   handles (reboot, power, maintenance, reservation), is never touched.
 - The breaker: automatic drains may not take out more than floor(drain_cap_fraction x nodes) of
   any partition the node is in; past that the plan is an alert instead of a drain.
-- Resume only in periodic runs, only slurmadm's own drains, after `resume_after_clean_runs`
+- Resume only in periodic runs, only slurmadm's own drains set by a health check (not e.g. a
+  burn-in drain, which only a passing burn-in lifts), after `resume_after_clean_runs`
   consecutive clean periodic runs (the count lives in the store's node_state).
 - A prolog/epilog blocks the job (non-zero exit) only when the node is drained now (by us or
   already by someone): when the breaker or a foreign state holds the drain back, the job runs and
@@ -24,7 +25,8 @@ import os
 import time
 from contextlib import contextmanager
 from ..slurm.model import NodeInfo
-from ..slurm.ownership import format_reason, is_ours, may_drain, may_resume
+from ..slurm.ownership import format_reason, is_ours, may_drain, may_resume, reason_check_id
+from .checks import BY_ID
 from .runner import Plan, Result, first_drain
 
 CLEAN_RUNS_KEY = "clean-runs"
@@ -85,6 +87,10 @@ def decide(*, context: str, results: list[Result], node: NodeInfo | None, everyo
         return Plan("none", "clean")
     if node is None or not is_ours(node):
         return Plan("none", "clean", clean_runs=0 if prev_clean else None)
+    owner = reason_check_id(node.reason)
+    if owner not in BY_ID:  # e.g. a burn-in drain: only a passing burn-in may lift it
+        return Plan("none", f"clean; drained by slurmadm for {owner!r}, which is not a health check: "
+                    "left to its owner", clean_runs=0 if prev_clean else None)
     count = prev_clean + 1
     if count < resume_after:
         return Plan("none", f"clean run {count} of {resume_after} before resuming", clean_runs=count)

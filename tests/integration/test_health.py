@@ -40,8 +40,11 @@ def node(env, name):
 
 
 def hook(dc, script, node_name, timeout=60):
-    """Run a hook script exactly as slurmd does: no PATH, SLURM_CONF and SLURMD_NODENAME only."""
-    env = {"SLURM_CONF": str(dc.slurm_conf), "SLURMD_NODENAME": node_name}
+    """Run a hook script exactly as slurmd does: no PATH, SLURMD_NODENAME, and SLURM_CONF for the
+    prolog/epilog only (slurmd gives HealthCheckProgram none)."""
+    env = {"SLURMD_NODENAME": node_name}
+    if script != "healthcheck.sh":
+        env["SLURM_CONF"] = str(dc.slurm_conf)
     started = time.monotonic()
     p = subprocess.run([str(dc.site().slurm.prolog_dir + f"/{script}")], env=env, capture_output=True,
                        text=True, timeout=timeout, cwd="/")
@@ -105,7 +108,7 @@ def test_slurm_runs_healthcheck_prolog_and_epilog(dev_cluster, env):
     assert wait_for(lambda: {r["node"] for r in results_since(dev_cluster, 0, context="periodic")}
                     >= set(dev_cluster.nodes()), 90, interval=1), "no periodic run from slurmd on every node"
     t0 = time.time()
-    out = sh(env, "sbatch", "--parsable", "--wait", "-w", "b200-001", "--gres=gpu:8", "--wrap", "true", timeout=120)
+    out = sh(env, "sbatch", "--parsable", "-o", "/dev/null", "--wait", "-w", "b200-001", "--gres=gpu:8", "--wrap", "true", timeout=120)
     assert out.strip()
     for context in ("prolog", "epilog"):
         rows = results_since(dev_cluster, t0, node="b200-001", context=context)
@@ -121,12 +124,12 @@ def test_ecc_fault_drains_node_and_job_runs_elsewhere(dev_cluster, env):
     """Only b200-003 is free; it has an uncorrected ECC error on GPU5: Slurm places the job there,
     the prolog drains it and fails, the job is requeued and then runs on a healthy node."""
     sh(env, "scontrol", "update", "nodename=b200-004", "state=drain", f"reason={ADMIN_REASON}")
-    blockers = [sh(env, "sbatch", "--parsable", "-w", n, "--exclusive", "--gres=gpu:8", "-J", "blocker",
+    blockers = [sh(env, "sbatch", "--parsable", "-o", "/dev/null", "-w", n, "--exclusive", "--gres=gpu:8", "-J", "blocker",
                    "--wrap", "sleep 600").strip() for n in ("b200-001", "b200-002")]
     assert wait_for(lambda: len(sh(env, "squeue", "-h", "-t", "R", "-n", "blocker", "-o", "%i").split()) == 2, 60)
     just_after_slurms_periodic_run(dev_cluster, "b200-003")
     fault(env, "b200-003", "--gpu", "5", "--kind", "ecc-uncorrected")
-    job = sh(env, "sbatch", "--parsable", "--gres=gpu:8", "-J", "victim", "--wrap", "hostname").strip()
+    job = sh(env, "sbatch", "--parsable", "-o", "/dev/null", "--gres=gpu:8", "-J", "victim", "--wrap", "hostname").strip()
 
     assert wait_for(lambda: node(env, "b200-003").drained, 60, interval=0.5)
     info = node(env, "b200-003")
@@ -233,3 +236,24 @@ def test_gpu_fault_is_audited(dev_cluster, env):
     assert any(e["target"] == "b200-001" and "persistence-off" in e["reason"] for e in injected)
     assert any(e["target"] == "b200-001" for e in events_since(dev_cluster, 0, "dev-cluster.gpu-fault.clear"))
     assert gpus.list_faults(dev_cluster.p("gpus"), "b200-001") == []
+
+
+def test_slurms_own_healthcheck_program_resumes_our_drain_but_not_a_burnin_drain(dev_cluster, env):
+    """No hook run by the test: slurmd's HealthCheckProgram (every 30 s, no SLURM_CONF in its
+    environment) must reach Slurm by itself and lift a health drain on a now-clean node, while a
+    burn-in drain on another clean node stays for the burn-in to lift."""
+    restore(dev_cluster, env)
+    health = "slurmadm: ecc-uncorrected: GPU5 volatile uncorrected ECC=1 [prolog]"
+    burnin = "slurmadm: burnin-stress: GPU2 2.1 TFLOPS < 30 [burnin]"
+    sh(env, "scontrol", "update", "nodename=b200-002", "state=drain", f"reason={health}")
+    sh(env, "scontrol", "update", "nodename=b200-001", "state=drain", f"reason={burnin}")
+    n_clean = dev_cluster.site().health.resume_after_clean_runs
+    interval = dev_cluster.site().slurm.health_check_interval
+    t0 = time.time()
+    assert wait_for(lambda: not node(env, "b200-002").drained, (n_clean + 2) * interval + 30, interval=1), \
+        node(env, "b200-002")
+    assert [e["target"] for e in events_since(dev_cluster, t0, "node.resume")] == ["b200-002"]
+    runs_on_001 = {r["run_id"] for r in results_since(dev_cluster, t0, node="b200-001", context="periodic")}
+    assert len(runs_on_001) >= n_clean  # slurmd ran the checks there too, and left the burn-in drain
+    assert node(env, "b200-001").reason == burnin
+    sh(env, "scontrol", "update", "nodename=b200-001", "state=resume")

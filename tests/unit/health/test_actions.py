@@ -129,3 +129,14 @@ def test_resume_refused_in_foreign_state():
 def test_unknown_node_still_blocks_the_job():
     p = plan("prolog", BAD, None, [])
     assert p.action == "alert" and p.blocks_job
+
+
+def test_periodic_never_resumes_a_burnin_drain():
+    """A burn-in drain (its own check ids) is lifted only by a passing burn-in, not by clean
+    periodic health runs, however many."""
+    me = node("b200-003", flags=("DRAIN",), reason="slurmadm: burnin-allreduce-pair: 12 GB/s < 40 [burnin]")
+    for prev in range(0, 6):
+        p = plan("periodic", CLEAN, me, [me], resume_after=3, prev=prev)
+        assert p.action == "none" and "not a health check" in p.reason
+    ours = node("b200-003", flags=("DRAIN",), reason="slurmadm: xid: GPU0 XID 79 [periodic]")
+    assert plan("periodic", CLEAN, ours, [ours], resume_after=3, prev=2).action == "resume"
