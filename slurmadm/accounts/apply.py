@@ -1,0 +1,304 @@
+"""Carrying out a plan: one lock, a backup, batched sacctmgr calls, an audit event per change, and
+a re-read that must show nothing left to do.
+
+Batching. slurmdbd commits each sacctmgr call separately and a commit costs ~0.3-0.6 s whatever
+it holds (50 adds in one call 0.65 s, one add 0.5 s), so entities that get the same change go in
+one call (`modify account where name=a,b,c set GrpTRES=gres/gpu=8`), and every new account and
+user association goes into one `sacctmgr load` file: one commit for 500 accounts and 2,000 users.
+
+The load file only ever adds. On 22.05.8, a load that both modifies existing associations and
+changes a user's default account silently drops the association changes while printing them as
+done (seen against the real slurmdbd; see tests/integration/test_accounts.py), so every change
+to something that exists goes through `sacctmgr modify`, and a new user's default account is
+only set by the load line that creates the user.
+
+Order matters where Slurm refuses otherwise: default accounts move before the old association
+goes ("can not remove the default account of a user"), QOS leave the projects' lists before the
+QOS is deleted ("Associations ... have these as their Default QOS").
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import EXIT_PROBLEMS, LockBusy, SlurmadmError, UnreachableError
+from ..site import Site
+from ..slurm.accounting import AccountingState, JobReader, Sacctmgr
+from ..store import Store
+from .desired import Desired, desired_state
+from .plan import Op, Plan, make_plan, mark_blocked
+
+CHUNK = 500  # names per sacctmgr call (argv stays far below its limit)
+
+
+class NotConverged(SlurmadmError):
+    """The apply ran, but slurmdbd still differs from the site afterwards."""
+
+    exit_code = EXIT_PROBLEMS
+
+
+@dataclass
+class Batch:
+    """One sacctmgr call and the plan operations it carries out."""
+
+    argv: list[str]  # sacctmgr arguments after `-i`; for a load, ["load", "file=..."]
+    ops: list[Op]
+    load_text: str = ""  # the load file's content (written next to the backup)
+
+
+@dataclass
+class ApplyResult:
+    plan: Plan
+    done: list[Op] = field(default_factory=list)
+    skipped: list[Op] = field(default_factory=list)  # deletions without --prune, blocked ones
+    backups: list[str] = field(default_factory=list)
+    calls: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "cluster": self.plan.cluster,
+            "applied": [op.to_json() for op in self.done],
+            "skipped": [op.to_json() for op in self.skipped],
+            "backups": self.backups,
+            "sacctmgr_calls": self.calls,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+# ------------------------------------------------------------------------------------ locking
+
+
+def lock_path(site: Site) -> Path:
+    return Path(site.store.path).parent / f"accounts-apply-{site.cluster.name}.lock"
+
+
+@contextmanager
+def apply_lock(path: Path) -> Iterator[None]:
+    """One apply at a time per cluster (flock: released by the kernel if the process dies)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise LockBusy(f"another `accounts apply` is running (lock {path} held by pid {holder})") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------------------------ backups
+
+
+def backup_dir(site: Site) -> Path:
+    if site.accounting.backup_dir:
+        return Path(site.accounting.backup_dir)
+    return Path(site.store.path).parent / "accounts-backups"
+
+
+def backup(sacctmgr: Sacctmgr, directory: Path, keep: int) -> list[str]:
+    """`sacctmgr dump` (accounts, users, limits) plus the QOS table, which dump leaves out."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
+    dump = directory / f"{sacctmgr.cluster}-{stamp}.cfg"
+    qos = directory / f"{sacctmgr.cluster}-{stamp}-qos.txt"
+    sacctmgr.dump(str(dump))
+    if not dump.exists():
+        raise UnreachableError(f"sacctmgr dump wrote no {dump}")
+    qos.write_text(sacctmgr.qos_table())
+    for pattern in (f"{sacctmgr.cluster}-*[0-9].cfg", f"{sacctmgr.cluster}-*-qos.txt", f"{sacctmgr.cluster}-*-load.cfg"):
+        old = sorted(directory.glob(pattern))
+        for path in old[: max(0, len(old) - keep)]:
+            path.unlink(missing_ok=True)
+    return [str(dump), str(qos)]
+
+
+# ------------------------------------------------------------------------------------ batches
+
+
+def _chunks(names: list[str]) -> Iterator[list[str]]:
+    for i in range(0, len(names), CHUNK):
+        yield names[i : i + CHUNK]
+
+
+def _grouped(ops: list[Op], key: Callable[[Op], tuple]) -> list[tuple[tuple, list[Op]]]:
+    groups: dict[tuple, list[Op]] = {}
+    for op in ops:
+        groups.setdefault(key(op), []).append(op)
+    return list(groups.items())
+
+
+def _args(op: Op, *, skip: tuple[str, ...] = ()) -> tuple[str, ...]:
+    return tuple(c.arg for c in op.changes if c.field not in skip and c.arg)
+
+
+def _named(prefix: list[str], ops: list[Op], where: list[str], tail: list[str]) -> list[Batch]:
+    out = []
+    for chunk in _chunks([op.name for op in ops]):
+        chosen = [op for op in ops if op.name in set(chunk)]
+        out.append(Batch([*prefix, f"name={','.join(chunk)}", *where, *tail], chosen))
+    return out
+
+
+def _load_opts(changes) -> str:
+    """`:Key='value'` options of a load line from the changes' sacctmgr arguments."""
+    out = ""
+    for c in changes:
+        if c.field in ("Parent", "DefaultAccount") or not c.arg:
+            continue
+        key, _, value = c.arg.partition("=")
+        out += f":{key}='{value}'"
+    return out
+
+
+def load_text(cluster: str, ops: list[Op]) -> str:
+    """A `sacctmgr load` file that adds the new accounts (parents first) and user associations.
+    It names only new things, so load has nothing to modify."""
+    lines = [f"Cluster - '{cluster}'"]
+    children: dict[str, list[Op]] = {}
+    for op in sorted((o for o in ops if o.kind == "add-account"), key=lambda o: (o.depth, o.name)):
+        children.setdefault(op.account, []).append(op)
+    for parent, accounts in children.items():  # parents were added (or existed) before
+        lines.append(f"Parent - '{parent}'")
+        lines += [f"Account - '{op.name}'{_load_opts(op.changes)}" for op in accounts]
+    defaults = {op.name: c.new for op in ops if op.kind == "add-user" for c in op.changes
+                if c.field == "DefaultAccount"}
+    current = None
+    for op in sorted((o for o in ops if o.kind == "add-user"), key=lambda o: (o.account, o.name)):
+        if op.account != current:
+            lines.append(f"Parent - '{op.account}'")
+            current = op.account
+        default = f":DefaultAccount='{defaults[op.name]}'" if op.new_user and op.name in defaults else ""
+        lines.append(f"User - '{op.name}'{_load_opts(op.changes)}{default}")
+    return "\n".join(lines) + "\n"
+
+
+def batches(plan_ops: list[Op], cluster: str) -> list[Batch]:
+    """The sacctmgr calls for runnable operations, in plan order."""
+    c = f"cluster={cluster}"
+    by_kind: dict[str, list[Op]] = {}
+    for op in plan_ops:
+        by_kind.setdefault(op.kind, []).append(op)
+    out: list[Batch] = []
+
+    # QOS: add (without Preempt: its targets may be added in the same call), then Preempt and
+    # every other change, grouped by identical settings.
+    adds = by_kind.get("add-qos", [])
+    for args, ops in _grouped(adds, lambda o: _args(o, skip=("Preempt",))):
+        out += _named(["add", "qos"], ops, [], list(args))
+    preempts = [op for op in adds if any(ch.field == "Preempt" for ch in op.changes)]
+    for args, ops in _grouped(preempts, lambda o: tuple(c.arg for c in o.changes if c.field == "Preempt")):
+        # carried out for the add-qos operations above; no second audit event
+        out += [Batch(b.argv, []) for b in _named(["modify", "qos", "where"], ops, [], ["set", *args])]
+    for args, ops in _grouped(by_kind.get("modify-qos", []), _args):
+        out += _named(["modify", "qos", "where"], ops, [], ["set", *args])
+
+    # New accounts and user associations: one load.
+    new = by_kind.get("add-account", []) + by_kind.get("add-user", [])
+    if new:
+        out.append(Batch(["load"], new, load_text(cluster, new)))
+
+    for (depth, parent), ops in sorted(_grouped(by_kind.get("move-account", []), lambda o: (o.depth, o.account))):
+        out += _named(["modify", "account", "where"], ops, [c], ["set", f"Parent={parent}"])
+    for args, ops in _grouped(by_kind.get("modify-account", []), _args):
+        out += _named(["modify", "account", "where"], ops, [c], ["set", *args])
+    for (account, args), ops in _grouped(by_kind.get("modify-user", []), lambda o: (o.account, _args(o))):
+        out += _named(["modify", "user", "where"], ops, [f"account={account}", c], ["set", *args])
+    for (account,), ops in _grouped(by_kind.get("default-account", []), lambda o: (o.account,)):
+        out += _named(["modify", "user", "where"], ops, [c], ["set", f"DefaultAccount={account}"])
+
+    # Deletions: user associations (those of whole accounts being deleted in one call), then
+    # accounts deepest first, then QOS.
+    gone = {op.name for op in by_kind.get("delete-account", [])}
+    users = by_kind.get("delete-user", [])
+    whole = [op for op in users if op.account in gone]
+    if whole:
+        names = sorted({op.name for op in whole})
+        accounts = sorted({op.account for op in whole})
+        out.append(Batch(["delete", "user", "where", f"name={','.join(names)}",
+                          f"account={','.join(accounts)}", c], whole))
+    for (account,), ops in _grouped([op for op in users if op.account not in gone], lambda o: (o.account,)):
+        out += _named(["delete", "user", "where"], ops, [f"account={account}", c], [])
+    for (depth,), ops in sorted(_grouped(by_kind.get("delete-account", []), lambda o: (o.depth,)), reverse=True):
+        out += _named(["delete", "account", "where"], ops, [c], [])
+    if by_kind.get("delete-qos"):
+        out += _named(["delete", "qos", "where"], by_kind["delete-qos"], [], [])
+    return out
+
+
+# --------------------------------------------------------------------------------------- apply
+
+
+def plan_for(site: Site, sacctmgr: Sacctmgr, *, jobs: JobReader | None = None) -> tuple[Desired, AccountingState, Plan]:
+    """Read slurmdbd and plan. With `jobs`, deletions that would touch jobs are marked blocked."""
+    want = desired_state(site)
+    have = sacctmgr.read_state()
+    if ("root", "") not in have.assocs:
+        raise UnreachableError(
+            f"slurmdbd has no cluster {want.cluster!r} (site cluster.name): add it with "
+            f"`sacctmgr add cluster {want.cluster}` or start its slurmctld once"
+        )
+    plan = make_plan(want, have)
+    if jobs is not None and any(op.is_delete for op in plan.ops):
+        plan = mark_blocked(plan, have, jobs.active_jobs())
+    return want, have, plan
+
+
+def apply(
+    site: Site,
+    sacctmgr: Sacctmgr,
+    store: Store,
+    *,
+    prune: bool,
+    reason: str,
+    jobs: JobReader | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ApplyResult:
+    """Make slurmdbd match the site. Idempotent; safe to re-run after an interruption."""
+    started = time.monotonic()
+    say = progress or (lambda _msg: None)
+    with apply_lock(lock_path(site)):
+        _want, _have, plan = plan_for(site, sacctmgr, jobs=jobs if prune else None)
+        todo = plan.runnable(prune)
+        result = ApplyResult(plan=plan, skipped=[op for op in plan.ops if op not in todo])
+        if not todo:
+            result.seconds = time.monotonic() - started
+            return result
+        directory = backup_dir(site)
+        result.backups = backup(sacctmgr, directory, site.accounting.backup_keep)
+        say(f"backup: {result.backups[0]}")
+        for batch in batches(todo, plan.cluster):
+            if batch.load_text:
+                path = Path(result.backups[0]).with_name(Path(result.backups[0]).stem + "-load.cfg")
+                path.write_text(batch.load_text)
+                batch.argv = ["load", f"file={path}"]
+                sacctmgr.load(str(path))
+            else:
+                sacctmgr.execute(batch.argv)
+            result.calls += 1
+            command = "sacctmgr -i " + " ".join(batch.argv)
+            for op in batch.ops:
+                store.audit(f"accounts.{op.kind}", op.target, reason, cluster=plan.cluster,
+                            changes=[c.__dict__ for c in op.changes], command=command[:2000])
+                result.done.append(op)
+            say(f"{len(batch.ops):>4} {batch.ops[0].kind if batch.ops else 'qos preempt'}: {command[:120]}")
+        # Re-read: what should have happened must now be absent from a fresh plan.
+        _w, _h, after = plan_for(site, sacctmgr, jobs=jobs if prune else None)
+        left = after.runnable(prune)
+        result.seconds = time.monotonic() - started
+        if left:
+            raise NotConverged(
+                f"slurmdbd still differs after apply: {len(left)} change(s) left, first: "
+                f"{left[0].kind} {left[0].target} {left[0].describe()}".strip()
+            )
+        return result
