@@ -1,12 +1,116 @@
-"""`slurmadm dev-cluster ...` (see slurmadm/devcluster/)."""
+"""`slurmadm dev-cluster ...`: a real local Slurm of fake B200 nodes (slurmadm/devcluster/)."""
 
 from __future__ import annotations
 
+import shlex
+import signal
+import threading
+
 import click
 
-from .common import Group
+from ..devcluster.cluster import DEFAULT_PORT_BASE, DevCluster, default_state_dir
+from .common import Group, console, err_console, json_option, print_json, table
+
+
+def state_dir_option(fn):
+    return click.option(
+        "--state-dir",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="Where the dev cluster lives (default: $SLURMADM_DEV_STATE_DIR, then /var/lib/slurmadm/dev-cluster).",
+    )(fn)
+
+
+def _cluster(state_dir: str | None) -> DevCluster:
+    return DevCluster(state_dir or default_state_dir())
 
 
 @click.group("dev-cluster", cls=Group)
 def dev_cluster() -> None:
-    """(not implemented yet)"""
+    """A real local Slurm (munge, MariaDB, slurmdbd, slurmctld, N slurmd) of fake B200 nodes."""
+
+
+@dev_cluster.command()
+@click.option("--nodes", type=click.IntRange(1, 512), default=None, help="Number of nodes (default 4).")
+@click.option("--site", "site_file", metavar="FILE", type=click.Path(dir_okay=False), default=None,
+              help="Site to derive the dev cluster from (default: the shipped site.example.toml).")
+@state_dir_option
+@click.option("--port-base", type=click.IntRange(1024, 65000), default=None,
+              help=f"First of the ports used (default {DEFAULT_PORT_BASE}).")
+@click.option("--timeout", type=click.FloatRange(10, 3600), default=180.0, show_default=True,
+              help="Seconds to wait for every node to be idle.")
+@click.option("--foreground", is_flag=True, help="Stay in the foreground; SIGTERM/SIGINT brings it down.")
+@json_option
+def up(nodes, site_file, state_dir, port_base, timeout, foreground, as_json) -> None:
+    """Start the dev cluster (idempotent) and wait until every node is idle."""
+    dc = _cluster(state_dir)
+    stop = threading.Event()
+    if foreground:  # before bring-up, so a SIGTERM during it still ends in a clean down
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    status = dc.up(nodes=nodes, site_file=site_file, port_base=port_base, timeout=timeout,
+                   progress=lambda m: err_console.print(f"[dim]·[/dim] {m}"))
+    if as_json:
+        print_json(status)
+    else:
+        _show(status)
+        console.print("\nUse it:  eval \"$(slurmadm dev-cluster env"
+                      + (f" --state-dir {shlex.quote(str(dc.state_dir))}" if state_dir else "") + ')"')
+    if foreground:
+        stop.wait()
+        dc.down(progress=lambda m: err_console.print(f"[dim]·[/dim] {m}"))
+
+
+@dev_cluster.command()
+@state_dir_option
+@json_option
+def status(state_dir, as_json) -> None:
+    """Daemons and node states of the dev cluster. Exit 1 if any daemon is down."""
+    st = _cluster(state_dir).status()
+    if as_json:
+        print_json(st)
+    else:
+        _show(st)
+    if not st["exists"] or not all(d["alive"] for d in st["daemons"]):
+        raise SystemExit(1)
+
+
+@dev_cluster.command()
+@state_dir_option
+def env(state_dir) -> None:
+    """Print `export SLURM_CONF=...` and friends for eval."""
+    dc = _cluster(state_dir)
+    if dc.record() is None:
+        from ..errors import UsageError
+
+        raise UsageError(f"no dev cluster in {dc.state_dir} (run `slurmadm dev-cluster up`)")
+    for key, value in dc.env().items():
+        click.echo(f"export {key}={shlex.quote(value)}")
+
+
+@dev_cluster.command()
+@state_dir_option
+@click.option("--purge", is_flag=True, help="Also delete the state directory.")
+@json_option
+def down(state_dir, purge, as_json) -> None:
+    """Stop every process of this dev cluster (and only those)."""
+    dc = _cluster(state_dir)
+    stopped = dc.down(purge=purge, progress=lambda m: err_console.print(f"[dim]·[/dim] {m}"))
+    if as_json:
+        print_json({"stopped": stopped, "state_dir": str(dc.state_dir), "purged": purge})
+    else:
+        console.print(f"stopped {len(stopped)} process(es)" + (f": {', '.join(stopped)}" if stopped else ""))
+
+
+def _show(st: dict) -> None:
+    rec = st.get("record") or {}
+    if not st["exists"]:
+        console.print(f"no dev cluster in {st['state_dir']}")
+        return
+    console.print(f"dev cluster [bold]{rec.get('cluster_name')}[/bold] in {st['state_dir']} "
+                  f"(Slurm {rec.get('slurm_release')}, ports from {rec.get('port_base')})")
+    console.print(table(None, ["daemon", "pid", "state"],
+                        [(d["name"], d["pid"] or "", "[green]up[/green]" if d["alive"] else "[red]down[/red]")
+                         for d in st["daemons"]]))
+    if st["nodes"]:
+        console.print(table(None, ["node", "state"], sorted(st["nodes"].items())))

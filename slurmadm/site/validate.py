@@ -108,8 +108,6 @@ def check_site(site: Site) -> list[str]:
     if site.organizations or site.projects:
         if site.burnin.account not in site.account_names():
             p(f"burnin.account: {site.burnin.account!r} is not a defined organization or project")
-    if site.burnin.max_nodes > len(defined):
-        p(f"burnin.max_nodes: {site.burnin.max_nodes} is more than the cluster's {len(defined)} nodes")
 
     for extra in EXTRA_CHECKS:
         problems.extend(extra(site))

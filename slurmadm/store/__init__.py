@@ -99,8 +99,8 @@ class Store:
         except sqlite3.OperationalError:
             pass  # another process is switching it right now; it will be WAL either way
         self._db.execute("PRAGMA synchronous = NORMAL")
-        with self.transaction():
-            self._db.executescript(SCHEMA + "\n".join(EXTRA_SCHEMA))
+        # one script, one write transaction: concurrent first opens queue on the lock
+        self._db.executescript("BEGIN IMMEDIATE;\n" + SCHEMA + "\n".join(EXTRA_SCHEMA) + "\nCOMMIT;")
 
     @classmethod
     def for_site(cls, site) -> "Store":

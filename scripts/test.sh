@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh Debian 12/13 machine, as root: installs what it needs, then
+# runs unit and integration tests (the integration tests start a real dev cluster).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh test
+.venv/bin/python -m pytest -m unit -q
+.venv/bin/python -m pytest -m integration -q "$@"

@@ -1,0 +1,400 @@
+"""`slurmadm dev-cluster`: a real Slurm (munge, MariaDB, slurmdbd, slurmctld, N x `slurmd -N`) of
+fake B200 nodes on 127.0.0.1, everything under one state directory.
+
+Layout of the state directory:
+  cluster.json      what `up` built (nodes, ports, Slurm release, source site)
+  site.toml         the dev site (an ordinary site file; SLURMADM_SITE points here)
+  etc/              slurm.conf, gres.conf, cgroup.conf, topology.conf, slurmdbd.conf (0600)
+  munge/ mysql/     munged's key and socket; MariaDB's datadir and socket
+  spool/ log/ run/  Slurm state, logs, our pid files (`<pid> <start-time>`)
+  dev/nvidia0..7    placeholder GPU character devices (c 195 N), shared by the nodes
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UnreachableError, UsageError
+from ..proc import run
+from ..resources import example_site, prolog_epilog_dir
+from ..site import Site, load_site
+from ..slurm.parse import parse_version
+from . import devsite, slurmconf
+from .daemons import Daemon, session_members, start_time, wait_for, with_descendants
+
+DEFAULT_STATE_DIR = "/var/lib/slurmadm/dev-cluster"
+DEFAULT_PORT_BASE = 17000
+ENV_STATE_DIR = "SLURMADM_DEV_STATE_DIR"
+
+REQUIRED = ["munged", "mungekey", "munge", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
+            "sacctmgr", "sinfo", "scontrol", "squeue", "scancel"]
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get(ENV_STATE_DIR) or DEFAULT_STATE_DIR)
+
+
+def missing_binaries() -> list[str]:
+    return [b for b in REQUIRED if shutil.which(b) is None and not Path("/usr/sbin", b).exists()]
+
+
+def _mariadbd() -> str:
+    for name in ("mariadbd", "mysqld"):
+        path = shutil.which(name) or (f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None)
+        if path:
+            return path
+    raise UsageError("mariadbd: not installed (run scripts/install-system-deps.sh)")
+
+
+@dataclass
+class DevCluster:
+    state_dir: Path
+
+    def __post_init__(self) -> None:
+        self.state_dir = Path(self.state_dir).resolve()
+
+    # ------------------------------------------------------------------ paths and records
+    def p(self, *parts: str) -> Path:
+        return self.state_dir.joinpath(*parts)
+
+    @property
+    def record_path(self) -> Path:
+        return self.p("cluster.json")
+
+    @property
+    def site_path(self) -> Path:
+        return self.p("site.toml")
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.p("etc", "slurm.conf")
+
+    def record(self) -> dict | None:
+        try:
+            return json.loads(self.record_path.read_text())
+        except FileNotFoundError:
+            return None
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{self.record_path}: corrupt ({exc.msg}); run `down` and `up` again") from None
+
+    def site(self) -> Site:
+        return load_site(self.site_path)
+
+    def nodes(self) -> list[str]:
+        rec = self.record()
+        return list(rec["node_names"]) if rec else []
+
+    def daemon(self, name: str) -> Daemon:
+        return Daemon(name, self.p("run", f"{name}.dev.pid"), self.p("log", f"{name}.out"))
+
+    def daemons(self) -> list[Daemon]:
+        """In start order."""
+        fixed = [self.daemon(n) for n in ("munged", "mariadbd", "slurmdbd", "slurmctld")]
+        return fixed + [self.daemon(f"slurmd-{n}") for n in self.nodes()]
+
+    def env(self) -> dict[str, str]:
+        env = {
+            "SLURM_CONF": str(self.slurm_conf),
+            "SLURMADM_SITE": str(self.site_path),
+            "SLURMADM_DEV_STATE_DIR": str(self.state_dir),
+        }
+        return env
+
+    def _slurm_env(self) -> dict[str, str]:
+        return {"SLURM_CONF": str(self.slurm_conf)}
+
+    # ------------------------------------------------------------------ bring-up
+    def up(self, *, nodes: int | None = None, site_file: str | None = None, port_base: int | None = None,
+           progress: Callable[[str], None] = lambda msg: None, timeout: float = 180.0) -> dict:
+        if os.geteuid() != 0:
+            raise UsageError("dev-cluster up must run as root (it starts munged, MariaDB and Slurm daemons)")
+        missing = missing_binaries()
+        if missing:
+            raise UsageError(
+                f"missing programs: {', '.join(missing)} (install them with scripts/install-system-deps.sh)"
+            )
+        old = self.record() or {}
+        nodes = nodes or old.get("nodes") or 4
+        port_base = port_base or old.get("port_base") or DEFAULT_PORT_BASE
+        source = str(Path(site_file).resolve()) if site_file else old.get("source_site") or str(example_site())
+        src_site = load_site(source)
+        release = parse_version(run(["slurmd", "-V"]).stdout)
+        hw = devsite.Hardware.parse(run(["slurmd", "-C"], timeout=30).stdout)
+        hostname = socket.gethostname().split(".")[0]
+        ports = devsite.Ports(port_base)
+
+        for sub in ("etc", "munge", "mysql", "spool/ctld", "spool/d", "log", "run", "dev", "gpus"):
+            self.p(sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(self.p("munge"), 0o700)
+        data = devsite.derive(src_site, nodes=nodes, state_dir=self.state_dir, ports=ports,
+                              hostname=hostname, hw=hw, prolog_dir=prolog_epilog_dir())
+        site = devsite.write(data, self.site_path, source=source)
+        node_names = site.node_names
+
+        # Something else must not hold our ports (e.g. another dev cluster with the same base).
+        if not any(d.alive() for d in self.daemons()):
+            busy = [p for p in [ports.slurmctld, ports.slurmdbd, ports.mysql] if _port_busy(p)]
+            if busy:
+                raise UsageError(f"--port-base {port_base}: port(s) {busy} already in use; pick another base")
+
+        changed = self._write_configs(site, release)
+        if old and (old.get("node_names") != node_names or old.get("port_base") != port_base):
+            changed = True
+        if changed:
+            # configuration changed under running Slurm daemons: restart them
+            for d in reversed(self.daemons()):
+                if d.name.startswith("slurm"):
+                    d.stop()
+
+        rec = {
+            "nodes": nodes, "node_names": node_names, "port_base": port_base, "source_site": source,
+            "hostname": hostname, "slurm_release": ".".join(map(str, release)),
+            "cluster_name": site.cluster.name, "started": old.get("started") or time.time(),
+        }
+        self.record_path.write_text(json.dumps(rec, indent=2) + "\n")
+
+        self._make_gpu_devices(site)
+        started = time.monotonic()
+        self._munge(progress)
+        self._mariadb(site, ports, progress)
+        self._slurmdbd(site, progress)
+        self._slurmctld(progress)
+        self._slurmds(node_names, progress)
+        progress(f"waiting for {len(node_names)} nodes to be idle")
+        self.wait_ready(timeout=timeout)
+        self._write_env_file()
+        progress(f"dev cluster {site.cluster.name} up in {time.monotonic() - started:.1f} s")
+        return self.status()
+
+    def _write_configs(self, site: Site, release: tuple[int, int, int]) -> bool:
+        files = slurmconf.slurm_files(site, release)
+        pw_file = Path(site.database.storage_password_file)
+        if not pw_file.exists():
+            pw_file.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(pw_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(24) + "\n")
+        password = pw_file.read_text().strip()
+        files["slurmdbd.conf"] = slurmconf.slurmdbd_conf(site, password, self.state_dir)
+        changed = False
+        for name, text in files.items():
+            path = self.p("etc", name)
+            if path.exists() and path.read_text() == text:
+                continue
+            changed = True
+            tmp = path.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if name == "slurmdbd.conf" else 0o644)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+            tmp.replace(path)
+        return changed
+
+    def _make_gpu_devices(self, site: Site) -> None:
+        files = sorted({f for g in site.nodes for f in site.profile(g.profile).gpus.files()})
+        for index, name in enumerate(files):
+            path = Path(name)
+            if path.exists():
+                continue
+            try:  # a character device like /dev/nvidiaN: jobs then get CUDA_VISIBLE_DEVICES
+                os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(195, index))
+            except PermissionError:
+                path.touch()  # no CAP_MKNOD: slurmd still counts regular files
+
+    def _munge(self, progress) -> None:
+        d = self.daemon("munged")
+        key = self.p("munge", "munge.key")
+        sock = self.p("munge", "munge.socket")
+        if d.alive():
+            return
+        if not key.exists():
+            run(["mungekey", "--create", "--keyfile", str(key), "--bits", "1024"], timeout=30)
+            os.chmod(key, 0o400)
+        progress("starting munged")
+        sock.unlink(missing_ok=True)
+        d.start(["munged", "-F", "-f", f"--key-file={key}", f"--socket={sock}",
+                 f"--pid-file={self.p('munge', 'munged.pid')}", f"--log-file={self.p('log', 'munged.log')}",
+                 f"--seed-file={self.p('munge', 'munged.seed')}"])
+        self._await(d, lambda: run(["munge", "-n", "-S", str(sock)], check=False, timeout=5).returncode == 0,
+                    "munged answers on its socket", 20)
+
+    def _mariadb(self, site: Site, ports: devsite.Ports, progress) -> None:
+        d = self.daemon("mariadbd")
+        datadir = self.p("mysql", "data")
+        sock = self.p("mysql", "mysqld.sock")
+        if not d.alive():
+            if not (datadir / "mysql").exists():
+                progress("initialising MariaDB")
+                run(["mariadb-install-db", "--no-defaults", f"--datadir={datadir}", "--user=root",
+                     "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=120)
+            progress("starting MariaDB")
+            sock.unlink(missing_ok=True)
+            d.start([_mariadbd(), "--no-defaults", f"--datadir={datadir}", f"--socket={sock}",
+                     f"--port={ports.mysql}", "--bind-address=127.0.0.1", "--user=root",
+                     f"--pid-file={self.p('mysql', 'mysqld.pid')}", f"--log-error={self.p('log', 'mariadb.log')}",
+                     "--skip-name-resolve", "--innodb-buffer-pool-size=64M"])
+        client = shutil.which("mariadb") or shutil.which("mysql") or "mariadb"
+        self._await(d, lambda: run([client, "--no-defaults", "-S", str(sock), "-u", "root", "-e", "SELECT 1"],
+                                   check=False, timeout=5).returncode == 0, "MariaDB accepts connections", 60)
+        db = site.database
+        password = Path(db.storage_password_file).read_text().strip().replace("'", "''")
+        # Create the database and user before slurmdbd's first start (Debian 13's client library
+        # fails on a reused handle when the database does not exist yet). SQL on stdin: the
+        # password never appears in a process argument.
+        sql = (
+            f"CREATE DATABASE IF NOT EXISTS `{db.storage_name}`;\n"
+            f"CREATE USER IF NOT EXISTS '{db.storage_user}'@'127.0.0.1' IDENTIFIED BY '{password}';\n"
+            f"ALTER USER '{db.storage_user}'@'127.0.0.1' IDENTIFIED BY '{password}';\n"
+            f"GRANT ALL ON `{db.storage_name}`.* TO '{db.storage_user}'@'127.0.0.1';\n"
+        )
+        run([client, "--no-defaults", "-S", str(sock), "-u", "root"], input=sql, timeout=30)
+
+    def _slurmdbd(self, site: Site, progress) -> None:
+        d = self.daemon("slurmdbd")
+        if not d.alive():
+            progress("starting slurmdbd")
+            d.start(["slurmdbd", "-D"], env=self._slurm_env())
+        env = self._slurm_env()
+        self._await(d, lambda: run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"], env=env,
+                                   check=False, timeout=10).returncode == 0, "slurmdbd answers sacctmgr", 60)
+        name = site.cluster.name
+        clusters = run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"], env=env).stdout.split()
+        if name not in clusters:
+            progress(f"registering cluster {name} in slurmdbd")
+            run(["sacctmgr", "-i", "add", "cluster", name], env=env, timeout=30)
+
+    def _slurmctld(self, progress) -> None:
+        d = self.daemon("slurmctld")
+        env = self._slurm_env()
+        if not d.alive():
+            progress("starting slurmctld")
+            d.start(["slurmctld", "-D", "-i"], env=env)
+        self._await(d, lambda: "UP" in run(["scontrol", "ping"], env=env, check=False, timeout=10).stdout,
+                    "slurmctld answers scontrol ping", 60)
+
+    def _slurmds(self, names: list[str], progress) -> None:
+        env = self._slurm_env()
+        todo = [n for n in names if not self.daemon(f"slurmd-{n}").alive()]
+        if todo:
+            progress(f"starting {len(todo)} slurmd")
+        for node in todo:
+            self.p("spool", "d", node).mkdir(parents=True, exist_ok=True)
+            self.daemon(f"slurmd-{node}").start(["slurmd", "-D", "-N", node], env=env)
+
+    def _await(self, d: Daemon, cond: Callable[[], bool], what: str, timeout: float) -> None:
+        def ok() -> bool:
+            if not d.alive():
+                raise UnreachableError(f"{d.name} died: {d.tail()}")
+            return cond()
+
+        if not wait_for(ok, timeout, interval=0.2):
+            raise UnreachableError(f"timed out after {timeout:g} s waiting until {what} (log: {d.logfile})")
+
+    def node_states(self) -> dict[str, str]:
+        out = run(["sinfo", "-N", "-h", "-o", "%N|%T|%G"], env=self._slurm_env(), check=False, timeout=10)
+        states = {}
+        for line in out.stdout.splitlines():
+            parts = line.split("|")
+            if len(parts) >= 2:
+                states[parts[0]] = parts[1]
+        return states
+
+    def wait_ready(self, *, timeout: float = 120.0) -> None:
+        """Until every node has registered and is usable (idle, mixed or allocated) or drained
+        by someone on purpose; a dead slurmd or an INVAL/down node is reported at once."""
+        names = self.nodes()
+
+        def ready() -> bool:
+            for n in names:
+                d = self.daemon(f"slurmd-{n}")
+                if not d.alive():
+                    raise UnreachableError(f"slurmd for {n} died: {d.tail()}")
+            states = self.node_states()
+            return all(states.get(n, "").rstrip("*").split("+")[0] in
+                       ("idle", "mixed", "allocated", "drained", "draining", "completing") for n in names)
+
+        if not wait_for(ready, timeout, interval=0.25):
+            states = self.node_states()
+            bad = {n: states.get(n, "missing") for n in names
+                   if states.get(n, "missing").split("+")[0] not in ("idle", "mixed", "allocated")}
+            raise UnreachableError(f"nodes not ready after {timeout:g} s: {bad} (see {self.p('log')})")
+
+    def _write_env_file(self) -> None:
+        self.p("env").write_text("".join(f"export {k}={v}\n" for k, v in self.env().items()))
+
+    # ------------------------------------------------------------------ status and teardown
+    def status(self) -> dict:
+        rec = self.record()
+        daemons = [{"name": d.name, "pid": d.pid(), "alive": d.alive()} for d in self.daemons()]
+        nodes = {}
+        if rec and self.daemon("slurmctld").alive():
+            nodes = self.node_states()
+        return {
+            "state_dir": str(self.state_dir),
+            "exists": rec is not None,
+            "record": rec,
+            "daemons": daemons,
+            "nodes": nodes,
+            "env": self.env() if rec else {},
+        }
+
+    def down(self, *, progress: Callable[[str], None] = lambda msg: None, purge: bool = False) -> list[str]:
+        """Stop every process this dev cluster started (and only those). Returns what stopped."""
+        daemons = self.daemons()
+        env = self._slurm_env()
+        if self.daemon("slurmctld").alive():
+            jobs = run(["squeue", "-h", "-o", "%i"], env=env, check=False, timeout=10).stdout.split()
+            if jobs:
+                progress(f"cancelling {len(jobs)} job(s)")
+                run(["scancel", *jobs], env=env, check=False, timeout=20)
+                wait_for(lambda: not run(["squeue", "-h", "-o", "%i"], env=env, check=False,
+                                         timeout=10).stdout.split(), 20)
+        sids = {pid for d in daemons if (pid := d.pid()) is not None}
+        stray_roots = self._our_stepds() | set(session_members(sids))
+        stopped = []
+        for d in reversed(daemons):
+            if d.stop():
+                stopped.append(d.name)
+                progress(f"stopped {d.name}")
+        # slurmstepd and job processes that outlived their slurmd
+        leftovers = [p for p in with_descendants(stray_roots | self._our_stepds())
+                     if p not in sids and start_time(p) is not None]
+        for pid in leftovers:
+            try:
+                os.kill(pid, 9)
+                stopped.append(f"pid {pid}")
+            except ProcessLookupError:
+                pass
+        if purge:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+        return stopped
+
+    def _our_stepds(self) -> set[int]:
+        """slurmstepd processes that belong to this dev cluster (by their SLURM_CONF)."""
+        needle = f"SLURM_CONF={self.slurm_conf}".encode()
+        out = set()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if not (entry / "cmdline").read_bytes().startswith(b"slurmstepd"):
+                    continue
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    out.add(int(entry.name))
+            except (FileNotFoundError, ProcessLookupError, PermissionError):
+                continue
+        return out
+
+
+def _port_busy(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0

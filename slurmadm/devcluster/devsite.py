@@ -1,0 +1,205 @@
+"""Derive the dev cluster's own site file from a real site.
+
+The dev cluster is described by an ordinary site.toml, so every slurmadm command (config render,
+accounts, health, burnin) runs against it unchanged. From the source site it keeps the first N
+nodes, their partitions, scalable units, QOS and projects, and changes only what one machine
+needs: every node on 127.0.0.1 with its own slurmd port, hardware as `slurmd -C` reports it (8
+GPUs backed by placeholder device files), paths under the state directory, quotas clipped to the
+dev cluster's GPUs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from ..errors import UsageError
+from ..hostlist import compress, expand
+from ..site import Site, parse_site
+from ..site.profiles import NodeProfile
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What `slurmd -C` reports for this machine."""
+
+    sockets: int
+    cores_per_socket: int
+    threads_per_core: int
+    real_memory_mib: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Hardware":
+        kv = dict(re.findall(r"(\w+)=(\S+)", text))
+        try:
+            boards = int(kv.get("Boards", "1"))
+            return cls(
+                sockets=int(kv["SocketsPerBoard"]) * boards,
+                cores_per_socket=int(kv["CoresPerSocket"]),
+                threads_per_core=int(kv["ThreadsPerCore"]),
+                real_memory_mib=int(kv["RealMemory"]),
+            )
+        except (KeyError, ValueError):
+            raise UsageError(f"slurmd -C: unexpected output {text.strip()[:120]!r}") from None
+
+
+@dataclass(frozen=True)
+class Ports:
+    base: int
+
+    @property
+    def slurmctld(self) -> int:
+        return self.base
+
+    @property
+    def slurmdbd(self) -> int:
+        return self.base + 1
+
+    @property
+    def mysql(self) -> int:
+        return self.base + 2
+
+    @property
+    def first_slurmd(self) -> int:
+        return self.base + 11
+
+
+def dev_profile(src: NodeProfile, hw: Hardware, dev_dir: Path) -> NodeProfile:
+    gpus = src.gpus
+    count = gpus.count
+    # Map each GPU's socket onto the sockets this machine has (keeps the 0-3 / 4-7 split on a
+    # two-socket machine, folds everything onto socket 0 on a one-socket one).
+    sockets = [min(s, hw.sockets - 1) for s in gpus.sockets]
+    dev_gpus = gpus.model_copy(
+        update={"sockets": sockets, "device_files": f"{dev_dir}/nvidia[0-{count - 1}]"}
+    )
+    return NodeProfile(
+        description=f"dev-cluster stand-in for: {src.description or 'profile'}",
+        sockets=hw.sockets,
+        cores_per_socket=hw.cores_per_socket,
+        threads_per_core=hw.threads_per_core,
+        memory_gib=max(1, hw.real_memory_mib // 1024),
+        gpus=dev_gpus,
+        nics=src.nics,
+    )
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value]
+    return value
+
+
+def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: str, hw: Hardware,
+           prolog_dir: Path) -> dict[str, Any]:
+    """The dev site as a plain dict (TOML-ready)."""
+    if nodes < 1:
+        raise UsageError("--nodes: must be at least 1")
+    if nodes > len(src.node_names):
+        raise UsageError(f"--nodes: {nodes} is more than the site's {len(src.node_names)} nodes")
+    if ports.first_slurmd + nodes - 1 > 65535:
+        raise UsageError(f"--port-base: {ports.base} leaves no room for {nodes} slurmd ports")
+    keep = src.node_names[:nodes]
+    keep_set = set(keep)
+    state_dir = state_dir.resolve()
+    data = _drop_none(src.model_dump(mode="json"))
+
+    # nodes: one group per source group that keeps nodes, on 127.0.0.1 with consecutive ports
+    groups, profiles, port = [], {}, ports.first_slurmd
+    for group in src.nodes:
+        names = [n for n in expand(group.names) if n in keep_set]
+        if not names:
+            continue
+        prof_name = f"dev-{group.profile}"
+        profiles[prof_name] = dev_profile(src.profile(group.profile), hw, state_dir / "dev").model_dump(mode="json")
+        groups.append({
+            "names": compress(names), "profile": prof_name, "features": list(group.features),
+            "addr": "127.0.0.1", "hostname": hostname, "port": port,
+        })
+        port += len(names)
+    data["nodes"] = groups
+    data["profiles"] = profiles
+
+    units = []
+    for name, members in src.scalable_units:
+        inside = [n for n in members if n in keep_set]
+        if inside:
+            units.append({"name": name, "nodes": compress(inside)})
+    data["topology"]["units"] = units
+
+    parts = []
+    for part, raw in zip(src.partitions, data["partitions"]):
+        if part.nodes == "ALL":
+            parts.append(raw)
+            continue
+        inside = [n for n in src.partition_nodes(part) if n in keep_set]
+        if inside:
+            parts.append({**raw, "nodes": compress(inside)})
+    if not parts:
+        parts = [{**data["partitions"][0], "nodes": "ALL"}]
+    data["partitions"] = parts
+    if data["burnin"].get("partition") not in {p["name"] for p in parts}:
+        data["burnin"].pop("partition", None)
+
+    total = sum(src.profile(g.profile).gpus.count * len([n for n in expand(g.names) if n in keep_set])
+                for g in src.nodes)
+    for section, keys in (("qos", ("max_gpus_per_user", "max_gpus_per_job", "grp_gpus")),
+                          ("organizations", ("gpu_quota",)),
+                          ("projects", ("gpu_quota", "user_gpu_cap"))):
+        for entry in data.get(section, []):
+            for key in keys:
+                if key in entry and entry[key] > total:
+                    entry[key] = total
+    data["burnin"]["max_nodes"] = min(data["burnin"]["max_nodes"], nodes)
+
+    d = str(state_dir)
+    data["cluster"]["controllers"] = [hostname]
+    data["cluster"]["slurm_user"] = "root"
+    data["database"].update({
+        "host": hostname, "port": ports.slurmdbd, "storage_host": "127.0.0.1",
+        "storage_port": ports.mysql, "storage_user": "slurm",
+        "storage_password_file": f"{d}/mysql/slurm.password",
+    })
+    data["store"] = {"path": f"{d}/slurmadm.db", "audit_log": f"{d}/log/audit.jsonl"}
+    data["slurm"].update({
+        "config_dir": f"{d}/etc",
+        "slurmctld_port": ports.slurmctld,
+        "state_save_location": f"{d}/spool/ctld",
+        "slurmd_spool_dir": f"{d}/spool/d/%n",
+        "log_dir": f"{d}/log",
+        "run_dir": f"{d}/run",
+        "munge_socket": f"{d}/munge/munge.socket",
+        "slurm_user": "root",
+        "proctrack": "linuxproc",
+        "task_plugins": ["task/none"],
+        "cgroup_plugin": "disabled",
+        "constrain_devices": False,
+        "prolog_dir": str(prolog_dir),
+        "reboot_program": "/bin/true",
+        "resume_timeout": 60,
+    })
+    data["health"]["results_log"] = f"{d}/log/health.jsonl"
+    data["health"]["xid_source"] = f"{d}/gpus/{{node}}.kmsg"
+    data["burnin"]["report_dir"] = f"{d}/burnin"
+    data["bmc"]["password_file"] = f"{d}/bmc/password"
+    return data
+
+
+def write(data: dict[str, Any], path: Path, *, source: str) -> Site:
+    """Write the dev site (with a header) and prove it parses back as a valid site."""
+    text = (
+        f"# slurmadm dev-cluster site, derived from {source}.\n"
+        "# Written by `slurmadm dev-cluster up`; edit the source site instead.\n\n"
+        + tomli_w.dumps(data)
+    )
+    site = parse_site(text, source=str(path))
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return site

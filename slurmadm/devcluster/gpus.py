@@ -1,0 +1,631 @@
+"""Stand-in GPUs: per-node NVML state with injectable faults, served by a fake libnvidia-ml.so.1.
+
+`build_library()` compiles `fakenvml/fakenvml.c` into `libnvidia-ml.so.1`. With the variables from
+`env_for()` (LD_LIBRARY_PATH, SLURMADM_FAKE_NVML_DIR, optionally SLURMADM_FAKE_NVML_NODE) the real
+pynvml loads it, and every NVML call answers from `<dir>/<node>.state`. Slurm sets SLURMD_NODENAME
+for prologs, epilogs and jobs, so one directory serves every node of the dev cluster.
+
+Files per node in the state directory:
+- `<node>.json`  canonical state: the healthy baseline of each GPU plus the injected faults.
+- `<node>.state` rendered from the JSON after every change (flat key=value, atomic rename); the
+                 library re-reads it whenever it changes, so running processes see new faults.
+- `<node>.kmsg`  kernel-log lines (journalctl short-iso style) for XID faults. Clearing an `xid`
+                 fault does not remove its lines: a real kernel log does not forget; the health
+                 check's time window (`health.xid_window_minutes`) ages them out. Point
+                 `health.xid_source` at `<dir>/{node}.kmsg`.
+
+GPU numbers in `inject`/`clear` are physical slots (minor number, /dev/nvidiaN). When a GPU is
+missing, NVML enumerates the others without it, so the NVML index of later GPUs shifts down, as
+on real hardware. Faults are orthogonal: an `xid` 79 only writes the log line; combine it with
+`missing-gpu` or `hang` for the full picture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..proc import run
+from ..site import NodeProfile
+
+LIB_NAME = "libnvidia-ml.so.1"
+SOURCE = Path(__file__).parent / "fakenvml" / "fakenvml.c"
+CFLAGS = ["-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Wl,-soname," + LIB_NAME]
+STATE_FORMAT = 1
+
+# Clock event (throttle) reason bits, as in nvml.h / pynvml.
+SW_POWER_CAP = 0x04
+HW_SLOWDOWN = 0x08
+SW_THERMAL = 0x20
+HW_THERMAL = 0x40
+SUPPORTED_REASONS = 0x1FF
+
+_NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_UUID_NS = uuid.UUID("4f0b6f8e-6c53-4d0c-9d8e-5e1f2a7c9b10")
+_GIB = 1 << 30
+_MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class _Model:
+    arch: int  # nvmlDeviceArchitecture_t
+    cc: tuple[int, int]
+    pci_device_id: int
+    sm_max: int
+    mem_max: int
+    video_max: int
+    nvlink_version: int  # nvmlNvlinkVersion_t
+    vbios: str
+    reserved_mib: int
+
+
+# Facts per profile `gpus.model`; models not listed get the B200 facts.
+_MODELS = {
+    "b200": _Model(10, (10, 0), 0x290110DE, 1965, 3996, 1965, 7, "97.00.82.00.0F", 672),
+    "h200": _Model(9, (9, 0), 0x233510DE, 1980, 3201, 1965, 6, "96.00.AF.00.01", 566),
+    "h100": _Model(9, (9, 0), 0x233010DE, 1980, 2619, 1755, 6, "96.00.99.00.01", 566),
+}
+# PCI bus numbers of the 8 GPUs on an HGX B200 baseboard (as nvidia-smi lists them).
+_HGX_BUSES = [0x1B, 0x43, 0x52, 0x61, 0x9D, 0xC3, 0xD1, 0xDF]
+_BRAND_NVIDIA = 14
+
+
+# ------------------------------------------------------------------------------ the library
+
+
+def build_library(out_dir: str | os.PathLike[str]) -> Path:
+    """Compile the stand-in NVML into `out_dir/libnvidia-ml.so.1`; only when the source changed.
+
+    Safe when several processes build at once: each compiles to its own temp file and renames it
+    into place, so a process that already loaded the library keeps its copy.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lib = out_dir / LIB_NAME
+    stamp = out_dir / (LIB_NAME + ".sha256")
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(CFLAGS).encode()).hexdigest()
+    if lib.exists() and stamp.exists() and stamp.read_text().strip() == digest:
+        return lib
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise UsageError("gcc not found: install gcc (apt-get install gcc) to build the stand-in NVML library")
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{LIB_NAME}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        run([gcc, *CFLAGS, "-o", tmp, str(SOURCE), "-lpthread"], timeout=120)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, lib)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    # Loaders that open the unversioned name (Rust nvml-wrapper, used by GCM's gni_lib) find it too.
+    link_tmp = out_dir / f".libnvidia-ml.so.{os.getpid()}.tmp"
+    with contextlib.suppress(FileNotFoundError):
+        link_tmp.unlink()
+    link_tmp.symlink_to(LIB_NAME)
+    os.replace(link_tmp, out_dir / "libnvidia-ml.so")
+    _atomic_write(stamp, digest + "\n")
+    return lib
+
+
+def env_for(
+    state_dir: str | os.PathLike[str], lib_dir: str | os.PathLike[str], node: str | None = None
+) -> dict[str, str]:
+    """Environment that makes pynvml load the stand-in and read `state_dir` (as `node`, if given;
+    else SLURMD_NODENAME or the short hostname). Paths are made absolute: Slurm runs prologs and
+    jobs in other directories."""
+    ld = os.environ.get("LD_LIBRARY_PATH")
+    env = {
+        "LD_LIBRARY_PATH": os.path.abspath(lib_dir) + (":" + ld if ld else ""),
+        "SLURMADM_FAKE_NVML_DIR": os.path.abspath(state_dir),
+    }
+    if node is not None:
+        env["SLURMADM_FAKE_NVML_NODE"] = _check_node(node)
+    return env
+
+
+# ------------------------------------------------------------------------------ healthy state
+
+
+def healthy_gpu(node: str, index: int, profile: NodeProfile) -> dict[str, Any]:
+    """The baseline of one GPU: stable identity per node/GPU, healthy idle readings."""
+    spec = profile.gpus
+    model = _MODELS.get(spec.model, _MODELS["b200"])
+    h = int(hashlib.sha256(f"{node}/{index}".encode()).hexdigest(), 16)
+    temp = 35 + h % 11
+    limit_mw = spec.power_limit_w * 1000
+    socket = spec.sockets[index]
+    return {
+        "present": 1,
+        "hang": 0,
+        "name": spec.nvml_name,
+        "uuid": f"GPU-{uuid.uuid5(_UUID_NS, f'{node}/{index}')}",
+        "serial": f"1655{h % 10**9:09d}",
+        "pci_bus_id": f"00000000:{_pci_bus(index, spec.count):02X}:00.0",
+        "pci_device_id": model.pci_device_id,
+        "pci_subsystem_id": (model.pci_device_id & 0xFFFF) | 0x17000000,
+        "vbios": model.vbios,
+        "minor": index,
+        "arch": model.arch,
+        "brand": _BRAND_NVIDIA,
+        "cc_major": model.cc[0],
+        "cc_minor": model.cc[1],
+        "mem_total": spec.memory_gib * _GIB,
+        "mem_used": 0,
+        "mem_reserved": model.reserved_mib * _MIB,
+        "temp_gpu": temp,
+        "temp_mem": temp + 3 + h % 5,
+        "temp_shutdown": 92,
+        "temp_slowdown": 89,
+        "temp_gpu_max": 87,
+        "temp_mem_max": 95,
+        "power_mw": limit_mw * 12 // 100 + (h >> 8) % 20_000,
+        "power_limit_mw": limit_mw,
+        "power_enforced_mw": limit_mw,
+        "power_default_mw": limit_mw,
+        "power_min_mw": limit_mw // 5,
+        "power_max_mw": limit_mw,
+        "energy_mj": 10**9 + (h >> 16) % 10**9,
+        "energy_epoch": 0,  # set by write_healthy
+        "clock_sm": model.sm_max,
+        "clock_sm_max": model.sm_max,
+        "clock_mem": model.mem_max,
+        "clock_mem_max": model.mem_max,
+        "clock_video": model.video_max,
+        "clock_video_max": model.video_max,
+        "clock_app_sm": model.sm_max,
+        "clock_app_mem": model.mem_max,
+        "clock_reasons": 0,
+        "clock_reasons_supported": SUPPORTED_REASONS,
+        "util_gpu": 0,
+        "util_mem": 0,
+        "pstate": 0,
+        "persistence": 1,
+        "ecc_mode": 1,
+        "ecc_sbe_vol": 0,
+        "ecc_dbe_vol": 0,
+        "ecc_sbe_agg": 0,
+        "ecc_dbe_agg": 0,
+        "retired_sbe": 0,
+        "retired_dbe": 0,
+        "retired_pending": 0,
+        "remap_cor": 0,
+        "remap_unc": 0,
+        "remap_pending": 0,
+        "remap_failure": 0,
+        "pcie_gen": spec.pcie_gen,
+        "pcie_gen_max": spec.pcie_gen,
+        "pcie_gen_gpu_max": spec.pcie_gen,
+        "pcie_width": spec.pcie_width,
+        "pcie_width_max": spec.pcie_width,
+        "pcie_replay": 0,
+        "nvlink_count": spec.nvlinks,
+        "nvlink_version": model.nvlink_version,
+        "nvlink_up": "1" * spec.nvlinks,
+        "nvlink_err": {},
+        "numa_node": socket,
+        "cpus": socket_cpulist(profile, socket),
+        "procs": [],
+        "graphics_procs": [],
+    }
+
+
+def _pci_bus(index: int, count: int) -> int:
+    if count == len(_HGX_BUSES):
+        return _HGX_BUSES[index]
+    return 0x18 + index * (0xE0 // count)
+
+
+def socket_cpulist(profile: NodeProfile, socket: int) -> str:
+    """Linux CPU numbering: all sockets' first hardware threads, then the SMT siblings."""
+    per, total = profile.cores_per_socket, profile.cores
+    ranges = [(t * total + socket * per, t * total + (socket + 1) * per - 1) for t in range(profile.threads_per_core)]
+    return ",".join(f"{lo}-{hi}" if hi > lo else str(lo) for lo, hi in ranges)
+
+
+def write_healthy(
+    state_dir: str | os.PathLike[str],
+    node: str,
+    profile: NodeProfile,
+    *,
+    driver_version: str,
+    cuda_version: str = "12.8",
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """(Re)write `node` as healthy: every GPU present, no faults. Keeps the kernel log."""
+    node = _check_node(node)
+    cuda = re.fullmatch(r"(\d+)\.(\d+)", cuda_version)
+    if not cuda:
+        raise UsageError(f"cuda_version {cuda_version!r} is not MAJOR.MINOR (e.g. 12.8)")
+    if not re.fullmatch(r"\d+(\.\d+)+", driver_version):
+        raise UsageError(f"driver_version {driver_version!r} is not a driver version (e.g. 570.133.20)")
+    epoch = int((now or datetime.now(timezone.utc)).timestamp())
+    gpus = [healthy_gpu(node, i, profile) for i in range(profile.gpus.count)]
+    for g in gpus:
+        g["energy_epoch"] = epoch
+    state = {
+        "format": STATE_FORMAT,
+        "node": node,
+        "model": profile.gpus.model,
+        "driver_version": driver_version,
+        "nvml_version": f"{cuda.group(1)}.{driver_version}",
+        "cuda_driver_version": int(cuda.group(1)) * 1000 + int(cuda.group(2)) * 10,
+        "gpus": gpus,
+        "faults": [],
+    }
+    d = Path(state_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    with _locked(d, node):
+        _save(d, node, state)
+        kmsg_path(d, node).touch()
+    return state
+
+
+# ------------------------------------------------------------------------------ fault kinds
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    name: str
+    help: str
+    # Changes one GPU's rendered state, given the canonical value.
+    apply: Callable[[dict[str, Any], Any], None]
+    # What the value means; None: the kind takes no value.
+    value: str | None = None
+    # Used when no value is given; None: a value is required; a callable derives it from the GPU.
+    default: Any = None
+    # Largest integer value (a callable: from the GPU).
+    hi: int | Callable[[dict[str, Any]], int] = 10**12
+    # For values that are not integers: (kind, value, gpu) -> canonical value.
+    parse_value: Callable[[FaultKind, Any, dict[str, Any]], Any] | None = None
+
+    def parse(self, value: Any, gpu: dict[str, Any]) -> Any:
+        """Check the user's value (None, int or str); return the canonical (JSON) value."""
+        if self.value is None:
+            if value is not None:
+                raise UsageError(f"fault {self.name} takes no value (got {value!r})")
+            return None
+        if value is None:
+            if self.default is None:
+                raise UsageError(f"fault {self.name} needs a value ({self.value})")
+            value = self.default(gpu) if callable(self.default) else self.default
+        if self.parse_value is not None:
+            return self.parse_value(self, value, gpu)
+        return self._int(value, self.hi(gpu) if callable(self.hi) else self.hi)
+
+    def _int(self, value: Any, hi: int) -> int:
+        bad = UsageError(f"fault {self.name}: value {value!r} is not a number ({self.value})")
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise bad
+        try:
+            n = int(value)
+        except ValueError:
+            raise bad from None
+        if not 1 <= n <= hi:
+            raise UsageError(f"fault {self.name}: value {n} is outside 1..{hi} ({self.value})")
+        return n
+
+
+def _pcie_link(kind: FaultKind, value: Any, gpu: dict[str, Any]) -> str:
+    m = re.fullmatch(r"(?:gen)?(\d+)\s*x\s*(\d+)", str(value).strip().lower())
+    if not m:
+        raise UsageError(f"fault {kind.name}: value {value!r} is not GENxWIDTH (e.g. 3x8)")
+    gen, width = int(m.group(1)), int(m.group(2))
+    top = (gpu["pcie_gen_max"], gpu["pcie_width_max"])
+    if not 1 <= gen <= top[0] or width not in (1, 2, 4, 8, 16, 32) or width > top[1]:
+        raise UsageError(f"fault {kind.name}: {gen}x{width} is not a link this GPU can train to (max {top[0]}x{top[1]})")
+    if (gen, width) == top:
+        raise UsageError(f"fault {kind.name}: {gen}x{width} is the healthy link, not a degraded one")
+    return f"{gen}x{width}"
+
+
+def _add(*keys: str) -> Callable[[dict[str, Any], int], None]:
+    def apply(gpu: dict[str, Any], n: int) -> None:
+        for k in keys:
+            gpu[k] += n
+
+    return apply
+
+
+def _set(**values: Any) -> Callable[[dict[str, Any], Any], None]:
+    def apply(gpu: dict[str, Any], _value: Any) -> None:
+        gpu.update(values)
+
+    return apply
+
+
+def _set_value(key: str) -> Callable[[dict[str, Any], Any], None]:
+    def apply(gpu: dict[str, Any], value: Any) -> None:
+        gpu[key] = value
+
+    return apply
+
+
+def _slow(gpu: dict[str, Any], reasons: int) -> None:
+    gpu["clock_reasons"] |= reasons
+    gpu["clock_sm"] = min(gpu["clock_sm"], gpu["clock_sm_max"] // 2)
+
+
+def _apply_thermal(gpu: dict[str, Any], temp: int) -> None:
+    gpu["temp_gpu"] = temp
+    _slow(gpu, SW_THERMAL | HW_THERMAL | HW_SLOWDOWN)
+
+
+def _apply_power(gpu: dict[str, Any], watts: int) -> None:
+    gpu["power_mw"] = watts * 1000
+    gpu["clock_reasons"] |= SW_POWER_CAP
+
+
+def _apply_pcie(gpu: dict[str, Any], link: str) -> None:
+    gen, width = link.split("x")
+    gpu["pcie_gen"], gpu["pcie_width"] = int(gen), int(width)
+
+
+def _apply_nvlink_down(gpu: dict[str, Any], n: int) -> None:
+    gpu["nvlink_up"] = "0" * n + gpu["nvlink_up"][n:]
+
+
+def _apply_nvlink_errors(gpu: dict[str, Any], n: int) -> None:
+    counters = gpu["nvlink_err"].setdefault("0", [0, 0, 0, 0, 0])  # replay, recovery, CRC flit, CRC data, ECC
+    counters[0] += n
+    counters[2] += n
+
+
+def _apply_retired(gpu: dict[str, Any], n: int) -> None:
+    gpu["retired_dbe"] += n
+    gpu["retired_pending"] = 1
+
+
+def _apply_leftover(gpu: dict[str, Any], pid: int) -> None:
+    gpu["procs"].append([pid, _GIB])
+
+
+_KINDS = [
+    FaultKind("ecc-uncorrected", "uncorrectable (DBE) ECC errors, volatile and aggregate",
+              _add("ecc_dbe_vol", "ecc_dbe_agg"), "error count", 1),
+    FaultKind("ecc-corrected", "correctable (SBE) ECC errors, volatile and aggregate",
+              _add("ecc_sbe_vol", "ecc_sbe_agg"), "error count", 60_000_000),
+    FaultKind("row-remap-pending", "an uncorrectable row marked for remapping, GPU reset pending",
+              _set(remap_pending=1, remap_unc=1)),
+    FaultKind("row-remap-failed", "row remapping failed (no spare rows left)", _set(remap_failure=1, remap_unc=1)),
+    FaultKind("retired-pages", "pages retired for DBEs, retirement pending", _apply_retired, "page count", 11, 512),
+    FaultKind("xid", "an XID line in the node's kernel log (NVML readings unchanged)", _set(), "XID number", 79, 999),
+    FaultKind("pcie-degraded", "PCIe link trained below its maximum", _apply_pcie, "GENxWIDTH", "3x8",
+              parse_value=_pcie_link),
+    FaultKind("pcie-replay", "PCIe replay counter", _add("pcie_replay"), "replay count", 1000, 2**32 - 1),
+    FaultKind("nvlink-down", "NVLinks inactive, counting from link 0", _apply_nvlink_down, "links down", 1,
+              lambda g: g["nvlink_count"]),
+    FaultKind("nvlink-errors", "NVLink replay and CRC errors on link 0", _apply_nvlink_errors, "error count", 100),
+    FaultKind("thermal", "GPU over temperature; thermal and HW slowdown active, SM clock halved", _apply_thermal,
+              "degrees C", 95, 150),
+    FaultKind("memory-thermal", "HBM over temperature", _set_value("temp_mem"), "degrees C", 100, 150),
+    FaultKind("power", "power draw over the enforced limit; SW power cap active", _apply_power, "watts",
+              lambda g: g["power_enforced_mw"] * 5 // 4000, 10_000),
+    FaultKind("clocks-throttle", "HW slowdown active, SM clock halved", lambda g, _v: _slow(g, HW_SLOWDOWN)),
+    FaultKind("persistence-off", "persistence mode disabled", _set(persistence=0)),
+    FaultKind("leftover-process", "a compute process holding 1 GiB of the GPU", _apply_leftover,
+              "pid of the process", None, 4_194_304),
+    FaultKind("missing-gpu", "the GPU fell off the bus: not enumerated, old handles report GPU lost",
+              _set(present=0)),
+    FaultKind("hang", "every NVML call on the GPU blocks until cleared (or an hour)", _set(hang=1)),
+]
+FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in _KINDS}
+
+
+# ------------------------------------------------------------------------------ XIDs
+
+# Message texts as the NVIDIA driver logs them, and whether the driver names the process (pid=, name=).
+_XID_TEXT: dict[int, tuple[str, bool]] = {
+    13: ("Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Out Of Range Address", True),
+    31: ("Ch 00000010, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f12_34560000. "
+         "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ", True),
+    43: ("Ch 00000010", True),
+    45: ("Ch 00000010", True),
+    48: ("An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, "
+         "subpartition 0.", False),
+    61: ("0cc4(3bb0): 00000000 00000000", False),
+    62: ("0cc4(3bb0): 00000000 00000000", False),
+    63: ("Row Remapper: New row (0x0000000001b5a6c0) marked for remapping, reset gpu to activate.", False),
+    64: ("Row Remapper: Failed to mark row (0x0000000001b5a6c0) for remapping.", False),
+    74: ("NVLink: fatal error detected on link 0(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)", False),
+    79: ("GPU has fallen off the bus.", False),
+    92: ("High single-bit ECC error rate detected", False),
+    94: ("Contained: SM (0x1). RST: No, D-RST: No", True),
+    95: ("Uncontained: FBHUB. RST: Yes, D-RST: No", False),
+    109: ("Ch 00000010, errorString CTX SWITCH TIMEOUT, Info 0x3c046", True),
+    119: ("Timeout after 6s of waiting for RPC response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL) "
+          "(0x20802a02 0x8).", False),
+    120: ("GSP task timeout @ pc:0x11b8f4c, task: 1", False),
+    140: ("An uncorrectable ECC error detected (possible firmware handling failure) DRAM:-1840691426, LTC:0, "
+          "MMU:0, PCIE:0", False),
+}
+
+
+def kmsg_path(state_dir: str | os.PathLike[str], node: str) -> Path:
+    return Path(state_dir) / f"{_check_node(node)}.kmsg"
+
+
+def xid_line(node: str, pci_bus_id: str, xid: int, when: datetime, pid: int = 0) -> str:
+    """One kernel-log line for an XID, journalctl short-iso style."""
+    domain, bus, dev = pci_bus_id.split(".")[0].split(":")
+    text, job = _XID_TEXT.get(xid, ("Unspecified error reported by the GPU", False))
+    who = f"pid={pid}, name=python" if job else "pid='<unknown>', name=<unknown>"
+    stamp = when.astimezone(timezone.utc).isoformat(timespec="seconds")
+    return f"{stamp} {node} kernel: NVRM: Xid (PCI:{int(domain, 16):04x}:{bus.lower()}:{dev.lower()}): {xid}, {who}, {text}"
+
+
+# ------------------------------------------------------------------------------ inject / clear
+
+
+def inject(
+    state_dir: str | os.PathLike[str],
+    node: str,
+    gpu: int,
+    kind: str,
+    value: Any = None,
+    *,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """Add (or replace) fault `kind` on physical GPU `gpu` of `node`; returns the fault record.
+
+    Injecting the same kind on the same GPU again replaces it (idempotent); an `xid` also appends
+    one kernel-log line each time, as a real recurrence would.
+    """
+    d = Path(state_dir)
+    fk = _check_kind(kind)
+    when = now or datetime.now(timezone.utc)
+    with _locked(d, node):
+        state = _load(d, node)
+        g = _check_gpu(state, gpu)
+        record = {"gpu": gpu, "kind": kind, "value": fk.parse(value, state["gpus"][g]),
+                  "since": when.astimezone(timezone.utc).isoformat(timespec="seconds")}
+        state["faults"] = [f for f in state["faults"] if (f["gpu"], f["kind"]) != (gpu, kind)] + [record]
+        _save(d, node, state)
+        if kind == "xid":
+            line = xid_line(node, state["gpus"][g]["pci_bus_id"], record["value"], when, pid=20000 + gpu)
+            with open(kmsg_path(d, node), "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+    return record
+
+
+def clear(
+    state_dir: str | os.PathLike[str], node: str, gpu: int | None = None, kind: str | None = None
+) -> list[dict[str, Any]]:
+    """Remove faults on `node` (all, or those of one GPU and/or one kind); returns what was removed.
+    Kernel-log lines stay (see the module docstring)."""
+    d = Path(state_dir)
+    if kind is not None:
+        _check_kind(kind)
+    with _locked(d, node):
+        state = _load(d, node)
+        if gpu is not None:
+            _check_gpu(state, gpu)
+
+        def match(f: dict[str, Any]) -> bool:
+            return (gpu is None or f["gpu"] == gpu) and (kind is None or f["kind"] == kind)
+
+        removed = [f for f in state["faults"] if match(f)]
+        if removed:
+            state["faults"] = [f for f in state["faults"] if not match(f)]
+            _save(d, node, state)
+    return removed
+
+
+def read_state(state_dir: str | os.PathLike[str], node: str) -> dict[str, Any]:
+    """The canonical state of `node`: healthy baseline per GPU plus the list of faults."""
+    return _load(Path(state_dir), node)
+
+
+def list_faults(state_dir: str | os.PathLike[str], node: str) -> list[dict[str, Any]]:
+    return sorted(_load(Path(state_dir), node)["faults"], key=lambda f: (f["gpu"], f["kind"]))
+
+
+# ------------------------------------------------------------------------------ rendering
+
+
+def effective_gpus(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each GPU's baseline with its faults applied (in injection order)."""
+    gpus = json.loads(json.dumps(state["gpus"]))  # deep copy of plain JSON data
+    for f in state["faults"]:
+        FAULT_KINDS[f["kind"]].apply(gpus[f["gpu"]], f["value"])
+    return gpus
+
+
+def render(state: dict[str, Any]) -> str:
+    """The flat key=value text the C library reads."""
+    lines = [
+        f"# stand-in NVML state of {state['node']}; written by slurmadm.devcluster.gpus, edit via inject/clear",
+        f"driver_version={state['driver_version']}",
+        f"nvml_version={state['nvml_version']}",
+        f"cuda_driver_version={state['cuda_driver_version']}",
+    ]
+    for i, g in enumerate(effective_gpus(state)):
+        for key in sorted(g):
+            val = g[key]
+            if key == "nvlink_err":
+                lines += [f"gpu.{i}.nvlink_err.{link}={','.join(map(str, c))}" for link, c in sorted(val.items())]
+                continue
+            if key in ("procs", "graphics_procs"):
+                val = ",".join(f"{pid}:{used}" for pid, used in val)
+            if "\n" in str(val):
+                raise UsageError(f"gpu {i} {key}: value contains a newline")
+            lines.append(f"gpu.{i}.{key}={val}")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------ files
+
+
+def _check_node(node: str) -> str:
+    if not isinstance(node, str) or not _NODE_RE.match(node):
+        raise UsageError(f"node name {node!r} is not a plain host name")
+    return node
+
+
+def _check_kind(kind: str) -> FaultKind:
+    if kind not in FAULT_KINDS:
+        raise UsageError(f"unknown GPU fault {kind!r} (known: {', '.join(FAULT_KINDS)})")
+    return FAULT_KINDS[kind]
+
+
+def _check_gpu(state: dict[str, Any], gpu: int) -> int:
+    count = len(state["gpus"])
+    if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < count:
+        raise UsageError(f"GPU {gpu!r} does not exist on {state['node']} (GPUs 0-{count - 1})")
+    return gpu
+
+
+def _load(d: Path, node: str) -> dict[str, Any]:
+    path = d / f"{_check_node(node)}.json"
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"no stand-in GPUs for node {node!r} in {d} (write_healthy has not run for it)") from None
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: unreadable stand-in GPU state ({e})") from None
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        raise UsageError(f"{path}: not a stand-in GPU state of format {STATE_FORMAT}")
+    return state
+
+
+def _save(d: Path, node: str, state: dict[str, Any]) -> None:
+    text = render(state)  # a fault that cannot apply fails here, before anything is written
+    _atomic_write(d / f"{node}.json", json.dumps(state, indent=1) + "\n")
+    _atomic_write(d / f"{node}.state", text)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def _locked(d: Path, node: str) -> Iterator[None]:
+    """One writer per node at a time (read-modify-write of the JSON)."""
+    _check_node(node)
+    if not d.is_dir():
+        raise UsageError(f"stand-in GPU state directory {d} does not exist")
+    with open(d / f"{node}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

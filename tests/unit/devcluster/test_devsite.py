@@ -1,0 +1,65 @@
+"""The dev site is a valid site derived from the source site for one machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurmadm.devcluster import devsite
+from slurmadm.errors import UsageError
+from slurmadm.site import load_site
+
+pytestmark = pytest.mark.unit
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "site.example.toml"
+HW = devsite.Hardware.parse("NodeName=vm CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 "
+                            "ThreadsPerCore=1 RealMemory=24105\nUpTime=0-00:08:40")
+
+
+def derive(tmp_path, nodes=4, base=17000):
+    src = load_site(EXAMPLE)
+    data = devsite.derive(src, nodes=nodes, state_dir=tmp_path, ports=devsite.Ports(base), hostname="vm",
+                          hw=HW, prolog_dir=Path("/opt/pe"))
+    return devsite.write(data, tmp_path / "site.toml", source=str(EXAMPLE))
+
+
+def test_hardware_parse():
+    assert (HW.sockets, HW.cores_per_socket, HW.threads_per_core, HW.real_memory_mib) == (1, 2, 1, 24105)
+    with pytest.raises(UsageError, match="slurmd -C: unexpected output"):
+        devsite.Hardware.parse("garbage")
+
+
+def test_dev_site_keeps_the_first_nodes_and_their_shape(tmp_path):
+    site = derive(tmp_path)
+    assert site.node_names == ["b200-001", "b200-002", "b200-003", "b200-004"]
+    group = site.nodes[0]
+    assert (group.addr, group.hostname, group.port) == ("127.0.0.1", "vm", 17011)
+    prof = site.node_profile("b200-003")
+    assert prof.cpus == 2 and prof.gpus.count == 8 and prof.gpus.model == "b200"
+    assert prof.gpus.files() == [f"{tmp_path}/dev/nvidia{i}" for i in range(8)]
+    assert prof.gpus.sockets == [0] * 8  # one-socket machine: every GPU on socket 0
+    assert [(n, m) for n, m in site.scalable_units] == [("su1", site.node_names)]
+    assert {p.name for p in site.partitions} == {"gpu", "debug"}
+    assert site.slurm.config_dir == f"{tmp_path}/etc" and site.slurm.munge_socket.startswith(str(tmp_path))
+    assert site.store.path == f"{tmp_path}/slurmadm.db"
+
+
+def test_quotas_are_clipped_to_the_dev_cluster(tmp_path):
+    site = derive(tmp_path, nodes=2)
+    assert site.total_gpus == 16
+    quotas = [p.gpu_quota for p in site.projects if p.gpu_quota] + [q.max_gpus_per_user for q in site.qos
+                                                                    if q.max_gpus_per_user]
+    assert quotas and max(quotas) <= 16
+    assert {p.name for p in site.partitions} == {"gpu", "debug"}  # debug clipped to b200-[001-002]
+    assert site.burnin.max_nodes == 2
+
+
+def test_bad_requests(tmp_path):
+    src = load_site(EXAMPLE)
+    with pytest.raises(UsageError, match="more than the site's 128 nodes"):
+        devsite.derive(src, nodes=129, state_dir=tmp_path, ports=devsite.Ports(17000), hostname="vm", hw=HW,
+                       prolog_dir=tmp_path)
+    with pytest.raises(UsageError, match="leaves no room"):
+        devsite.derive(src, nodes=4, state_dir=tmp_path, ports=devsite.Ports(65530), hostname="vm", hw=HW,
+                       prolog_dir=tmp_path)
