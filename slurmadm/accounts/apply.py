@@ -32,7 +32,7 @@ from ..site import Site
 from ..slurm.accounting import AccountingState, JobReader, Sacctmgr
 from ..store import Store
 from .desired import Desired, desired_state
-from .plan import Op, Plan, make_plan, mark_blocked
+from .plan import KINDS, Op, Plan, make_plan, mark_blocked
 
 CHUNK = 500  # names per sacctmgr call (argv stays far below its limit)
 
@@ -143,10 +143,13 @@ def _args(op: Op, *, skip: tuple[str, ...] = ()) -> tuple[str, ...]:
 
 
 def _named(prefix: list[str], ops: list[Op], where: list[str], tail: list[str]) -> list[Batch]:
+    """`<prefix> name=a,b,c <where> <tail>` calls, at most CHUNK names each; an op's name may
+    repeat (one user, several associations) and is named once."""
+    names = list(dict.fromkeys(op.name for op in ops))
     out = []
-    for chunk in _chunks([op.name for op in ops]):
-        chosen = [op for op in ops if op.name in set(chunk)]
-        out.append(Batch([*prefix, f"name={','.join(chunk)}", *where, *tail], chosen))
+    for chunk in _chunks(names):
+        chosen = set(chunk)
+        out.append(Batch([*prefix, f"name={','.join(chunk)}", *where, *tail], [op for op in ops if op.name in chosen]))
     return out
 
 
@@ -183,7 +186,7 @@ def load_text(cluster: str, ops: list[Op]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def batches(plan_ops: list[Op], cluster: str) -> list[Batch]:
+def batches(plan_ops: list[Op], cluster: str, have: AccountingState) -> list[Batch]:
     """The sacctmgr calls for runnable operations, in plan order."""
     c = f"cluster={cluster}"
     by_kind: dict[str, list[Op]] = {}
@@ -217,20 +220,33 @@ def batches(plan_ops: list[Op], cluster: str) -> list[Batch]:
     for (account,), ops in _grouped(by_kind.get("default-account", []), lambda o: (o.account,)):
         out += _named(["modify", "user", "where"], ops, [c], ["set", f"DefaultAccount={account}"])
 
-    # Deletions: user associations (those of whole accounts being deleted in one call), then
-    # accounts deepest first, then QOS.
+    # Deletions. Slurm refuses to remove a user's default association while the user keeps
+    # others, also when one call mixes such users with others. Default accounts have moved
+    # already, so: users losing every association in one call (the user goes with them), then
+    # accounts deepest first (their remaining user associations go with them), then the rest.
+    deletes = by_kind.get("delete-user", [])
     gone = {op.name for op in by_kind.get("delete-account", [])}
-    users = by_kind.get("delete-user", [])
-    whole = [op for op in users if op.account in gone]
-    if whole:
-        names = sorted({op.name for op in whole})
-        accounts = sorted({op.account for op in whole})
-        out.append(Batch(["delete", "user", "where", f"name={','.join(names)}",
-                          f"account={','.join(accounts)}", c], whole))
-    for (account,), ops in _grouped([op for op in users if op.account not in gone], lambda o: (o.account,)):
-        out += _named(["delete", "user", "where"], ops, [f"account={account}", c], [])
+    kept: dict[str, set[str]] = {}
+    for account, user in have.assocs:
+        if user:
+            kept.setdefault(user, set()).add(account)
+    for rec in have.partition_assocs:
+        kept.setdefault(rec.user, set()).add(f"{rec.account}:{rec.partition}")
+    for op in deletes:
+        kept.get(op.name, set()).discard(op.account)
+    leaving = [op for op in deletes if not kept.get(op.name)]
+    out += _named(["delete", "user", "where"], leaving, [c], [])
+    with_account = {}
+    for op in deletes:
+        if op.account in gone and kept.get(op.name):
+            with_account.setdefault(op.account, []).append(op)
     for (depth,), ops in sorted(_grouped(by_kind.get("delete-account", []), lambda o: (o.depth,)), reverse=True):
-        out += _named(["delete", "account", "where"], ops, [c], [])
+        for b in _named(["delete", "account", "where"], ops, [c], []):
+            b.ops += [u for op in b.ops for u in with_account.get(op.name, [])]
+            out.append(b)
+    rest = [op for op in deletes if kept.get(op.name) and op.account not in gone]
+    for (account,), ops in _grouped(rest, lambda o: (o.account,)):
+        out += _named(["delete", "user", "where"], ops, [f"account={account}", c], [])
     if by_kind.get("delete-qos"):
         out += _named(["delete", "qos", "where"], by_kind["delete-qos"], [], [])
     return out
@@ -268,7 +284,7 @@ def apply(
     started = time.monotonic()
     say = progress or (lambda _msg: None)
     with apply_lock(lock_path(site)):
-        _want, _have, plan = plan_for(site, sacctmgr, jobs=jobs if prune else None)
+        _want, have, plan = plan_for(site, sacctmgr, jobs=jobs if prune else None)
         todo = plan.runnable(prune)
         result = ApplyResult(plan=plan, skipped=[op for op in plan.ops if op not in todo])
         if not todo:
@@ -277,7 +293,7 @@ def apply(
         directory = backup_dir(site)
         result.backups = backup(sacctmgr, directory, site.accounting.backup_keep)
         say(f"backup: {result.backups[0]}")
-        for batch in batches(todo, plan.cluster):
+        for batch in batches(todo, plan.cluster, have):
             if batch.load_text:
                 path = Path(result.backups[0]).with_name(Path(result.backups[0]).stem + "-load.cfg")
                 path.write_text(batch.load_text)
@@ -291,7 +307,8 @@ def apply(
                 store.audit(f"accounts.{op.kind}", op.target, reason, cluster=plan.cluster,
                             changes=[c.__dict__ for c in op.changes], command=command[:2000])
                 result.done.append(op)
-            say(f"{len(batch.ops):>4} {batch.ops[0].kind if batch.ops else 'qos preempt'}: {command[:120]}")
+            kinds = sorted({op.kind for op in batch.ops}, key=KINDS.index) or ["add-qos (Preempt)"]
+            say(f"{len(batch.ops):>5} {'+'.join(kinds)}: {command[:110]}")
         # Re-read: what should have happened must now be absent from a fresh plan.
         _w, _h, after = plan_for(site, sacctmgr, jobs=jobs if prune else None)
         left = after.runnable(prune)

@@ -534,10 +534,11 @@ class JobReader:
             raise _failure(argv, proc)
         return proc.stdout
 
-    def active_jobs(self) -> set[tuple[str, str]]:
-        """(account, user) of every pending, running, suspended or completing job."""
-        out = self._out(["squeue", "-h", "-a", "-o", "%a|%u|%T"])
-        return {(a, u) for a, u, _state in _rows(out, "a,u,t", "squeue")}
+    def active_jobs(self) -> set[tuple[str, str, str]]:
+        """(account, user, qos) of every job squeue still lists (pending, running, suspended,
+        completing)."""
+        out = self._out(["squeue", "-h", "-a", "-o", "%a|%u|%q"])
+        return {(a, u, q) for a, u, q in _rows(out, "a,u,q", "squeue")}
 
     def running_gpus(self) -> dict[tuple[str, str], int]:
         """GPUs held now by running jobs, per (account, user)."""
