@@ -6,7 +6,17 @@ apply.py    lock, backup, batched sacctmgr,     report.py  quota, GPUs in use, G
             audit events, re-read and confirm
 """
 
-from .apply import ApplyResult, NotConverged, apply, apply_lock, backup, batches, load_text, lock_path, plan_for
+from .apply import (
+    ApplyResult,
+    NotConverged,
+    apply_lock,
+    apply_site,
+    backup,
+    batches,
+    load_text,
+    lock_path,
+    plan_for,
+)
 from .desired import Desired, desired_state
 from .plan import KINDS, Change, Op, Plan, make_plan, mark_blocked
 from .report import ProjectReport, build_report
@@ -20,8 +30,8 @@ __all__ = [
     "Op",
     "Plan",
     "ProjectReport",
-    "apply",
     "apply_lock",
+    "apply_site",
     "backup",
     "batches",
     "build_report",

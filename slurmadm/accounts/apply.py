@@ -232,6 +232,8 @@ def batches(plan_ops: list[Op], cluster: str, have: AccountingState) -> list[Bat
             kept.setdefault(user, set()).add(account)
     for rec in have.partition_assocs:
         kept.setdefault(rec.user, set()).add(f"{rec.account}:{rec.partition}")
+    for op in by_kind.get("add-user", []):  # added earlier in this run
+        kept.setdefault(op.name, set()).add(op.account)
     for op in deletes:
         kept.get(op.name, set()).discard(op.account)
     leaving = [op for op in deletes if not kept.get(op.name)]
@@ -270,7 +272,7 @@ def plan_for(site: Site, sacctmgr: Sacctmgr, *, jobs: JobReader | None = None) -
     return want, have, plan
 
 
-def apply(
+def apply_site(
     site: Site,
     sacctmgr: Sacctmgr,
     store: Store,

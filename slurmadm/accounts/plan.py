@@ -13,7 +13,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..slurm.accounting import AccountingState, AccountRecord, AssocRecord, QosRecord, format_tres
+from ..slurm.accounting import (
+    AccountingState,
+    AccountRecord,
+    AssocRecord,
+    QosRecord,
+    format_tres,
+)
 from .desired import Desired
 
 KINDS = (
@@ -156,7 +162,7 @@ def qos_changes(have: QosRecord | None, want: QosRecord) -> list[Change]:
         if change:
             out.append(change)
     if base.max_wall != want.max_wall:
-        show = lambda m: "" if m is None else f"{m // 1440}-{m % 1440 // 60:02d}:{m % 60:02d}:00"  # noqa: E731
+        show = lambda m: "" if m is None else f"{m // 1440}-{m % 1440 // 60:02d}:{m % 60:02d}:00"
         add("MaxWall", show(base.max_wall), show(want.max_wall),
             f"MaxWall={-1 if want.max_wall is None else want.max_wall}")
     if base.preempt != want.preempt:  # last: the executor runs it after every QOS exists

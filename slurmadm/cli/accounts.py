@@ -8,13 +8,33 @@ import sys
 
 import click
 
-from ..accounts import ApplyResult, Op, Plan, apply, build_report, mark_blocked, plan_for
+from ..accounts import (
+    ApplyResult,
+    Op,
+    Plan,
+    apply_site,
+    build_report,
+    mark_blocked,
+    plan_for,
+)
 from ..accounts.report import COLUMNS
 from ..errors import EXIT_PROBLEMS, SlurmadmError
 from ..slurm.accounting import JobReader, Sacctmgr
 from ..store import Store
 from .audit import parse_since
-from .common import Group, console, dry_run_option, get_site, info, json_option, print_json, reason_option, site_option, table, warn
+from .common import (
+    Group,
+    console,
+    dry_run_option,
+    get_site,
+    info,
+    json_option,
+    print_json,
+    reason_option,
+    site_option,
+    table,
+    warn,
+)
 
 SHOW_AT_MOST = 200  # plan rows printed for people; --json always has all
 
@@ -115,7 +135,7 @@ def apply_cmd(site_file, as_json, dry_run, reason, prune) -> None:
                 info("deletions are listed but would not run without --prune")
         return
     with Store.for_site(site) as store:
-        result = apply(site, sacctmgr, store, prune=prune, reason=reason, jobs=JobReader() if prune else None,
+        result = apply_site(site, sacctmgr, store, prune=prune, reason=reason, jobs=JobReader() if prune else None,
                        progress=None if as_json else info)
     if as_json:
         print_json(result.to_json())

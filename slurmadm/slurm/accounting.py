@@ -179,10 +179,7 @@ def _rows(text: str, fields: str, command: str) -> list[list[str]]:
     for line in text.splitlines():
         if not line.strip():
             continue
-        cols = line.split("|")
-        # `-P` ends each line with the separator on some releases; tolerate exactly one extra.
-        if len(cols) == want + 1 and cols[-1] == "":
-            cols = cols[:-1]
+        cols = line.split("|")  # -P / --parsable2: no trailing separator
         if len(cols) != want:
             raise AmbiguousOutput(
                 f"{command}: a line has {len(cols)} fields instead of {want} (a name with '|'?): {line[:80]!r}"
@@ -352,7 +349,7 @@ def _failure(argv: list[str], proc) -> CommandFailed:
     """sacctmgr prints its reason on stderr, or on stdout after a header; keep the telling line."""
     lines = [ln.strip() for ln in (proc.stderr or "").splitlines() + (proc.stdout or "").splitlines()]
     lines = [ln for ln in lines if ln]
-    telling = [ln for ln in lines if re.search(r"error|problem|unknown|invalid|can ?not|nothing|you need", ln, re.I)]
+    telling = [ln for ln in lines if re.search(r"error|problem|unknown|invalid|can ?not|nothing|you need", ln, re.IGNORECASE)]
     text = "\n".join(telling or lines[-3:] or ["no output"])
     return CommandFailed(argv[:3] + (["..."] if len(argv) > 3 else []), proc.returncode, text)
 
