@@ -33,9 +33,6 @@ class ProjectReport:
 
     def to_json(self) -> dict:
         out = asdict(self)
-        for key in ("gpu_hours_budget", "gpu_hours_used", "gpu_hours_left", "gpu_hours_since"):
-            if out[key] is not None:
-                out[key] = round(out[key], 2)
         if out["level_fs"] is not None and out["level_fs"] == float("inf"):
             out["level_fs"] = "inf"
         return out

@@ -305,6 +305,18 @@ def account_problems(site: Site) -> list[str]:
         if user.default_project is not None and user.default_project not in member_of.get(user.name, []):
             p(f"users[{i}].default_project: {user.name!r} is not a member of {user.default_project!r}")
 
+    # ---- budgets need time limits ----
+    # Slurm starts a job under a GrpTRESMins budget only if its GPUs x time limit fits in what is
+    # left; a job without a limit (INFINITE) waits forever with reason AssocGrpGRESMinutes.
+    budgeted = [f"projects[{i}]" for i, x in enumerate(site.projects) if x.gpu_hours] + [
+        f"organizations[{i}]" for i, x in enumerate(site.organizations) if x.gpu_hours]
+    if budgeted:
+        for i, part in enumerate(site.partitions):
+            if part.default_time is None and slurm_time_minutes(part.max_time) is None:
+                p(f"partitions[{i}].default_time: jobs that give no --time never start under a GPU-hour "
+                  f"budget ({budgeted[0]}.gpu_hours; they wait with AssocGrpGRESMinutes): set default_time "
+                  "or a finite max_time")
+
     # ---- accounting ----
     acc = site.accounting
     if acc.budget_mode == "decay":

@@ -88,6 +88,8 @@ BAD = [
     ("reset-without-period", put("accounting.budget_mode", "reset"), "accounting.budget_reset_period: budget_mode \"reset\" needs a period"),
     ("unknown-budget-mode", put("accounting.budget_mode", "monthly"), "accounting.budget_mode: got 'monthly'"),
     ("negative-hours", put("projects.1.gpu_hours", -5), "projects[1].gpu_hours: must be > 0, got -5"),
+    ("budget-without-time-limit", lambda d: d["partitions"][0].pop("default_time") and d["partitions"][0].update(max_time="INFINITE"),
+     "partitions[0].default_time: jobs that give no --time never start under a GPU-hour budget"),
 ]
 
 
