@@ -14,6 +14,7 @@ from slurmadm.slurm.accounting import (
     AmbiguousOutput,
     AssocRecord,
     Sacctmgr,
+    TreeUnknown,
     accounts_from_json,
     accounts_from_text,
     assocs_from_json,
@@ -48,7 +49,10 @@ def test_qos_text(release):
     assert high.max_tres_per_user == {"gres/gpu": "128"} and high.max_tres_per_job == {"gres/gpu": "16"}
     assert high.grp_tres == {"gres/gpu": "64"} and high.max_wall == 2880
     assert qos["low"].preempt_mode == "requeue" and qos["low"].usage_factor == 0.5
-    assert qos["normal"].description == "Normal QOS default" and qos["normal"].max_wall is None
+    assert qos["normal"].description.lower() == "normal qos default" and qos["normal"].max_wall is None
+
+
+TREES = {"22.05": "nested", "24.11": "ids"}
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -68,17 +72,39 @@ def test_assocs_text(release):
 
 
 @pytest.mark.parametrize("release", RELEASES)
+def test_the_tree_from_bounds_or_ids_is_the_tree_slurmdbd_names(release):
+    """22.05 nested-set bounds (with gaps left by deleted rows) and 24.11 parent ids give the
+    same parents as slurmdbd's own ParentName."""
+    named = sorted(assocs_from_text(sample(release, "show_assoc.txt")), key=lambda r: r.key)
+    derived = sorted(assocs_from_text(sample(release, "show_assoc_tree.txt"), TREES[release]), key=lambda r: r.key)
+    assert derived == named
+
+
+def test_a_tree_without_parents_asks_for_names():
+    # 22.05 with wopi prints ParentID 0: no parent can be found from ids
+    text = "root|||1|||normal||1|0\nphysics|||40|gres/gpu=16||||7|0\n"
+    with pytest.raises(TreeUnknown, match="no parent found for 'physics'"):
+        assocs_from_text(text, "ids")
+    with pytest.raises(TreeUnknown, match="unreadable"):
+        assocs_from_text("root|||1|||normal||x|y\n", "nested")
+
+
+@pytest.mark.parametrize("release", RELEASES)
 def test_accounts_and_defaults_text(release):
     accounts = accounts_from_text(sample(release, "show_account.txt"))
     assert accounts["physics"].description == "department of physics"  # sacctmgr lowercases it
     assert accounts["phys-lattice"].organization == "physics"
-    assert default_accounts_from_text(sample(release, "show_user.txt")) == {
+    assert default_accounts_from_text(sample(release, "show_defaults.txt")) == {
         "alice": "phys-lattice", "bob": "phys-lattice", "carol": "phys-astro", "root": "root"}
 
 
 def test_text_is_the_same_on_both_releases():
-    for name in ("show_qos.txt", "show_assoc.txt", "show_account.txt", "show_user.txt"):
+    for name in ("show_assoc.txt", "show_account.txt"):
         assert sample("22.05", name) == sample("24.11", name), name
+    # normal's description was set again on 22.05, and sacctmgr stored it lowercased
+    q22, q24 = (qos_from_text(sample(r, "show_qos.txt")) for r in RELEASES)
+    assert q22["normal"].description == "normal qos default" and q24["normal"].description == "Normal QOS default"
+    assert q22["high"] == q24["high"] and q22["low"] == q24["low"]
 
 
 def test_json_parses_to_the_same_records_as_text():
@@ -88,7 +114,7 @@ def test_json_parses_to_the_same_records_as_text():
     recs, defaults = assocs_from_json(sample("24.11", "show_assoc.json"))
     key = lambda r: r.key
     assert sorted(recs, key=key) == sorted(assocs_from_text(sample("24.11", "show_assoc.txt")), key=key)
-    assert defaults == default_accounts_from_text(sample("24.11", "show_user.txt"))
+    assert defaults == default_accounts_from_text(sample("24.11", "show_defaults.txt"))
     assert accounts_from_json(sample("24.11", "show_account.json")) == accounts_from_text(
         sample("24.11", "show_account.txt"))
     assert default_accounts_from_json(sample("24.11", "show_user.json")) == defaults
@@ -161,33 +187,48 @@ class FakeRun:
         raise AssertionError(f"unexpected command {text}")
 
 
-def test_read_state_uses_text_and_parallel_reads(monkeypatch):
-    fake = FakeRun({
-        "--version": (0, "slurm 22.05.8\n", ""),
-        "show qos": (0, sample("22.05", "show_qos.txt"), ""),
-        "show assoc": (0, sample("22.05", "show_assoc.txt"), ""),
-        "show account": (0, sample("22.05", "show_account.txt"), ""),
-        "show user": (0, sample("22.05", "show_user.txt"), ""),
-    })
+def canned(release: str, **override) -> dict[str, tuple[int, str, str]]:
+    """sacctmgr answers by command (first matching needle wins)."""
+    out = {
+        "--version": (0, sample(release, "version.txt"), ""),
+        "--json show assoc": (0, sample("24.11", "show_assoc.json"), ""),
+        "show qos": (0, sample(release, "show_qos.txt"), ""),
+        "onlydefaults": (0, sample(release, "show_defaults.txt"), ""),
+        "wopi": (0, sample(release, "show_assoc_tree.txt"), ""),
+        "show assoc": (0, sample(release, "show_assoc.txt"), ""),
+        "show account": (0, sample(release, "show_account.txt"), ""),
+    }
+    return {**override, **out} if override else out
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_read_state_reads_the_tree_the_release_has(monkeypatch, release):
+    fake = FakeRun(canned(release))
     monkeypatch.setattr(acc, "run", fake)
     state = Sacctmgr("acctdev", fmt="auto").read_state()
     assert state.assocs[("phys-lattice", "alice")] == AssocRecord(
         account="phys-lattice", user="alice", grp_tres={"gres/gpu": "4"})
-    assert state.default_account["carol"] == "phys-astro"
-    assoc_call = next(c for c in fake.calls if "assoc" in c)
-    assert "wopl" in assoc_call and "where" in assoc_call and "cluster=acctdev" in assoc_call
-    assert not any("--json" in c for c in fake.calls)
+    assert state.assocs[("phys-astro", "")].parent == "physics"
+    assert state.default_account == {"alice": "phys-lattice", "bob": "phys-lattice", "carol": "phys-astro",
+                                      "root": "root"}
+    assoc_call = next(c for c in fake.calls if "assoc" in c and "onlydefaults" not in c)
+    assert "wopl" in assoc_call and "wopi" in assoc_call and "cluster=acctdev" in assoc_call
+    assert assoc_call[-1].endswith({"22.05": "LFT,RGT", "24.11": "ID,ParentID"}[release])
+    assert not any("--json" in c for c in fake.calls) and not any("user" in c for c in fake.calls)
+
+
+def test_unknown_tree_columns_fall_back_to_parent_names(monkeypatch):
+    bad_tree = (0, "root|||1|||normal||1|0\nml|||30|||||5|0\n", "")
+    fake = FakeRun({"ID,ParentID": bad_tree, **canned("24.11")})
+    monkeypatch.setattr(acc, "run", fake)
+    state = Sacctmgr("acctt").read_state()
+    assert state.assocs[("ml-llm", "")].parent == "ml"
+    assert any(c[-1].endswith("ParentName") for c in fake.calls)
 
 
 def test_ambiguous_text_falls_back_to_json_where_the_release_has_it(monkeypatch):
-    fake = FakeRun({
-        "--version": (0, "slurm-wlm 24.11.5\n", ""),
-        "--json show assoc": (0, sample("24.11", "show_assoc.json"), ""),
-        "show qos": (0, sample("24.11", "show_qos.txt"), ""),
-        "show assoc": (0, sample("24.11", "show_assoc.txt") + "bad|name||root||1|||normal|\n", ""),
-        "show account": (0, sample("24.11", "show_account.txt"), ""),
-        "show user": (0, sample("24.11", "show_user.txt"), ""),
-    })
+    weird = (0, sample("24.11", "show_assoc_tree.txt") + "bad|name|||1|||||9|1\n", "")
+    fake = FakeRun({"ID,ParentID": weird, **canned("24.11")})
     monkeypatch.setattr(acc, "run", fake)
     state = Sacctmgr("acctt").read_state()
     assert ("phys-lattice", "bob") in state.assocs
@@ -195,14 +236,8 @@ def test_ambiguous_text_falls_back_to_json_where_the_release_has_it(monkeypatch)
 
 
 def test_ambiguous_text_on_22_05_is_an_error(monkeypatch):
-    fake = FakeRun({
-        "--version": (0, "slurm 22.05.8\n", ""),
-        "show qos": (0, sample("22.05", "show_qos.txt"), ""),
-        "show assoc": (0, "bad|name||root||1|||normal|\n", ""),
-        "show account": (0, sample("22.05", "show_account.txt"), ""),
-        "show user": (0, sample("22.05", "show_user.txt"), ""),
-    })
-    monkeypatch.setattr(acc, "run", fake)
+    weird = (0, "bad|name||root||1|||normal|1|2\n", "")
+    monkeypatch.setattr(acc, "run", FakeRun({"LFT,RGT": weird, **canned("22.05")}))
     with pytest.raises(AmbiguousOutput):
         Sacctmgr("acctdev").read_state()
 
