@@ -108,20 +108,33 @@ def backup_dir(site: Site) -> Path:
     return Path(site.store.path).parent / "accounts-backups"
 
 
-def backup(sacctmgr: Sacctmgr, directory: Path, keep: int) -> list[str]:
-    """`sacctmgr dump` (accounts, users, limits) plus the QOS table, which dump leaves out."""
+def backup_paths(cluster: str, directory: Path) -> tuple[Path, Path]:
+    """Where this apply's `sacctmgr dump` and QOS table go (a new pair per apply)."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
-    dump = directory / f"{sacctmgr.cluster}-{stamp}.cfg"
-    qos = directory / f"{sacctmgr.cluster}-{stamp}-qos.txt"
-    sacctmgr.dump(str(dump))
-    if not dump.exists():
-        raise UnreachableError(f"sacctmgr dump wrote no {dump}")
-    qos.write_text(sacctmgr.qos_table())
-    for pattern in (f"{sacctmgr.cluster}-*[0-9].cfg", f"{sacctmgr.cluster}-*-qos.txt", f"{sacctmgr.cluster}-*-load.cfg"):
+    return directory / f"{cluster}-{stamp}.cfg", directory / f"{cluster}-{stamp}-qos.txt"
+
+
+def save_dump(sacctmgr: Sacctmgr, path: Path) -> None:
+    """`sacctmgr dump`: accounts, users and their limits (not QOS)."""
+    sacctmgr.dump(str(path))
+    if not path.exists():
+        raise UnreachableError(f"sacctmgr dump wrote no {path}")
+
+
+def rotate(directory: Path, cluster: str, keep: int) -> None:
+    for pattern in (f"{cluster}-*[0-9].cfg", f"{cluster}-*-qos.txt", f"{cluster}-*-load.cfg"):
         old = sorted(directory.glob(pattern))
         for path in old[: max(0, len(old) - keep)]:
             path.unlink(missing_ok=True)
+
+
+def backup(sacctmgr: Sacctmgr, directory: Path, keep: int, qos_table: str) -> list[str]:
+    """`sacctmgr dump` plus the QOS table as read, which dump leaves out; keeps the newest `keep`."""
+    dump, qos = backup_paths(sacctmgr.cluster, directory)
+    qos.write_text(qos_table)
+    save_dump(sacctmgr, dump)
+    rotate(directory, sacctmgr.cluster, keep)
     return [str(dump), str(qos)]
 
 
@@ -217,12 +230,12 @@ def batches(plan_ops: list[Op], cluster: str, have: AccountingState) -> list[Bat
         for b in _named(["modify", "qos", "where"], ops, [], ["set", *args])]
     changes += [b for args, ops in _grouped(by_kind.get("modify-qos", []), _args)
                 for b in _named(["modify", "qos", "where"], ops, [], ["set", *args])]
-    emit(changes, together=True)
-
-    # New accounts and user associations: one load.
+    # New accounts and user associations: one load, at the same time as the QOS changes (it
+    # only needs the QOS to exist).
     new = by_kind.get("add-account", []) + by_kind.get("add-user", [])
     if new:
-        emit([Batch(["load"], new, load_text(cluster, new))], together=False)
+        changes.append(Batch(["load"], new, load_text(cluster, new)))
+    emit(changes, together=True)
 
     emit([b for (_depth, parent), ops in sorted(_grouped(by_kind.get("move-account", []), lambda o: (o.depth, o.account)))
           for b in _named(["modify", "account", "where"], ops, [c], ["set", f"Parent={parent}"])], together=False)
@@ -342,31 +355,45 @@ def apply_site(
     with apply_lock(lock_path(site)):
         _want, have, plan = plan_for(site, sacctmgr, jobs=jobs if prune else None)
         todo = plan.runnable(prune)
-        result = ApplyResult(plan=plan, skipped=[op for op in plan.ops if op not in todo])
+        chosen = {id(op) for op in todo}
+        result = ApplyResult(plan=plan, skipped=[op for op in plan.ops if id(op) not in chosen])
         if not todo:
             result.seconds = time.monotonic() - started
             return result
+        # Backup: the QOS table as just read; the dump (no QOS in it) runs while QOS are added and
+        # must be written before anything touches an association.
         directory = backup_dir(site)
-        result.backups = backup(sacctmgr, directory, site.accounting.backup_keep)
-        say(f"backup: {result.backups[0]}")
-        load_path = Path(result.backups[0]).with_name(Path(result.backups[0]).stem + "-load.cfg")
-        for stage in _stages(batches(todo, plan.cluster, have)):
-            for batch in stage:
-                if batch.load_text:
-                    load_path.write_text(batch.load_text)
-                    batch.argv = ["load", f"file={load_path}"]
-            done, failed = _run_stage(sacctmgr, stage)
-            for batch in done:  # an audit event per change that slurmdbd took
-                result.calls += 1
-                command = "sacctmgr -i " + " ".join(batch.argv)
-                for op in batch.ops:
-                    store.audit(f"accounts.{op.kind}", op.target, reason, cluster=plan.cluster,
-                                changes=[c.__dict__ for c in op.changes], command=command[:2000])
-                    result.done.append(op)
-                kinds = sorted({op.kind for op in batch.ops}, key=KINDS.index) or ["add-qos (Preempt)"]
-                say(f"{len(batch.ops):>5} {'+'.join(kinds)}: {command[:110]}")
-            if failed:
-                raise failed[0]
+        dump, qos = backup_paths(plan.cluster, directory)
+        qos.write_text(have.qos_table)
+        result.backups = [str(dump), str(qos)]
+        say(f"backup: {dump}")
+        load_path = dump.with_name(dump.stem + "-load.cfg")
+        with ThreadPoolExecutor(max_workers=1) as background:
+            dumping = background.submit(save_dump, sacctmgr, dump)
+            for stage in _stages(batches(todo, plan.cluster, have)):
+                if dumping is not None and any(b.argv[1:2] != ["qos"] for b in stage):
+                    dumping.result()
+                    dumping = None
+                for batch in stage:
+                    if batch.load_text:
+                        load_path.write_text(batch.load_text)
+                        batch.argv = ["load", f"file={load_path}"]
+                done, failed = _run_stage(sacctmgr, stage)
+                for batch in done:  # an audit event per change that slurmdbd took
+                    result.calls += 1
+                    command = "sacctmgr -i " + " ".join(batch.argv)
+                    store.audit_many([
+                        (f"accounts.{op.kind}", op.target, reason,
+                         {"cluster": plan.cluster, "changes": [c.__dict__ for c in op.changes], "command": command[:2000]})
+                        for op in batch.ops])
+                    result.done += batch.ops
+                    kinds = sorted({op.kind for op in batch.ops}, key=KINDS.index) or ["add-qos (Preempt)"]
+                    say(f"{len(batch.ops):>5} {'+'.join(kinds)}: {command[:110]}")
+                if failed:
+                    raise failed[0]
+            if dumping is not None:
+                dumping.result()
+        rotate(directory, plan.cluster, site.accounting.backup_keep)
         # Re-read: what should have happened must now be absent from a fresh plan.
         _w, _h, after = plan_for(site, sacctmgr, jobs=jobs if prune else None)
         left = after.runnable(prune)

@@ -70,8 +70,8 @@ class Op:
     def is_delete(self) -> bool:
         return self.kind.startswith("delete-")
 
-    def describe(self) -> str:
-        return "; ".join(f"{c.field}: {c.old or '-'} -> {c.new or '-'}" for c in self.changes)
+    def describe(self, sep: str = "; ") -> str:
+        return sep.join(f"{c.field}: {c.old or '-'} -> {c.new or '-'}" for c in self.changes)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -56,7 +56,7 @@ def _plan_rows(ops: list[Op]) -> list[tuple]:
             action += f" (blocked: {op.blocked})"
         elif op.is_delete:
             action += " (--prune)"
-        rows.append((i, action, op.target, op.describe()))
+        rows.append((i, action, op.target, op.describe(sep="\n")))
     return rows
 
 

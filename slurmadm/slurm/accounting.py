@@ -3,12 +3,13 @@ changes, `sacctmgr load` files and `sacctmgr dump` backups. Also the few squeue/
 that `slurmadm accounts` needs.
 
 Reads use `sacctmgr -n -P show ... format=<named fields>`: the same on every release (captured
-from 22.05.8 and 24.11.5, tests/unit/data/accounting/). Associations are read with `wopl`
-(without parent limits): raw values as stored, so an inherited QOS reads as empty, and slurmdbd
-skips the parent-limit lookups (0.55 s instead of 0.8 s for 2,500 associations). From 23.02
-sacctmgr also speaks `--json`; it is used when the text form is ambiguous (a name with `|` in it
-that someone else created) or when SLURMADM_SACCTMGR_FORMAT=json asks for it. Both shapes parse to
-the same records.
+from 22.05.8 and 24.11.5, tests/unit/data/accounting/), four at once. Associations are read with
+`wopl` (raw values as stored: an inherited QOS reads as empty) and `wopi` (slurmdbd skips its
+per-row parent lookup; the tree comes from nested-set bounds or parent ids, see TREE_FIELDS);
+default accounts from `show assoc onlydefaults`. For 2,500 associations the slowest read takes
+0.35 s. From 23.02 sacctmgr also speaks `--json`; it is used when the text form is ambiguous (a
+name with `|` that someone else created) or when SLURMADM_SACCTMGR_FORMAT=json asks for it. Both
+shapes parse to the same records.
 
 Facts this module relies on (verified on 22.05.8 and 24.11.5):
 - names and descriptions are lowercased by sacctmgr; Fairshare=parent reads as "parent" (JSON:
@@ -35,7 +36,13 @@ from .parse import parse_version, unwrap_number
 # sacctmgr stores Fairshare=parent as this number (SLURMDB_FS_USE_PARENT).
 FS_USE_PARENT = 0x7FFFFFFF
 
-QOS_FIELDS = "Name,Description,Priority,Preempt,PreemptMode,UsageFactor,Flags,MaxTRESPU,MaxTRES,GrpTRES,MaxWall"
+# Every field `sacctmgr show qos` has, Description added: what slurmadm compares, and a complete
+# QOS backup from the same read (`sacctmgr dump` leaves QOS out).
+QOS_FIELDS = (
+    "Name,Description,Priority,GraceTime,Preempt,PreemptExemptTime,PreemptMode,Flags,UsageThres,UsageFactor,"
+    "GrpTRES,GrpTRESMins,GrpTRESRunMins,GrpJobs,GrpSubmit,GrpWall,MaxTRES,MaxTRESPerNode,MaxTRESMins,MaxWall,"
+    "MaxTRESPU,MaxJobsPU,MaxSubmitPU,MaxTRESPA,MaxJobsPA,MaxSubmitPA,MinTRES"
+)
 ASSOC_FIELDS = "Account,User,Partition,Share,GrpTRES,GrpTRESMins,QOS,DefaultQOS"
 # How an account's parent is read. slurmdbd looks up ParentName per row (0.8 s for 2,500
 # associations); with `wopi` it skips that and the tree comes from the nested-set bounds (22.05,
@@ -116,6 +123,7 @@ class AccountingState:
     default_account: dict[str, str] = field(default_factory=dict)  # user -> account ("" unset)
     # Partition-specific associations: slurmadm neither plans for them nor deletes them.
     partition_assocs: list[AssocRecord] = field(default_factory=list)
+    qos_table: str = ""  # the QOS as read (QOS_FIELDS, `|`-separated): the QOS part of a backup
 
 
 class AmbiguousOutput(UnreachableError):
@@ -196,22 +204,22 @@ def _rows(text: str, fields: str, command: str) -> list[list[str]]:
 
 
 def qos_from_text(text: str) -> dict[str, QosRecord]:
+    names = QOS_FIELDS.split(",")
     out = {}
-    for name, descr, prio, preempt, mode, factor, flags, mtpu, mtpj, grp, wall in _rows(
-        text, QOS_FIELDS, "sacctmgr show qos"
-    ):
-        out[name] = QosRecord(
-            name=name,
-            description=descr,
-            priority=int(prio or 0),
-            preempt=_names(preempt),
-            preempt_mode=mode or "cluster",
-            usage_factor=float(factor or 1.0),
-            flags=_names(flags),
-            max_tres_per_user=parse_tres(mtpu),
-            max_tres_per_job=parse_tres(mtpj),
-            grp_tres=parse_tres(grp),
-            max_wall=parse_wall(wall),
+    for cols in _rows(text, QOS_FIELDS, "sacctmgr show qos"):
+        q = dict(zip(names, cols, strict=True))
+        out[q["Name"]] = QosRecord(
+            name=q["Name"],
+            description=q["Description"],
+            priority=int(q["Priority"] or 0),
+            preempt=_names(q["Preempt"]),
+            preempt_mode=q["PreemptMode"] or "cluster",
+            usage_factor=float(q["UsageFactor"] or 1.0),
+            flags=_names(q["Flags"]),
+            max_tres_per_user=parse_tres(q["MaxTRESPU"]),
+            max_tres_per_job=parse_tres(q["MaxTRES"]),
+            grp_tres=parse_tres(q["GrpTRES"]),
+            max_wall=parse_wall(q["MaxWall"]),
         )
     return out
 
@@ -386,6 +394,14 @@ def _failure(argv: list[str], proc) -> CommandFailed:
     return CommandFailed(argv[:3] + (["..."] if len(argv) > 3 else []), proc.returncode, text)
 
 
+def _qos_with_text(text: str) -> tuple[dict[str, QosRecord], str]:
+    return qos_from_text(text), QOS_FIELDS.replace(",", "|") + "\n" + text
+
+
+def _qos_with_json(text: str) -> tuple[dict[str, QosRecord], str]:
+    return qos_from_json(text), text
+
+
 class Sacctmgr:
     """sacctmgr for one cluster. Every call has a time limit; changes use `-i` (commit at once)."""
 
@@ -456,7 +472,7 @@ class Sacctmgr:
             return recs, None
 
         jobs = {
-            "qos": lambda: text_or_json(("qos", f"format={QOS_FIELDS}"), ("qos",), qos_from_text, qos_from_json),
+            "qos": lambda: text_or_json(("qos", f"format={QOS_FIELDS}"), ("qos",), _qos_with_text, _qos_with_json),
             "assocs": assocs,
             "accounts": lambda: text_or_json(
                 ("account", f"format={ACCOUNT_FIELDS}"), ("account",), accounts_from_text, accounts_from_json
@@ -475,7 +491,10 @@ class Sacctmgr:
             results = {k: f.result() for k, f in futures.items()}
         assoc_list, json_defaults = results["assocs"]
         defaults = json_defaults if json_defaults is not None else results["defaults"]
-        return build_state(self.cluster, results["qos"], assoc_list, results["accounts"], defaults)
+        qos, qos_table = results["qos"]
+        state = build_state(self.cluster, qos, assoc_list, results["accounts"], defaults)
+        state.qos_table = qos_table
+        return state
 
     # ---- changes ----
 
@@ -492,9 +511,6 @@ class Sacctmgr:
         """`sacctmgr dump CLUSTER file=PATH` (accounts, users, limits; not QOS)."""
         self._run(["sacctmgr", "-i", "dump", self.cluster, f"file={path}"], timeout=max(self.timeout, 300))
 
-    def qos_table(self) -> str:
-        """The QOS table as `sacctmgr show qos -P` prints it (for backups; dump leaves QOS out)."""
-        return self._run(["sacctmgr", "-P", "show", "qos"]).stdout
 
 
 # ------------------------------------------------------------------------ jobs, fairshare, usage

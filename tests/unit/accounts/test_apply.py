@@ -160,9 +160,6 @@ class DumpOnly:
     def dump(self, path):
         Path(path).write_text("Cluster - 'b200'\n")
 
-    def qos_table(self):
-        return "Name|Priority\nnormal|0\n"
-
 
 def test_backups_keep_the_newest(tmp_path, monkeypatch):
     mod = importlib.import_module("slurmadm.accounts.apply")
@@ -170,7 +167,7 @@ def test_backups_keep_the_newest(tmp_path, monkeypatch):
     stamps = iter(f"2026010{i}T000000" for i in range(1, 8))
     monkeypatch.setattr(mod.time, "strftime", lambda _fmt: next(stamps))
     for _ in range(5):
-        paths = backup(DumpOnly(), tmp_path / "b", keep=3)
+        paths = backup(DumpOnly(), tmp_path / "b", keep=3, qos_table="Name|Priority\nnormal|0\n")
     kept = sorted(p.name for p in (tmp_path / "b").iterdir())
     pid = os.getpid()
     assert kept == [f"b200-2026010{i}T000000-{pid}{s}" for i in (3, 4, 5) for s in ("-qos.txt", ".cfg")]

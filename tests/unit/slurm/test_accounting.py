@@ -215,6 +215,10 @@ def test_read_state_reads_the_tree_the_release_has(monkeypatch, release):
     assert "wopl" in assoc_call and "wopi" in assoc_call and "cluster=acctdev" in assoc_call
     assert assoc_call[-1].endswith({"22.05": "LFT,RGT", "24.11": "ID,ParentID"}[release])
     assert not any("--json" in c for c in fake.calls) and not any("user" in c for c in fake.calls)
+    # the QOS as read are the QOS part of apply's backup: every field, with a header
+    header, *rows = state.qos_table.splitlines()
+    assert header.startswith("Name|Description|Priority|GraceTime") and header.endswith("MinTRES")
+    assert any(r.startswith("high|deadlines|1000|") for r in rows) and len(rows) == 3
 
 
 def test_unknown_tree_columns_fall_back_to_parent_names(monkeypatch):
