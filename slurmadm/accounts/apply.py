@@ -168,6 +168,24 @@ def _named(prefix: list[str], ops: list[Op], where: list[str], tail: list[str]) 
     return out
 
 
+def _user_calls(verb: str, ops: list[Op], have: AccountingState, cluster: str, tail: list[str]) -> list[Batch]:
+    """`<verb> user where name=U account=A`: sacctmgr takes every existing association in U x A,
+    so one call serves all of `ops` when that is exactly their associations (200 members of 50
+    projects getting the same cap: one call, not 50); otherwise one call per account."""
+    if not ops:
+        return []
+    users = sorted({op.name for op in ops})
+    accounts = sorted({op.account for op in ops})
+    if len(accounts) > 1 and len(users) <= CHUNK and len(accounts) <= CHUNK:
+        uset, aset = set(users), set(accounts)
+        matched = {(a, u) for (a, u) in have.assocs if u in uset and a in aset}
+        if matched == {(op.account, op.name) for op in ops}:
+            return [Batch([verb, "user", "where", f"name={','.join(users)}", f"account={','.join(accounts)}",
+                           cluster, *tail], list(ops))]
+    return [b for (account,), group in _grouped(ops, lambda o: (o.account,))
+            for b in _named([verb, "user", "where"], group, [f"account={account}", cluster], tail)]
+
+
 def _load_opts(changes) -> str:
     """`:Key='value'` options of a load line from the changes' sacctmgr arguments."""
     out = ""
@@ -241,8 +259,8 @@ def batches(plan_ops: list[Op], cluster: str, have: AccountingState) -> list[Bat
           for b in _named(["modify", "account", "where"], ops, [c], ["set", f"Parent={parent}"])], together=False)
     emit([b for args, ops in _grouped(by_kind.get("modify-account", []), _args)
           for b in _named(["modify", "account", "where"], ops, [c], ["set", *args])], together=True)
-    emit([b for (account, args), ops in _grouped(by_kind.get("modify-user", []), lambda o: (o.account, _args(o)))
-          for b in _named(["modify", "user", "where"], ops, [f"account={account}", c], ["set", *args])], together=True)
+    emit([b for args, ops in _grouped(by_kind.get("modify-user", []), _args)
+          for b in _user_calls("modify", ops, have, c, ["set", *args])], together=True)
     emit([b for (account,), ops in _grouped(by_kind.get("default-account", []), lambda o: (o.account,))
           for b in _named(["modify", "user", "where"], ops, [c], ["set", f"DefaultAccount={account}"])], together=True)
 
@@ -274,8 +292,7 @@ def batches(plan_ops: list[Op], cluster: str, have: AccountingState) -> list[Bat
             b.ops += [u for op in b.ops for u in with_account.get(op.name, [])]
         emit(calls, together=False)
     rest = [op for op in deletes if kept.get(op.name) and op.account not in gone]
-    emit([b for (account,), ops in _grouped(rest, lambda o: (o.account,))
-          for b in _named(["delete", "user", "where"], ops, [f"account={account}", c], [])], together=False)
+    emit(_user_calls("delete", rest, have, c, []), together=False)
     emit(_named(["delete", "qos", "where"], by_kind.get("delete-qos", []), [], []), together=False)
     return out
 

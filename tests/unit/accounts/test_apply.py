@@ -74,6 +74,34 @@ def test_same_change_on_many_entities_is_one_call():
     assert len(modify_accounts) == 3 and all("cluster=b200" in a for a in modify_accounts)
 
 
+def test_members_of_many_projects_getting_the_same_change_is_one_call():
+    def caps(data):
+        for p in data["projects"]:
+            if p["name"] in ("bio-fold", "ml-thesis", "phys-astro"):
+                p["user_gpu_cap"] = 2
+    site, live = site_with(caps), as_stored(site_with())
+    argvs = calls(make_plan(desired_state(site), live), live)
+    assert argvs == [["modify", "user", "where", "name=carol,dave,erin,ivan,judy",
+                      "account=bio-fold,ml-thesis,phys-astro", "cluster=b200", "set", "GrpTRES=gres/gpu=2"]]
+
+
+def test_a_shared_member_splits_the_call_per_account():
+    """alice is in phys-lattice and ml-llm; only her ml-llm association changes, so a call naming
+    both projects and alice would change too much."""
+    def caps(data):
+        for p in data["projects"]:
+            if p["name"] in ("ml-llm", "phys-astro"):
+                p["user_gpu_cap"] = 2
+    site, live = site_with(caps), as_stored(site_with())
+    live.assocs[("phys-astro", "alice")] = AssocRecord("phys-astro", "alice", grp_tres={"gres/gpu": "2"})
+    live.assocs[("ml-llm", "carol")] = AssocRecord("ml-llm", "carol")  # not in the site: left alone here
+    argvs = [a for a in calls(make_plan(desired_state(site), live), live) if a[:2] == ["modify", "user"]]
+    assert sorted(argvs) == [
+        ["modify", "user", "where", "name=alice,frank,grace", "account=ml-llm", "cluster=b200", "set", "GrpTRES=gres/gpu=2"],
+        ["modify", "user", "where", "name=carol", "account=phys-astro", "cluster=b200", "set", "GrpTRES=gres/gpu=2"],
+    ]
+
+
 def test_deletions_go_in_the_order_slurmdbd_accepts():
     site = site_with()
     live = as_stored(site)
