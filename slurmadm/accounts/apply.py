@@ -6,9 +6,9 @@ it holds (50 adds in one call 0.65 s, one add 0.5 s), so entities that get the s
 one call (`modify account where name=a,b,c set GrpTRES=gres/gpu=8`), and every new account and
 user association goes into one `sacctmgr load` file: one commit for 500 accounts and 2,000 users.
 
-The load file only ever adds. On 22.05.8, a load that both modifies existing associations and
-changes a user's default account silently drops the association changes while printing them as
-done (seen against the real slurmdbd; see tests/integration/test_accounts.py), so every change
+The load file only ever adds. A load that both modifies existing associations and changes a
+user's default account silently drops the association changes while printing them as done (seen
+on 22.05.8 and 24.11.5; tests/integration/test_accounts.py shows it), so every change
 to something that exists goes through `sacctmgr modify`, and a new user's default account is
 only set by the load line that creates the user.
 
@@ -127,15 +127,6 @@ def rotate(directory: Path, cluster: str, keep: int) -> None:
         old = sorted(directory.glob(pattern))
         for path in old[: max(0, len(old) - keep)]:
             path.unlink(missing_ok=True)
-
-
-def backup(sacctmgr: Sacctmgr, directory: Path, keep: int, qos_table: str) -> list[str]:
-    """`sacctmgr dump` plus the QOS table as read, which dump leaves out; keeps the newest `keep`."""
-    dump, qos = backup_paths(sacctmgr.cluster, directory)
-    qos.write_text(qos_table)
-    save_dump(sacctmgr, dump)
-    rotate(directory, sacctmgr.cluster, keep)
-    return [str(dump), str(qos)]
 
 
 # ------------------------------------------------------------------------------------ batches

@@ -15,14 +15,13 @@ import pytest
 from slurmadm.accounts import (
     apply_lock,
     apply_site,
-    backup,
     batches,
     desired_state,
     load_text,
     lock_path,
     make_plan,
 )
-from slurmadm.errors import LockBusy
+from slurmadm.errors import LockBusy, UnreachableError
 from slurmadm.slurm.accounting import AssocRecord, QosRecord
 from slurmadm.store import Store
 from tests.unit.accounts.states import as_stored, empty_slurmdbd, site_with
@@ -191,16 +190,27 @@ class DumpOnly:
 
 def test_backups_keep_the_newest(tmp_path, monkeypatch):
     mod = importlib.import_module("slurmadm.accounts.apply")
-
     stamps = iter(f"2026010{i}T000000" for i in range(1, 8))
     monkeypatch.setattr(mod.time, "strftime", lambda _fmt: next(stamps))
     for _ in range(5):
-        paths = backup(DumpOnly(), tmp_path / "b", keep=3, qos_table="Name|Priority\nnormal|0\n")
+        dump, qos = mod.backup_paths("b200", tmp_path / "b")
+        qos.write_text("Name|Priority\nnormal|0\n")
+        mod.save_dump(DumpOnly(), dump)
+        mod.rotate(tmp_path / "b", "b200", keep=3)
     kept = sorted(p.name for p in (tmp_path / "b").iterdir())
     pid = os.getpid()
     assert kept == [f"b200-2026010{i}T000000-{pid}{s}" for i in (3, 4, 5) for s in ("-qos.txt", ".cfg")]
-    assert Path(paths[1]).read_text().startswith("Name|Priority")
     assert (tmp_path / "b").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_dump_that_writes_nothing_stops_the_apply(tmp_path):
+    class Silent:
+        def dump(self, path):
+            pass
+
+    mod = importlib.import_module("slurmadm.accounts.apply")
+    with pytest.raises(UnreachableError, match="sacctmgr dump wrote no"):
+        mod.save_dump(Silent(), tmp_path / "x.cfg")
 
 
 def test_qos_record_equality_is_by_value():
