@@ -24,6 +24,24 @@ step "a GPU job gets its GPUs like on a real node"
 sbatch --wait --gres=gpu:8 -o "$STATE/demo-job.out" --wrap 'echo "$(hostname -s)/$SLURMD_NODENAME: CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"' >/dev/null
 cat "$STATE/demo-job.out"
 
+step "nightly burn-in: a short sweep of the 4 nodes (real jobs in QOS burnin, gloo all-reduce through srun)"
+scripts/install-torch-cpu.sh .venv/bin/python
+if ! slurmadm accounts apply --reason "demo" >/dev/null 2>&1; then
+  # until `slurmadm accounts apply` creates them from the site: the burnin QOS and project
+  sacctmgr -i add qos burnin >/dev/null || true
+  sacctmgr -i add account ops parent=root >/dev/null || true
+  sacctmgr -i add account ops-burnin parent=ops >/dev/null || true
+  sacctmgr -i add user root account=ops-burnin qos=normal,burnin >/dev/null || true
+fi
+slurmadm burnin run || echo "(exit $?: a node failed burn-in; see the report)"
+report="$STATE/burnin/latest/report.html"
+if [ -n "${DISPLAY:-}" ] && command -v xdg-open >/dev/null; then
+  xdg-open "$report"
+else
+  echo "report: file://$(readlink -f "$report")   (no display here: open it in a browser)"
+fi
+slurmadm burnin status
+
 step "done: the dev cluster keeps running"
 echo "use it:   eval \"\$(slurmadm dev-cluster env --state-dir $STATE)\""
 echo "stop it:  slurmadm dev-cluster down --state-dir $STATE"

@@ -1,12 +1,144 @@
-"""`slurmadm burnin ...` (see slurmadm/burnin/)."""
+"""`slurmadm burnin ...`: nightly burn-in sweeps that qualify or quarantine nodes (slurmadm/burnin/)."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import click
 
-from .common import Group
+from ..burnin import history, schedule
+from ..burnin.sweep import Sweep
+from ..site import site_path
+from ..store import Store
+from .common import (Group, console, dry_run_option, err_console, get_site, info, json_option, print_json,
+                     reason_option, site_option, table)
 
 
 @click.group(cls=Group)
 def burnin() -> None:
-    """(not implemented yet)"""
+    """Burn-in sweeps: health suite, GPU stress and all-reduce tests as Slurm jobs; failed nodes
+    drained, re-qualified nodes resumed, a report per sweep."""
+
+
+@burnin.command()
+@site_option
+@click.option("--nodes", metavar="HOSTLIST", help="Test these nodes (any time of day) instead of choosing.")
+@click.option("--report-dir", type=click.Path(file_okay=False), default=None,
+              help="Where the report goes (default: burnin.report_dir of the site).")
+@dry_run_option
+@json_option
+def run(site_file, nodes, report_dir, dry_run, as_json) -> None:
+    """Run one sweep. Exit 1 when a node (or link) failed."""
+    s = get_site(site_file)
+    sweep = Sweep(s, site_file=site_file, report_dir=report_dir,
+                  progress=lambda m: err_console.print(f"[dim]·[/dim] {m}"))
+    if dry_run:
+        plan = sweep.dry_run(nodes)
+        if as_json:
+            print_json(plan)
+            return
+        _show_selection(plan["selection"])
+        if plan["would_recover"] and any(plan["would_recover"].values()):
+            console.print(f"would first clean up after an earlier sweep: {plan['would_recover']}")
+        if plan["node_job"]:
+            console.print(f"would reserve them ({plan['reservation'] or 'no reservation'}) and run per node:")
+            console.print("  " + " ".join(plan["node_job"]), soft_wrap=True)
+        console.print("dry run: nothing changed")
+        return
+    summary = sweep.run(nodes)
+    if as_json:
+        print_json(summary)
+    else:
+        _show_summary(summary)
+    if summary["exit_code"]:
+        raise SystemExit(summary["exit_code"])
+
+
+def _show_selection(sel: dict) -> None:
+    rows = [(n, why, "") for n, why in sel["chosen"].items()] + [(n, "", why) for n, why in sel["skipped"].items()]
+    console.print(table(f"selection (window {'open' if sel['in_window'] else 'closed'})",
+                        ["node", "taken as", "left out because"], rows))
+
+
+def _show_summary(s: dict) -> None:
+    rows = []
+    for n in s["nodes"]:
+        verdict = {"pass": "[green]pass[/green]", "fail": "[red]fail[/red]"}.get(n["verdict"], n["verdict"])
+        why = f"{n['failed_test']}: {n['detail']}" if n["failed_test"] else n["detail"]
+        bw = f"{n['busbw_gbps']:.3g}" if n["busbw_gbps"] is not None else ""
+        rows.append((n["node"], n["why"], verdict, why, bw, n["action"]))
+    console.print(table(f"burn-in sweep {s['sweep_id']}: {s['status']} in {s['duration_s']} s",
+                        ["node", "taken as", "verdict", "why", "busbw GB/s", "action"], rows))
+    for p in s["pairs"]:
+        if p["status"] != "pass":
+            info(f"pair {p['a']}+{p['b']} ({p['kind']}, round {p['round']}): {p['status']}: {p['detail']}")
+    for link in s["links"]:
+        info(f"[red]bad link[/red] {link['a']} <-> {link['b']}: {link['detail']}")
+    if s["pair_note"]:
+        info(s["pair_note"])
+    skipped = s["selection"]["skipped"]
+    if skipped and (len(skipped) <= 10 or not s["nodes"]):
+        for node, why in list(skipped.items())[:20]:
+            info(f"not tested: {node}: {why}")
+    elif skipped:
+        info(f"{len(skipped)} node(s) not tested (see the report)")
+    console.print(f"report: {s['report']}")
+
+
+@burnin.command()
+@site_option
+@click.option("--limit", type=click.IntRange(1, 1000), default=10, show_default=True)
+@json_option
+def status(site_file, limit, as_json) -> None:
+    """The last sweeps, newest first."""
+    s = get_site(site_file)
+    with Store.for_site(s) as store:
+        rows = history.sweeps(store, limit=limit)
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        console.print("no burn-in sweep recorded yet")
+        return
+
+    def when(ts):
+        return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else ""
+
+    console.print(table(None, ["sweep", "started", "took", "status", "nodes", "pass", "fail", "skipped"],
+                        [(r["id"], when(r["started"]), f"{r['finished'] - r['started']:.0f} s" if r["finished"] else "",
+                          r["status"], r["nodes"], r["passed"], r["failed"], r["skipped"]) for r in rows]))
+    if rows[0]["report"]:
+        console.print(f"latest report: {rows[0]['report']}")
+
+
+@burnin.command("install-schedule")
+@site_option
+@click.option("--cron", "kind", flag_value="cron", default=True, help="A /etc/cron.d entry (default).")
+@click.option("--systemd", "kind", flag_value="systemd", help="A systemd service + timer.")
+@click.option("--dest", type=click.Path(file_okay=False), default=None,
+              help="Directory to write into (default /etc/cron.d or /etc/systemd/system).")
+@dry_run_option
+@reason_option("nightly burn-in schedule")
+@json_option
+def install_schedule(site_file, kind, dest, dry_run, reason, as_json) -> None:
+    """Write the nightly schedule (burnin.schedule of the site) as cron or systemd files."""
+    s = get_site(site_file)
+    files = schedule.plan(s, str(site_path(site_file)), kind=kind, dest=dest)
+    if dry_run:
+        if as_json:
+            print_json([{"path": str(f.path), "status": f.status(), "text": f.text} for f in files])
+            return
+        for f in files:
+            console.print(f"[bold]{f.path}[/bold] ({f.status()}):")
+            console.print(f.text, markup=False, highlight=False)
+        console.print("dry run: nothing written")
+        return
+    with Store.for_site(s) as store:
+        done = schedule.install(files, store, reason=reason)
+    if as_json:
+        print_json([{"path": str(p), "status": st} for p, st in done])
+        return
+    for path, st in done:
+        console.print(f"{path}: {st}")
+    if kind == "systemd" and any(st != "unchanged" for _, st in done):
+        console.print(f"then: systemctl daemon-reload && systemctl enable --now {schedule.UNIT}.timer")

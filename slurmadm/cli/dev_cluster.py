@@ -114,3 +114,60 @@ def _show(st: dict) -> None:
                          for d in st["daemons"]]))
     if st["nodes"]:
         console.print(table(None, ["node", "state"], sorted(st["nodes"].items())))
+
+
+@dev_cluster.command("gpu-fault")
+@click.argument("node")
+@click.option("--gpu", type=int, default=None, help="Physical GPU slot (0-7).")
+@click.option("--kind", default=None, help="Fault kind (see --help-kinds).")
+@click.option("--value", default=None, help="The fault's value (an XID number, error count, GENxWIDTH, ...).")
+@click.option("--clear", is_flag=True, help="Remove faults: all of NODE's, or those of --gpu and/or --kind.")
+@click.option("--help-kinds", is_flag=True, help="List the fault kinds and exit.")
+@state_dir_option
+@json_option
+def gpu_fault(node, gpu, kind, value, clear, help_kinds, state_dir, as_json) -> None:
+    """Inject a fault into a stand-in GPU of NODE, or --clear faults; without --kind or --clear,
+    list NODE's faults. Every change is an audit event."""
+    from ..devcluster import gpus
+    from ..errors import UsageError
+    from ..store import Store
+
+    if help_kinds:
+        rows = [(k.name, k.value or "-", k.help) for k in gpus.FAULT_KINDS.values()]
+        console.print(table(None, ["kind", "value", "what"], rows))
+        return
+    dc = _cluster(state_dir)
+    if dc.record() is None:
+        raise UsageError(f"no dev cluster in {dc.state_dir} (run `slurmadm dev-cluster up`)")
+    if node not in dc.nodes():
+        raise UsageError(f"NODE: {node!r} is not a node of this dev cluster ({', '.join(dc.nodes())})")
+    gdir = dc.p("gpus")
+    if clear and value is not None:
+        raise UsageError("--value: only with --kind when injecting, not with --clear")
+    if clear:
+        removed = gpus.clear(gdir, node, gpu=gpu, kind=kind)
+        with Store.for_site(dc.site()) as store:
+            store.audit("dev-cluster.gpu-fault.clear", node, "cleared stand-in GPU faults", gpu=gpu, kind=kind,
+                        removed=removed)
+        out = {"node": node, "cleared": removed}
+    elif kind is not None:
+        if gpu is None:
+            raise UsageError("--gpu: which GPU (0-7) gets the fault?")
+        record = gpus.inject(gdir, node, gpu, kind, value)
+        with Store.for_site(dc.site()) as store:
+            store.audit("dev-cluster.gpu-fault.inject", node, f"stand-in GPU{gpu}: {kind}", **record)
+        out = {"node": node, "injected": record}
+    else:
+        if gpu is not None or value is not None:
+            raise UsageError("--gpu/--value: give --kind to inject, or --clear")
+        out = {"node": node, "faults": gpus.list_faults(gdir, node)}
+    if as_json:
+        print_json(out)
+    elif "injected" in out:
+        r = out["injected"]
+        console.print(f"{node} GPU{r['gpu']}: {r['kind']}" + (f" = {r['value']}" if r["value"] is not None else ""))
+    elif "cleared" in out:
+        console.print(f"{node}: cleared {len(out['cleared'])} fault(s)")
+    else:
+        console.print(table(None, ["gpu", "kind", "value", "since"],
+                            [(f["gpu"], f["kind"], f["value"], f["since"]) for f in out["faults"]]))

@@ -1,12 +1,215 @@
-"""`slurmadm health ...` (see slurmadm/health/)."""
+"""`slurmadm health ...`: GPU node health checks (see slurmadm/health/).
+
+Slurm runs the same code through the lean hook (`python -m slurmadm.health prolog`, see
+prolog_epilog/*.sh); these commands are for people and scripts.
+"""
 
 from __future__ import annotations
 
-import click
+import datetime as dt
+import statistics
+import time
 
-from .common import Group
+import click
+from rich.markup import escape
+
+from ..errors import UsageError
+from ..health import config as hconfig
+from ..health import engine, sitecheck  # noqa: F401  (sitecheck registers the check-id validation)
+from ..health.checks import BY_ID, CHECKS, policy
+from ..health.hook import local_node
+from ..store import Store
+from .audit import parse_since
+from .common import Group, console, dry_run_option, get_site, json_option, print_json, site_option, table
+
+STATUS_STYLE = {"pass": "green", "skip": "dim", "warn": "yellow", "fail": "red", "error": "magenta"}
 
 
 @click.group(cls=Group)
 def health() -> None:
-    """(not implemented yet)"""
+    """GPU health checks: prolog, epilog, periodic (HealthCheckProgram), by hand, and their history."""
+
+
+def _node_option(fn):
+    return click.option("--node", help="Act as this Slurm node (default: $SLURMD_NODENAME, then the host name).")(fn)
+
+
+def _show(report: engine.Report) -> None:
+    rows = [(r.check_id, f"[{STATUS_STYLE[r.status]}]{r.status}[/]", r.severity, r.action, escape(r.detail),
+             f"{r.duration_ms:.1f}") for r in report.results]
+    console.print(table(f"{report.context} on {report.node} ({report.duration_ms:.0f} ms)",
+                        ["check", "status", "severity", "action", "detail", "ms"], rows))
+    if report.plan.action != "none" or report.plan.reason != "clean":
+        done = "" if report.applied or report.plan.action == "none" else " (not applied)"
+        console.print(f"{report.plan.action}{done}: {escape(report.plan.reason)}")
+    for p in report.problems:
+        console.print(f"[yellow]warning:[/yellow] {escape(p)}")
+
+
+def _execute(site_file, node, context, checks, dry_run, as_json) -> None:
+    started = time.monotonic()
+    cfg = hconfig.load(local_node(node), site_file)
+    only = [c.strip() for c in checks.split(",") if c.strip()] if checks else None
+    report = engine.execute(cfg, context, only=only, act=not dry_run, started=started)
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        _show(report)
+    engine.leave(report.exit_code)
+
+
+def _context_command(context: str, help_text: str):
+    @health.command(context, help=help_text)
+    @site_option
+    @_node_option
+    @dry_run_option
+    @json_option
+    def cmd(site_file, node, dry_run, as_json) -> None:
+        _execute(site_file, node, context, None, dry_run, as_json)
+
+    return cmd
+
+
+_context_command("prolog", "The prolog's checks (fast ones; NCCL when stale). Exit 1: the node must not take the job.")
+_context_command("epilog", "The epilog's checks (adds leftover GPU processes, NCCL when stale).")
+_context_command("periodic", "HealthCheckProgram: every fast check; resumes slurmadm's drains after clean runs.")
+
+
+@health.command("run")
+@site_option
+@_node_option
+@click.option("--checks", help="Comma-separated check ids (default: every check of the `run` context).")
+@dry_run_option
+@json_option
+def run_cmd(site_file, node, checks, dry_run, as_json) -> None:
+    """Run checks now on this node; drains per the site's policy unless --dry-run. Exit 1 on any
+    failure or check that could not run."""
+    _execute(site_file, node, "run", checks, dry_run, as_json)
+
+
+@health.command("checks")
+@site_option
+@json_option
+def checks_cmd(site_file, as_json) -> None:
+    """The action table: every check id with its severity, contexts and actions for this site."""
+    site = get_site(site_file)
+    cfg = hconfig.from_site(site, site.node_names[0], site_path="", site_sha256="")
+    rows = []
+    for spec in CHECKS:
+        p = policy(spec, cfg)
+        rows.append({"id": spec.id, "title": spec.title, "severity": p.severity, "contexts": list(p.contexts),
+                     "on_fail": p.on_fail, "on_error": p.on_error, "timeout_s": p.timeout_s})
+    if as_json:
+        print_json(rows)
+        return
+    console.print(table(None, ["check", "severity", "contexts", "on fail", "on error", "limit s", "what"],
+                        [(r["id"], r["severity"], ",".join(r["contexts"]) or "-", r["on_fail"], r["on_error"],
+                          f"{r['timeout_s']:g}", r["title"]) for r in rows]))
+
+
+def _when(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@health.command("status")
+@site_option
+@json_option
+@click.option("--nodes", help="Only these nodes (hostlist).")
+def status_cmd(site_file, as_json, nodes) -> None:
+    """The latest result of every check on every node (from the store). Exit 1 if any is failing."""
+    from ..site import require_nodes
+
+    site = get_site(site_file)
+    wanted = set(require_nodes(site, nodes)) if nodes else None
+    with Store.for_site(site) as store:
+        rows = store.db.execute(
+            "SELECT r.* FROM check_results r JOIN (SELECT node, check_id, MAX(id) AS id FROM check_results "
+            "GROUP BY node, check_id) last ON r.id = last.id ORDER BY r.node, r.check_id").fetchall()
+    out = [dict(r) for r in rows if wanted is None or r["node"] in wanted]
+    if as_json:
+        print_json(out)
+    else:
+        console.print(table(None, ["node", "check", "status", "context", "when", "detail"],
+                            [(r["node"], r["check_id"], f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]",
+                              r["context"], _when(r["ts"]), escape(r["detail"])) for r in out]))
+    if any(r["status"] in ("fail", "error") for r in out):
+        raise SystemExit(1)
+
+
+@health.command("history")
+@site_option
+@json_option
+@click.option("--node", help="Only this node.")
+@click.option("--check", "check_id", help="Only this check id.")
+@click.option("--status", type=click.Choice(["pass", "fail", "warn", "error", "skip"]), help="Only this status.")
+@click.option("--since", help="Only results since a date (2026-11-01) or an age (24h, 7d).")
+@click.option("--limit", type=click.IntRange(1, 100000), default=200, show_default=True)
+def history_cmd(site_file, as_json, node, check_id, status, since, limit) -> None:
+    """Past check results, newest first."""
+    site = get_site(site_file)
+    if check_id and check_id not in BY_ID:
+        raise UsageError(f"--check: unknown check id {check_id!r} (known: {', '.join(BY_ID)})")
+    sql, args = "SELECT * FROM check_results WHERE 1=1", []
+    for col, val in (("node", node), ("check_id", check_id), ("status", status)):
+        if val:
+            sql += f" AND {col} = ?"
+            args.append(val)
+    since_ts = parse_since(since)
+    if since_ts is not None:
+        sql += " AND ts >= ?"
+        args.append(since_ts)
+    sql += " ORDER BY id DESC LIMIT ?"
+    args.append(limit)
+    with Store.for_site(site) as store:
+        out = [dict(r) for r in store.db.execute(sql, args).fetchall()]
+    if as_json:
+        print_json(out)
+        return
+    console.print(table(None, ["when", "node", "context", "check", "status", "detail"],
+                        [(_when(r["ts"]), r["node"], r["context"], r["check_id"],
+                          f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]", escape(r["detail"])) for r in out]))
+
+
+@health.command("calibrate")
+@site_option
+@json_option
+@click.option("--model", help="GPU model (default: every model with NCCL results).")
+@click.option("--since", default="30d", show_default=True, help="Use results since a date or an age (24h, 30d).")
+@click.option("--margin", type=click.FloatRange(0.05, 0.9), default=0.15, show_default=True,
+              help="Suggested floor = fleet median x (1 - margin).")
+def calibrate_cmd(site_file, as_json, model, since, margin) -> None:
+    """The fleet's NCCL all-reduce bus bandwidth: median per GPU model of each node's latest passing
+    result (a node below the floor is no yardstick) and a suggested `nccl_busbw_floor_gbps`.
+    Changes nothing."""
+    site = get_site(site_file)
+    model_of = {n: site.node_profile(n).gpus.model for n in site.node_names}
+    if model and model not in set(model_of.values()):
+        raise UsageError(f"--model: no node has GPU model {model!r} (site has: {', '.join(sorted(set(model_of.values())))})")
+    with Store.for_site(site) as store:
+        rows = store.db.execute(
+            "SELECT node, value, ts FROM check_results WHERE check_id='nccl-allreduce' AND status = 'pass' "
+            "AND value IS NOT NULL AND ts >= ? ORDER BY ts", (parse_since(since),)).fetchall()
+    latest: dict[str, float] = {}
+    for r in rows:
+        latest[r["node"]] = r["value"]
+    out = []
+    for m in sorted({model_of[n] for n in latest if n in model_of}):
+        if model and m != model:
+            continue
+        values = [v for n, v in latest.items() if model_of.get(n) == m]
+        median = statistics.median(values)
+        out.append({"model": m, "nodes": len(values), "median_gbps": round(median, 1),
+                    "min_gbps": round(min(values), 1), "max_gbps": round(max(values), 1),
+                    "current_floor_gbps": site.thresholds(m).nccl_busbw_floor_gbps,
+                    "suggested_floor_gbps": round(median * (1 - margin), 1)})
+    if as_json:
+        print_json(out)
+        return
+    if not out:
+        console.print("no NCCL all-reduce results yet (run `slurmadm health run --checks nccl-allreduce` on idle nodes)")
+        raise SystemExit(1)
+    console.print(table(None, ["model", "nodes", "median GB/s", "min", "max", "floor now", "suggested floor"],
+                        [(r["model"], r["nodes"], r["median_gbps"], r["min_gbps"], r["max_gbps"],
+                          r["current_floor_gbps"], r["suggested_floor_gbps"]) for r in out]))
+    for r in out:
+        console.print(f"set [health.models.{r['model']}] nccl_busbw_floor_gbps = {r['suggested_floor_gbps']}")

@@ -8,6 +8,10 @@ Layout of the state directory:
   munge/ mysql/     munged's key and socket; MariaDB's datadir and socket
   spool/ log/ run/  Slurm state, logs, our pid files (`<pid> <start-time>`)
   dev/nvidia0..7    placeholder GPU character devices (c 195 N), shared by the nodes
+  lib/ gpus/        the stand-in libnvidia-ml.so.1 and each node's stand-in GPU state (faults)
+  prolog_epilog/    links to slurmadm's hook scripts (slurm.conf's Prolog/Epilog/HealthCheckProgram)
+                    and slurmadm.env, what they read (site, python, stand-in NVML); see hook-env.sh
+  slurmadm.db       the dev site's store, shared by every fake node's health runs
 """
 
 from __future__ import annotations
@@ -15,20 +19,23 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import shutil
 import socket
 import stat
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import config
 from ..errors import UnreachableError, UsageError
 from ..proc import run
 from ..resources import example_site, prolog_epilog_dir
 from ..site import Site, load_site
 from ..slurm.parse import parse_version
-from . import devsite, slurmconf
+from . import devsite, gpus, slurmconf
 from .daemons import Daemon, session_members, start_time, wait_for, with_descendants
 
 DEFAULT_STATE_DIR = "/var/lib/slurmadm/dev-cluster"
@@ -102,12 +109,14 @@ class DevCluster:
         return fixed + [self.daemon(f"slurmd-{n}") for n in self.nodes()]
 
     def env(self) -> dict[str, str]:
-        env = {
+        """What a shell (or a prolog) needs to use this dev cluster, its stand-in GPUs included."""
+        return {
             "SLURM_CONF": str(self.slurm_conf),
             "SLURMADM_SITE": str(self.site_path),
             "SLURMADM_DEV_STATE_DIR": str(self.state_dir),
+            "SLURMADM_CACHE_DIR": str(self.p("cache")),
+            **gpus.env_for(self.p("gpus"), self.p("lib")),
         }
-        return env
 
     def _slurm_env(self) -> dict[str, str]:
         return {"SLURM_CONF": str(self.slurm_conf)}
@@ -136,7 +145,7 @@ class DevCluster:
             self.p(sub).mkdir(parents=True, exist_ok=True)
         os.chmod(self.p("munge"), 0o700)
         data = devsite.derive(src_site, nodes=nodes, state_dir=self.state_dir, ports=ports,
-                              hostname=hostname, hw=hw, prolog_dir=prolog_epilog_dir())
+                              hostname=hostname, hw=hw, prolog_dir=self.p("prolog_epilog"), release=release[:2])
         site = devsite.write(data, self.site_path, source=source)
         node_names = site.node_names
 
@@ -163,6 +172,7 @@ class DevCluster:
         self.record_path.write_text(json.dumps(rec, indent=2) + "\n")
 
         self._make_gpu_devices(site)
+        self._stand_in_gpus(site, progress)
         started = time.monotonic()
         self._munge(progress)
         self._mariadb(site, ports, progress)
@@ -176,7 +186,7 @@ class DevCluster:
         return self.status()
 
     def _write_configs(self, site: Site, release: tuple[int, int, int]) -> bool:
-        files = slurmconf.slurm_files(site, release)
+        files = config.render(site, release[:2], source=str(self.site_path))
         pw_file = Path(site.database.storage_password_file)
         if not pw_file.exists():
             pw_file.parent.mkdir(parents=True, exist_ok=True)
@@ -208,6 +218,32 @@ class DevCluster:
                 os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(195, index))
             except PermissionError:
                 path.touch()  # no CAP_MKNOD: slurmd still counts regular files
+
+    def _stand_in_gpus(self, site: Site, progress) -> None:
+        """Build the stand-in NVML into lib/, give every node 8 healthy GPUs in gpus/ (a node that
+        already has state keeps it, faults included), and link the hook scripts into
+        prolog_epilog/ next to the slurmadm.env they read (HealthCheckProgram gets no SLURM_CONF
+        to find it by, so it lives next to the scripts)."""
+        gpus.build_library(self.p("lib"))
+        fresh = [n for n in site.node_names if not self.p("gpus", f"{n}.json").exists()]
+        if fresh:
+            progress(f"stand-in GPUs for {len(fresh)} node(s)")
+        for node in fresh:
+            gpus.write_healthy(self.p("gpus"), node, site.node_profile(node),
+                               driver_version=site.software.driver_version,
+                               cuda_version=site.software.cuda_version)
+        env = {**self.env(), "SLURMADM_PYTHON": sys.executable}
+        env.pop("SLURM_CONF")  # Slurm sets it for its hooks
+        text = "# written by `slurmadm dev-cluster up`; read by hook-env.sh\n" + "".join(
+            f"{k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
+        hooks = self.p("prolog_epilog")
+        hooks.mkdir(exist_ok=True)
+        (hooks / "slurmadm.env").write_text(text)
+        for script in prolog_epilog_dir().glob("*.sh"):
+            link = hooks / script.name
+            if not (link.is_symlink() and link.resolve() == script.resolve()):
+                link.unlink(missing_ok=True)
+                link.symlink_to(script)
 
     def _munge(self, progress) -> None:
         d = self.daemon("munged")
@@ -270,6 +306,13 @@ class DevCluster:
         if name not in clusters:
             progress(f"registering cluster {name} in slurmdbd")
             run(["sacctmgr", "-i", "add", "cluster", name], env=env, timeout=30)
+        # slurmctld refuses to start when a partition's QOS is unknown to slurmdbd: create the
+        # site's QOS by name (`slurmadm accounts apply` sets their limits).
+        have = run(["sacctmgr", "-n", "-P", "show", "qos", "format=name"], env=env, timeout=30).stdout.split()
+        missing = [q.name for q in site.qos if q.name not in have]
+        if missing:
+            progress(f"creating QOS {', '.join(missing)} in slurmdbd")
+            run(["sacctmgr", "-i", "add", "qos", ",".join(missing)], env=env, timeout=30)
 
     def _slurmctld(self, progress) -> None:
         d = self.daemon("slurmctld")

@@ -10,17 +10,23 @@ dev cluster's GPUs.
 
 from __future__ import annotations
 
-import re
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
-from ..errors import UsageError
+from ..config.release import CGROUP_DISABLED_FROM, Release, fmt
+from ..errors import UnreachableError, UsageError
 from ..hostlist import compress, expand
 from ..site import Site, parse_site
+from ..site.model import SlurmSection
 from ..site.profiles import NodeProfile
+from ..slurm.parse import parse_slurmd_c
+
+
+RELEASES = typing.get_args(SlurmSection.model_fields["release"].annotation)
 
 
 @dataclass(frozen=True)
@@ -34,17 +40,11 @@ class Hardware:
 
     @classmethod
     def parse(cls, text: str) -> "Hardware":
-        kv = dict(re.findall(r"(\w+)=(\S+)", text))
         try:
-            boards = int(kv.get("Boards", "1"))
-            return cls(
-                sockets=int(kv["SocketsPerBoard"]) * boards,
-                cores_per_socket=int(kv["CoresPerSocket"]),
-                threads_per_core=int(kv["ThreadsPerCore"]),
-                real_memory_mib=int(kv["RealMemory"]),
-            )
-        except (KeyError, ValueError):
-            raise UsageError(f"slurmd -C: unexpected output {text.strip()[:120]!r}") from None
+            hw = parse_slurmd_c(text)
+        except UnreachableError as exc:
+            raise UsageError(str(exc)) from None
+        return cls(hw.sockets, hw.cores_per_socket, hw.threads_per_core, hw.real_memory)
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,11 @@ class Ports:
     def first_slurmd(self) -> int:
         return self.base + 11
 
+    @property
+    def burnin_rendezvous(self) -> int:
+        """All fake nodes share 127.0.0.1: burn-in all-reduces listen on base+400..base+499."""
+        return self.base + 400
+
 
 def dev_profile(src: NodeProfile, hw: Hardware, dev_dir: Path) -> NodeProfile:
     gpus = src.gpus
@@ -85,6 +90,7 @@ def dev_profile(src: NodeProfile, hw: Hardware, dev_dir: Path) -> NodeProfile:
         memory_gib=max(1, hw.real_memory_mib // 1024),
         gpus=dev_gpus,
         nics=src.nics,
+        boot_seconds=5,  # its "reboot" is /bin/true
     )
 
 
@@ -97,14 +103,17 @@ def _drop_none(value: Any) -> Any:
 
 
 def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: str, hw: Hardware,
-           prolog_dir: Path) -> dict[str, Any]:
-    """The dev site as a plain dict (TOML-ready)."""
+           prolog_dir: Path, release: Release) -> dict[str, Any]:
+    """The dev site as a plain dict (TOML-ready), for the installed Slurm `release`."""
     if nodes < 1:
         raise UsageError("--nodes: must be at least 1")
     if nodes > len(src.node_names):
         raise UsageError(f"--nodes: {nodes} is more than the site's {len(src.node_names)} nodes")
     if ports.first_slurmd + nodes - 1 > 65535:
         raise UsageError(f"--port-base: {ports.base} leaves no room for {nodes} slurmd ports")
+    if ports.first_slurmd + nodes > ports.burnin_rendezvous:
+        raise UsageError(f"--nodes: at most {ports.burnin_rendezvous - ports.first_slurmd} nodes fit "
+                         f"below the burn-in rendezvous ports (base+400)")
     keep = src.node_names[:nodes]
     keep_set = set(keep)
     state_dir = state_dir.resolve()
@@ -117,7 +126,8 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         if not names:
             continue
         prof_name = f"dev-{group.profile}"
-        profiles[prof_name] = dev_profile(src.profile(group.profile), hw, state_dir / "dev").model_dump(mode="json")
+        prof = dev_profile(src.profile(group.profile), hw, state_dir / "dev")
+        profiles[prof_name] = _drop_none(prof.model_dump(mode="json"))
         groups.append({
             "names": compress(names), "profile": prof_name, "features": list(group.features),
             "addr": "127.0.0.1", "hostname": hostname, "port": port,
@@ -179,17 +189,50 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "run_dir": f"{d}/run",
         "munge_socket": f"{d}/munge/munge.socket",
         "slurm_user": "root",
+        "release": fmt(release) if fmt(release) in RELEASES else "auto",
         "proctrack": "linuxproc",
         "task_plugins": ["task/none"],
-        "cgroup_plugin": "disabled",
+        # 24.11's slurmd loads the cgroup plugin even with task/none and fails without cgroupfs;
+        # "disabled" exists from 23.02 only.
+        "cgroup_plugin": "disabled" if release >= CGROUP_DISABLED_FROM else "autodetect",
+        "constrain_cores": False,
         "constrain_devices": False,
+        "constrain_ram_space": False,
+        "constrain_swap_space": False,
         "prolog_dir": str(prolog_dir),
         "reboot_program": "/bin/true",
         "resume_timeout": 60,
+        "health_check_interval": 30,
     })
-    data["health"]["results_log"] = f"{d}/log/health.jsonl"
-    data["health"]["xid_source"] = f"{d}/gpus/{{node}}.kmsg"
-    data["burnin"]["report_dir"] = f"{d}/burnin"
+    # Health checks against the stand-in GPUs (gpus/); sized for a handful of nodes:
+    # - the breaker's cap is a fraction of a partition: 10 % of 4 nodes would forbid every drain;
+    # - there is nothing to all-reduce on, so nccl-allreduce runs only when asked (`health run
+    #   --checks nccl-allreduce`), never in the prolog/epilog where it could only "cannot run";
+    # - short limits, so a `hang` fault gives up quickly and resuming takes two periodic runs.
+    health = data["health"]
+    health.update({
+        "results_log": f"{d}/log/health.jsonl",
+        "xid_source": f"{d}/gpus/{{node}}.kmsg",
+        "drain_cap_fraction": max(health.get("drain_cap_fraction", 0.1), 0.5),
+        "resume_after_clean_runs": 2,
+        "check_timeout_s": 2.0,
+        "prolog_timeout_s": 10.0,
+        "epilog_timeout_s": 20.0,
+        "periodic_timeout_s": 20.0,
+    })
+    health.setdefault("checks", {})
+    health["checks"]["nccl-allreduce"] = {**health["checks"].get("nccl-allreduce", {}), "contexts": ["run"]}
+    data["burnin"].update({
+        "report_dir": f"{d}/burnin",
+        # CPU-only machine: gloo on the CPU instead of NCCL, short phases, floors for loopback
+        # (the report labels these numbers as CPU numbers), any time of day.
+        "collective": "gloo", "allreduce_mib": 16, "allreduce_iters": 5,
+        "node_busbw_floor_gbps": 0.01, "pair_busbw_floor_gbps": 0.01,
+        "stress_seconds": 3, "dcgm_level": 0,
+        "job_time_limit": "00:10:00", "start_timeout": "00:02:00", "sweep_time_limit": "00:30:00",
+        "window_start": "00:00", "window_end": "00:00",
+        "rendezvous_port": ports.burnin_rendezvous,
+    })
     data["bmc"]["password_file"] = f"{d}/bmc/password"
     return data
 

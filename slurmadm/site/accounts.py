@@ -22,7 +22,6 @@ What each key becomes in Slurm:
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, Literal
@@ -48,6 +47,22 @@ SlurmTime = Annotated[
     Field(pattern=r"^(INFINITE|UNLIMITED|\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d{1,2}(:\d{2}(:\d{2})?)?)$"),
 ]
 Fairshare = PositiveInt | Literal["parent"]
+
+
+def slurm_time_seconds(text: str) -> int | None:
+    """Seconds of a SlurmTime (`90`, `30:00`, `02:00:00`, `1-12`, `1-12:30:00`); None for
+    INFINITE/UNLIMITED. Plain numbers are minutes and MM:SS is minutes:seconds, as in Slurm."""
+    if text in ("INFINITE", "UNLIMITED"):
+        return None
+    days = 0
+    if "-" in text:  # D-HH, D-HH:MM, D-HH:MM:SS
+        day_text, text = text.split("-", 1)
+        days = int(day_text)
+        h, m, s = ([int(x) for x in text.split(":")] + [0, 0])[:3]
+    else:
+        parts = [int(x) for x in text.split(":")]
+        h, m, s = {1: (0, parts[0], 0), 2: (0, *parts), 3: tuple(parts)}[len(parts)]
+    return days * 86400 + h * 3600 + m * 60 + s
 
 QosFlag = Literal[
     "DenyOnLimit",
@@ -158,29 +173,13 @@ def priority_usage_settings(site: Site) -> dict[str, str]:
     return {"PriorityDecayHalfLife": "0", "PriorityUsageResetPeriod": period}
 
 
-_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
-
-
 def slurm_time_minutes(text: str) -> int | None:
-    """Slurm's time syntax in whole minutes (None: INFINITE/UNLIMITED). `90` is minutes, `MM:SS`,
-    `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS` as Slurm reads them; seconds round up."""
-    text = text.strip()
-    if text.upper() in ("INFINITE", "UNLIMITED", ""):
+    """A SlurmTime in whole minutes, seconds rounded up (None: INFINITE/UNLIMITED or empty, as
+    sacctmgr prints no limit). Raises ValueError for anything else."""
+    if not text.strip():
         return None
-    m = _TIME.match(text)
-    if not m:
-        raise ValueError(f"{text!r} is not a Slurm time")
-    days, a, b, c = m.groups()
-    if days is not None:  # D-HH[:MM[:SS]]
-        h, mi, s = int(a), int(b or 0), int(c or 0)
-        d = int(days)
-    elif c is not None:  # HH:MM:SS
-        d, h, mi, s = 0, int(a), int(b), int(c)
-    elif b is not None:  # MM:SS
-        d, h, mi, s = 0, 0, int(a), int(b)
-    else:  # minutes
-        d, h, mi, s = 0, 0, int(a), 0
-    return d * 1440 + h * 60 + mi + (1 if s else 0)
+    seconds = slurm_time_seconds(text.strip())
+    return None if seconds is None else -(-seconds // 60)
 
 
 def memberships(site: Site) -> dict[str, list[str]]:

@@ -1,21 +1,24 @@
-"""Site model: nightly burn-in sweeps."""
+"""Site model: nightly burn-in sweeps (`slurmadm burnin run`, see slurmadm/burnin/)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, PositiveInt
 
-from .accounts import SlurmName
+from .accounts import SlurmName, SlurmTime
 from .profiles import Strict
 
 HHMM = Annotated[str, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")]
+GBps = Annotated[float, Field(gt=0)]
 
 
 class BurninSection(Strict):
     # Cron expression (five fields) for `burnin install-schedule`.
     schedule: Annotated[str, Field(pattern=r"^\S+\s+\S+\s+\S+\s+\S+\s+\S+$")] = "30 1 * * *"
-    # Idle nodes are picked only inside this local-time window.
+    # Idle nodes are picked only while the local time is inside [window_start, window_end)
+    # (the window may span midnight; start == end means any time). Nodes slurmadm drained and
+    # nodes named with --nodes are taken at any time.
     window_start: HHMM = "01:00"
     window_end: HHMM = "05:00"
     # Never more than this many nodes under burn-in at once (users keep capacity).
@@ -23,9 +26,28 @@ class BurninSection(Strict):
     partition: SlurmName | None = None  # default: the default partition
     qos: SlurmName = "burnin"
     account: SlurmName = "ops"
-    reservation: str = ""  # optional Slurm reservation the jobs run in
+    # Maintenance reservation slurmadm creates over the nodes of each sweep (and deletes after):
+    # it keeps user jobs off them between phases and lets nodes slurmadm drained run the burn-in
+    # jobs. "" runs without one: then only idle nodes can be tested, never drained ones.
+    reservation: Annotated[str, Field(pattern=r"^([A-Za-z][A-Za-z0-9_\-]{0,63})?$")] = "slurmadm_burnin"
     stress_seconds: Annotated[int, Field(ge=1, le=86400)] = 600
-    job_time_limit: str = "02:00:00"
-    # Multi-node all-reduce floor between two nodes, GB/s (bus bandwidth).
-    pair_busbw_floor_gbps: Annotated[float, Field(gt=0)] = 40.0
-    report_dir: str = "/var/lib/slurmadm/burnin"
+    # `dcgmi diag -r LEVEL` on nodes that have DCGM (2: ~2 min, 3: ~15 min); 0: never.
+    dcgm_level: Literal[0, 2, 3] = 2
+    # Each burn-in job's time limit, the time a job may wait to start, and the whole sweep's.
+    job_time_limit: SlurmTime = "02:00:00"
+    start_timeout: SlurmTime = "00:15:00"
+    sweep_time_limit: SlurmTime = "03:30:00"
+    # Collective library of the all-reduce tests: "nccl" on GPU nodes; "gloo" runs on the CPU
+    # (dev cluster, CI) and is labelled as such in the report.
+    collective: Literal["nccl", "gloo"] = "nccl"
+    allreduce_mib: Annotated[int, Field(ge=1, le=65536)] = 1024  # message size per all-reduce
+    allreduce_iters: Annotated[int, Field(ge=1, le=1000)] = 20  # timed iterations (after 5 warm-up)
+    # Bus bandwidth floors, GB/s: single node (default: health.models.<gpu model>
+    # .nccl_busbw_floor_gbps) and two nodes (inter-node fabric).
+    node_busbw_floor_gbps: GBps | None = None
+    pair_busbw_floor_gbps: GBps = 40.0
+    # All-reduce rendezvous: rank 0 listens on this port + (job id % 100).
+    rendezvous_port: Annotated[int, Field(ge=1024, le=65435)] = 29500
+    # Python with slurmadm (and torch) on the compute nodes; default: the one running the sweep.
+    python: Annotated[str, Field(pattern=r"^/")] | None = None
+    report_dir: Annotated[str, Field(pattern=r"^/")] = "/var/lib/slurmadm/burnin"

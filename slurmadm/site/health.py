@@ -1,19 +1,22 @@
 """Site model: health-check thresholds, per-check actions and safety valves.
 
 Threshold sources: ../shared/anchors/health-checks.md (gcm, AzNHC, DCGM, NVIDIA XID catalog).
+Check ids are validated against the health package's registry by a site check that
+`slurmadm.health.sitecheck` registers (the site package never imports the health package).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt
+from pydantic import Field, NonNegativeInt, PositiveInt, field_validator
 
 from .profiles import Strict
 
-Context = Literal["prolog", "epilog", "periodic", "run", "burnin"]
+Context = Literal["prolog", "epilog", "periodic", "run"]
 Severity = Literal["info", "warning", "critical"]
 CheckId = Annotated[str, Field(pattern=r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")]
+Seconds = Annotated[float, Field(gt=0, le=3600)]
 
 
 class ModelThresholds(Strict):
@@ -24,39 +27,55 @@ class ModelThresholds(Strict):
     nccl_busbw_floor_gbps: Annotated[float, Field(gt=0)] = 300.0
     max_gpu_temp_c: Annotated[int, Field(gt=0, le=150)] = 87
     max_memory_temp_c: Annotated[int, Field(gt=0, le=150)] = 95
+    # Corrected (single-bit) volatile ECC errors since boot above this fail.
     ecc_corrected_volatile_max: NonNegativeInt = 50_000_000
     retired_pages_max: NonNegativeInt = 10
     # Power draw over the enforced limit by this factor fails (a bad sensor or a runaway board).
     power_over_limit_factor: Annotated[float, Field(gt=1.0)] = 1.10
-    min_sm_clock_mhz: NonNegativeInt = 0
+    # NVLink error counters (replay + recovery + CRC, per GPU) may rise by at most this much
+    # between two periodic runs.
+    nvlink_error_rise_max: NonNegativeInt = 100
+
+
+XidAction = Literal["fail", "warn", "ignore"]
 
 
 class CheckPolicy(Strict):
-    """Per-check override of the built-in action table."""
+    """Per-check override of the built-in action table (`slurmadm health checks` lists it)."""
 
     severity: Severity | None = None
     contexts: list[Context] | None = None
     on_fail: Literal["drain", "warn", "ignore"] | None = None
+    on_error: Literal["fail", "warn"] | None = None
+    timeout_s: Seconds | None = None
 
 
 class HealthSection(Strict):
     # Time limits: each check, and the whole run per context (a hung NVML call cannot hang a job).
-    check_timeout_s: Annotated[float, Field(gt=0, le=600)] = 5.0
-    prolog_timeout_s: Annotated[float, Field(gt=0, le=600)] = 20.0
-    epilog_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0
-    periodic_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 50.0
+    check_timeout_s: Seconds = 5.0
+    prolog_timeout_s: Seconds = 20.0
+    epilog_timeout_s: Seconds = 120.0
+    periodic_timeout_s: Seconds = 50.0
+    run_timeout_s: Seconds = 300.0
     # A check that cannot run (library missing, timeout): "fail" drains like a fault (fail-safe
-    # for the job), "warn" only reports. Reported distinctly from hardware faults either way.
+    # for the job), "warn" only reports. Reported as status "error", never as a hardware fault.
     on_error: Literal["fail", "warn"] = "fail"
-    # NCCL in prolog/epilog only when no passing result is fresher than this.
+    # NCCL all-reduce: in prolog/epilog only when no passing result is fresher than this.
     nccl_fresh_hours: Annotated[float, Field(gt=0)] = 24.0
+    nccl_timeout_s: Seconds = 120.0
+    nccl_size_mib: Annotated[int, Field(ge=1, le=65536)] = 4096
+    nccl_iters: Annotated[int, Field(ge=1, le=1000)] = 20
     # XIDs seen in the last N minutes count; identical (gpu, xid) events are reported once.
     xid_window_minutes: PositiveInt = 60
-    # Where XID lines (`NVRM: Xid (PCI:...): 79, ...`) are read from: a file, or "kmsg".
+    # Where XID lines (`NVRM: Xid (PCI:...): 79, ...`) are read from: "kmsg" (/dev/kmsg), or a
+    # file such as /var/log/kern.log; `{node}` is replaced by the node name.
     xid_source: str = "kmsg"
+    # Override the built-in XID classification: XID number -> fail, warn or ignore.
+    xid_actions: dict[str, XidAction] = {}
     # Periodic runs resume a slurmadm drain after this many consecutive clean runs.
     resume_after_clean_runs: PositiveInt = 3
-    # Never let automatic drains exceed this fraction of any partition; alert instead.
+    # Never let automatic drains exceed this fraction of any partition (floor of
+    # fraction x nodes); past it slurmadm alerts instead of draining.
     drain_cap_fraction: Annotated[float, Field(gt=0, le=1)] = 0.10
     # JSON lines of every result (one line per check per run).
     results_log: str = "/var/log/slurmadm/health.jsonl"
@@ -66,3 +85,11 @@ class HealthSection(Strict):
         "h100": ModelThresholds(nccl_busbw_floor_gbps=300.0, max_gpu_temp_c=85),
     }
     checks: dict[CheckId, CheckPolicy] = {}
+
+    @field_validator("xid_actions")
+    @classmethod
+    def _xid_keys_are_numbers(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not key.isdigit() or not 1 <= int(key) <= 999:
+                raise ValueError(f"XID {key!r} is not a number from 1 to 999")
+        return value

@@ -15,21 +15,11 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..errors import SiteError, UsageError
+from ..sitefile import DEFAULT_SITE, ENV_SITE, site_path
 from .model import Site
 from .validate import check_site
 
-DEFAULT_SITE = "/etc/slurmadm/site.toml"
-ENV_SITE = "SLURMADM_SITE"
-
-
-def site_path(explicit: str | os.PathLike | None = None) -> Path:
-    """--site FILE, else $SLURMADM_SITE, else /etc/slurmadm/site.toml."""
-    if explicit:
-        return Path(explicit)
-    env = os.environ.get(ENV_SITE)
-    if env:
-        return Path(env)
-    return Path(DEFAULT_SITE)
+__all__ = ["DEFAULT_SITE", "ENV_SITE", "load_site", "parse_site", "site_hash", "site_path"]
 
 
 def load_site(explicit: str | os.PathLike | None = None) -> Site:

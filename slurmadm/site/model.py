@@ -6,10 +6,12 @@ ranges, partitions, QOS, projects) are checked by `slurmadm.site.validate` with 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from functools import cached_property
 from typing import Annotated, Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import Field
 
 from ..hostlist import compress, expand
 from .accounts import AccountingSettings, Organization, Project, Qos, SlurmName, SlurmTime, User, memberships
@@ -62,13 +64,20 @@ class ScalableUnit(Strict):
     nodes: str  # hostlist
 
 
+SwitchName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_\-]+$")]
+
+
 class TopologySection(Strict):
     plugin: Literal["tree", "none"] = "tree"
     # One virtual leaf per scalable unit (a rail-optimised SU shares its 8 rail leaves), one root.
-    spine: Annotated[str, Field(pattern=r"^[A-Za-z0-9_\-]+$")] = "spine"
+    spine: SwitchName = "spine"
     # Explicit units; when empty, nodes are cut into units of `su_size` in hostlist order.
     units: list[ScalableUnit] = []
     su_size: Annotated[int, Field(ge=1, le=4096)] = 32
+    # 0: one spine above every unit. N: a spine per N units (spine1, spine2, ...) under a `core`
+    # switch, for fabrics with a core layer above the spine groups.
+    units_per_spine: Annotated[int, Field(ge=0, le=4096)] = 0
+    core: SwitchName = "core"
 
 
 class Partition(Strict):
@@ -109,12 +118,16 @@ class SlurmSection(Strict):
     munge_socket: AbsPath | None = None  # AuthInfo=socket=...; None: munge's default
     slurm_user: str | None = None  # SlurmUser; default cluster.slurm_user
     proctrack: Literal["cgroup", "linuxproc"] = "cgroup"
-    task_plugins: list[Literal["task/cgroup", "task/affinity", "task/none"]] = [
+    task_plugins: Annotated[list[Literal["task/cgroup", "task/affinity", "task/none"]], Field(min_length=1)] = [
         "task/cgroup",
         "task/affinity",
     ]
+    # cgroup.conf. "disabled" exists from Slurm 23.02 (24.11's slurmd needs it without cgroupfs).
     cgroup_plugin: Literal["autodetect", "cgroup/v1", "cgroup/v2", "disabled"] = "autodetect"
+    constrain_cores: bool = True
     constrain_devices: bool = True
+    constrain_ram_space: bool = True
+    constrain_swap_space: bool = True
     # RealMemory = this fraction of the profile's physical memory (slurmd -C sees less than DIMMs).
     real_memory_fraction: Annotated[float, Field(gt=0.1, le=1.0)] = 0.95
     # Debian's Slurm has no gpu_nvml.so: explicit gres.conf lines unless the site's build has it.
@@ -122,12 +135,36 @@ class SlurmSection(Strict):
     # Where prolog.sh, epilog.sh and healthcheck.sh are installed on compute nodes.
     prolog_dir: AbsPath = "/opt/slurmadm/prolog_epilog"
     health_check_interval: Annotated[int, Field(ge=0, le=86400)] = 300
-    resume_timeout: Annotated[int, Field(ge=60, le=86400)] = 900  # a DGX takes ~10 min to boot
-    reboot_program: str = "/usr/sbin/reboot"
+    # Node states in which HealthCheckProgram runs (HealthCheckNodeState).
+    health_check_node_state: list[Literal["ALLOC", "ANY", "CYCLE", "IDLE", "MIXED"]] = [
+        "ANY"
+    ]
+    # Must cover profiles.*.boot_seconds when Slurm reboots nodes (RebootProgram set).
+    resume_timeout: Annotated[int, Field(ge=60, le=86400)] = 900
+    reboot_program: str = "/usr/sbin/reboot"  # "" for none
     return_to_service: Literal[0, 1, 2] = 2
     preempt_mode: Literal["REQUEUE", "CANCEL", "SUSPEND,GANG"] = "REQUEUE"
+    # SchedulerParameters besides nohold_on_prolog_fail (always set: a job whose prolog drains
+    # a bad node is requeued to run elsewhere instead of being held).
+    scheduler_parameters: list[Annotated[str, Field(pattern=r"^[a-z_]+(=[A-Za-z0-9_.:\-]+)?$")]] = []
+    # "none" runs without slurmdbd (no limits, no fairshare history): only for tests and demos.
+    accounting_storage: Literal["slurmdbd", "none"] = "slurmdbd"
+    # AccountingStorageTRES (cpu, mem, energy, node, billing, fs/disk and vmem are always tracked).
+    accounting_tres: list[Annotated[str, Field(pattern=r"^[a-z]+(/[a-z0-9_]+(:[a-z0-9_]+)?)?$")]] = [
+        "gres/gpu"
+    ]
+    accounting_enforce: list[Literal["associations", "limits", "nojobs", "nosteps", "qos", "safe", "wckeys"]] = [
+        "associations",
+        "limits",
+        "qos",
+        "safe",
+    ]
+    # SlurmctldParameters=enable_configless: slurmd started with --conf-server fetches the
+    # configs, and `scontrol reconfigure` pushes a new set to every node.
+    configless: bool = True
     priority: PrioritySection = PrioritySection()
-    # Extra slurm.conf lines for what the model does not cover (KEY -> value).
+    # Extra slurm.conf lines for what the model does not cover (KEY -> value). Keys slurmadm
+    # writes itself are refused here (set them through their own key).
     extra: dict[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9]*$")], str] = {}
 
 
@@ -151,6 +188,12 @@ class Site(Strict):
     burnin: BurninSection = BurninSection()
 
     # ---- derived views (computed once; the model is frozen) ----
+
+    @cached_property
+    def digest(self) -> str:
+        """sha256 of the validated site: comments and formatting of site.toml don't change it."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
 
     def profile(self, name: str) -> NodeProfile:
         if name in self.profiles:

@@ -7,7 +7,7 @@ on those fleets (and on the H200 used for real-GPU checks).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
@@ -29,6 +29,9 @@ class GpuSpec(Strict):
     memory_gib: PositiveInt = 180
     # CPU socket of each GPU, by GPU index (gres.conf Cores= comes from this).
     sockets: list[Annotated[int, Field(ge=0)]] = [0, 0, 0, 0, 1, 1, 1, 1]
+    # Logical core indexes (0 .. sockets*cores_per_socket-1, not OS CPU ids) near each GPU, by
+    # index, e.g. "0-27" on a sub-NUMA-clustered build. Omitted: every core of the GPU's socket.
+    cores: list[str] | None = None
     # Device file of each GPU, by index; a hostlist-style pattern expanded in order.
     device_files: str = "/dev/nvidia[0-7]"
     nvlinks: Annotated[int, Field(ge=0)] = 18
@@ -40,6 +43,8 @@ class GpuSpec(Strict):
     def _per_gpu_lists(self) -> "GpuSpec":
         if len(self.sockets) != self.count:
             raise ValueError(f"sockets lists {len(self.sockets)} GPUs but count is {self.count}")
+        if self.cores is not None and len(self.cores) != self.count:
+            raise ValueError(f"cores lists {len(self.cores)} GPUs but count is {self.count}")
         files = self.files()
         if len(files) != self.count:
             raise ValueError(
@@ -62,13 +67,27 @@ class NodeProfile(Strict):
     sockets: Annotated[int, Field(ge=1, le=16)]
     cores_per_socket: Annotated[int, Field(ge=1, le=1024)]
     threads_per_core: Annotated[int, Field(ge=1, le=8)]
+    # Logical CPUs as `slurmd -C` reports them; must be sockets x cores_per_socket x
+    # threads_per_core (checked). Omitted: that product.
+    cpus: PositiveInt
     memory_gib: PositiveInt
+    # Seconds from power-on until slurmd answers (slurm.resume_timeout must cover it when Slurm
+    # reboots nodes). An HGX/DGX B200 takes about ten minutes.
+    boot_seconds: PositiveInt = 600
     gpus: GpuSpec
     nics: NicSpec = NicSpec()
 
-    @property
-    def cpus(self) -> int:
-        return self.sockets * self.cores_per_socket * self.threads_per_core
+    @model_validator(mode="before")
+    @classmethod
+    def _default_cpus(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "cpus" not in data:
+            parts = [data.get(k) for k in ("sockets", "cores_per_socket", "threads_per_core")]
+            if all(type(p) is int for p in parts):
+                return {**data, "cpus": parts[0] * parts[1] * parts[2]}
+            # A factor is missing or not an integer: its own error names it, so keep `cpus`
+            # from adding a second, misleading "missing" line (the model is rejected anyway).
+            return {**data, "cpus": 1}
+        return data
 
     @property
     def cores(self) -> int:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from ClusterShell.NodeSet import NodeSet
 
 from ..errors import UsageError
-from .accounts import account_problems
+from .accounts import account_problems, slurm_time_seconds
 from .accounts import dupes as _dupes
 from .model import Site
 
@@ -108,10 +108,37 @@ def check_site(site: Site) -> list[str]:
     if site.organizations or site.projects:
         if site.burnin.account not in site.account_names():
             p(f"burnin.account: {site.burnin.account!r} is not a defined organization or project")
+    _check_burnin_times(site, p)
 
     for extra in EXTRA_CHECKS:
         problems.extend(extra(site))
     return problems
+
+
+def _check_burnin_times(site: Site, p: Callable[[str], None]) -> None:
+    """Every burn-in job and the sweep itself must have a finite time limit that Slurm accepts."""
+    b = site.burnin
+    secs = {}
+    for key in ("job_time_limit", "start_timeout", "sweep_time_limit"):
+        secs[key] = slurm_time_seconds(getattr(b, key))
+        if not secs[key]:
+            p(f"burnin.{key}: {getattr(b, key)!r} must be a finite, non-zero time")
+    if None in secs.values() or 0 in secs.values():
+        return
+    if secs["job_time_limit"] > secs["sweep_time_limit"]:
+        p(f"burnin.job_time_limit: {b.job_time_limit} is longer than burnin.sweep_time_limit "
+          f"{b.sweep_time_limit}")
+    qos = site.qos_by_name().get(b.qos)
+    if qos is not None and qos.max_wall is not None:
+        wall = slurm_time_seconds(qos.max_wall)
+        if wall is not None and secs["job_time_limit"] > wall:
+            p(f"burnin.job_time_limit: {b.job_time_limit} is above the max_wall {qos.max_wall} of "
+              f"QOS {b.qos!r} (Slurm would reject the jobs)")
+    part = next((x for x in site.partitions if x.name == b.partition), site.default_partition)
+    limit = slurm_time_seconds(part.max_time)
+    if limit is not None and secs["job_time_limit"] > limit:
+        p(f"burnin.job_time_limit: {b.job_time_limit} is above the max_time {part.max_time} of "
+          f"partition {part.name!r}")
 
 
 def require_nodes(site: Site, pattern: str, *, what: str = "--nodes") -> list[str]:

@@ -54,6 +54,18 @@ class NodeInfo:
 
 
 @dataclass(frozen=True)
+class SlurmdHardware:
+    """What `slurmd -C` reports for the machine it runs on."""
+
+    node_name: str
+    cpus: int
+    sockets: int  # Boards x SocketsPerBoard
+    cores_per_socket: int
+    threads_per_core: int
+    real_memory: int  # MiB
+
+
+@dataclass(frozen=True)
 class JobInfo:
     job_id: str
     name: str = ""

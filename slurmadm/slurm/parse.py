@@ -1,13 +1,16 @@
 """Parsers for Slurm's output across releases. Odd output raises UnreachableError naming the
 command (the CLI turns it into one line, exit 3) instead of a traceback.
 
-Shapes handled:
+Shapes handled (real samples of each: tests/fixtures/slurm/<release>/):
 - `sinfo --json` 22.05 (openapi v0.0.38): nodes[] with `state` a lower-case string and
   `state_flags` a list; `reason`, `reason_set_by_user`; `partitions` a list; `features` a string.
-- `scontrol --json show node` / `sinfo --json` 23.11+ (data_parser v0.0.40+): `state` a list of
-  upper-case flags (["IDLE", "DRAIN"]), `reason` a string; numbers possibly wrapped as
-  {set, infinite, number}.
-- `scontrol show node -o` (every release): one line per node of Key=Value pairs.
+- `scontrol --json show node` 23.11+ (data_parser v0.0.40+): nodes[] with `state` a list of
+  upper-case flags (["IDLE", "DRAIN"]), `reason` a string, `features` a list; numbers possibly
+  wrapped as {set, infinite, number}.
+- `sinfo --json` 23.11+: sinfo[] rows, one per partition and group of alike nodes (with `-N` too),
+  reason at `reason.description`/`reason.user`, sizes as {minimum, maximum}.
+- `scontrol show node -o` (every release): one line per node of Key=Value pairs, ending with the
+  free-text Reason (`<text> [<user>@<time>]`), Comment and Extra.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import re
 from typing import Any
 
 from ..errors import UnreachableError
-from .model import BASE_STATES, NodeInfo
+from .model import BASE_STATES, NodeInfo, SlurmdHardware
 
 VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
@@ -105,38 +108,78 @@ def nodes_from_json(text: str, command: str) -> list[NodeInfo]:
         raise UnreachableError(f"{command}: output is not JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(data, dict):
         raise UnreachableError(f"{command}: unexpected JSON (top level is {type(data).__name__})")
-    if "nodes" in data and isinstance(data["nodes"], list):
-        return [node_from_json(n) for n in data["nodes"] if isinstance(n, dict)]
-    if "sinfo" in data and isinstance(data["sinfo"], list):  # 23.11+ sinfo: grouped rows
-        out: dict[str, NodeInfo] = {}
-        for row in data["sinfo"]:
-            names = (row.get("nodes") or {}).get("nodes") or []
-            for name in names:
-                obj = {
-                    "name": name,
-                    "state": (row.get("node") or {}).get("state"),
-                    "reason": (row.get("reason") or {}).get("description"),
-                    "reason_set_by_user": (row.get("reason") or {}).get("user"),
-                    "gres": (row.get("gres") or {}).get("total"),
-                    "partitions": [(row.get("partition") or {}).get("name")],
-                    "features": (row.get("features") or {}).get("total"),
-                }
-                out.setdefault(name, node_from_json(obj))
-        return list(out.values())
+    try:
+        if "nodes" in data and isinstance(data["nodes"], list):
+            return [node_from_json(n) for n in data["nodes"] if isinstance(n, dict)]
+        if "sinfo" in data and isinstance(data["sinfo"], list):
+            return _nodes_from_sinfo_rows(data["sinfo"])
+    except (AttributeError, TypeError, ValueError) as exc:  # a field of an unexpected type
+        raise UnreachableError(f"{command}: unexpected JSON ({exc})") from None
     raise UnreachableError(f"{command}: unexpected JSON (no 'nodes' list)")
 
 
-_KV = re.compile(r"(\w+)=")
+def _nodes_from_sinfo_rows(rows: list[Any]) -> list[NodeInfo]:
+    """23.11+ `sinfo --json`: one row per partition and group of alike nodes (same state, reason,
+    ...), so a node in two partitions appears in two rows."""
+    objs: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if not isinstance(row, dict):
+            continue
+        partition = (row.get("partition") or {}).get("name")
+        for name in (row.get("nodes") or {}).get("nodes") or []:
+            obj = objs.get(name)
+            if obj is None:
+                reason = row.get("reason") or {}
+                obj = objs[name] = {
+                    "name": name,
+                    "state": (row.get("node") or {}).get("state"),
+                    "reason": reason.get("description"),
+                    "reason_set_by_user": reason.get("user"),
+                    "gres": (row.get("gres") or {}).get("total"),
+                    "features": (row.get("features") or {}).get("total"),
+                    "partitions": [],
+                    "cpus": _group_value(row.get("cpus")),
+                    "real_memory": _group_value(row.get("memory")),
+                }
+            if partition and partition not in obj["partitions"]:
+                obj["partitions"].append(partition)
+    return [node_from_json(obj) for obj in objs.values()]
 
 
-def parse_kv_line(line: str) -> dict[str, str]:
-    """`scontrol show node -o` line -> dict. Values may contain spaces (Reason=...), so a value
-    runs until the next ` Key=`."""
+def _group_value(minmax: Any) -> Any:
+    """A grouped row's {"minimum": a, "maximum": b}: the per-node value when the group agrees."""
+    if isinstance(minmax, dict) and minmax.get("minimum") == minmax.get("maximum"):
+        return minmax.get("maximum")
+    return None
+
+
+# `scontrol show node -o` ends with these free-text fields (each optional, in this order). Their
+# values may hold spaces and "=" (`Reason=slurmadm: ecc: GPU5 DBE=2 [prolog] [root@2026-...]`).
+NODE_TEXT_TAIL = ("Reason", "Comment", "Extra")
+_REASON_BY = re.compile(r"^(.*?)\s*\[([^@\]\s]+)@[^\]]*\]$")  # "<reason> [<user>@<time>]"
+
+
+def parse_kv_line(line: str, tail: tuple[str, ...] = ()) -> dict[str, str]:
+    """One `scontrol show ... -o` line -> dict. A value runs until the next ` Key=` (values may
+    contain spaces); the keys in `tail` are free text at the end of the line, in that order, and
+    each runs until the next of them."""
+    cut = len(line)
+    for key in tail:
+        m = re.search(rf"(?:^|\s){key}=", line)
+        if m:
+            cut = min(cut, m.start())
+    out = _split_kv(line[:cut], r"[A-Za-z][A-Za-z0-9_/:]*")
+    if tail:
+        out.update(_split_kv(line[cut:], "|".join(tail)))
+    return out
+
+
+def _split_kv(text: str, key_pattern: str) -> dict[str, str]:
     out: dict[str, str] = {}
-    matches = list(re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:]*)=", line))
+    matches = list(re.finditer(rf"(?:^|\s)({key_pattern})=", text))
     for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-        out[m.group(1)] = line[m.end() : end].strip()
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        out[m.group(1)] = text[m.end() : end].strip()
     return out
 
 
@@ -145,10 +188,10 @@ def nodes_from_scontrol_text(text: str) -> list[NodeInfo]:
     for line in text.splitlines():
         if not line.strip().startswith("NodeName="):
             continue
-        kv = parse_kv_line(line.strip())
+        kv = parse_kv_line(line.strip(), NODE_TEXT_TAIL)
         reason = kv.get("Reason", "")
         user = ""
-        m = re.match(r"^(.*?)\s*\[([^@\]]+)@[^\]]*\]$", reason)
+        m = _REASON_BY.match(reason)
         if m:
             reason, user = m.group(1), m.group(2)
         base, flags = split_state(kv.get("State", ""))
@@ -167,3 +210,20 @@ def nodes_from_scontrol_text(text: str) -> list[NodeInfo]:
             )
         )
     return nodes
+
+
+def parse_slurmd_c(text: str) -> SlurmdHardware:
+    """`slurmd -C`: `NodeName=x CPUs=224 Boards=1 SocketsPerBoard=2 CoresPerSocket=56
+    ThreadsPerCore=2 RealMemory=2063000` then `UpTime=...`."""
+    kv = dict(re.findall(r"(\w+)=(\S+)", text))
+    try:
+        return SlurmdHardware(
+            node_name=kv["NodeName"],
+            cpus=int(kv["CPUs"]),
+            sockets=int(kv.get("Boards", "1")) * int(kv["SocketsPerBoard"]),
+            cores_per_socket=int(kv["CoresPerSocket"]),
+            threads_per_core=int(kv["ThreadsPerCore"]),
+            real_memory=int(kv["RealMemory"]),
+        )
+    except (KeyError, ValueError):
+        raise UnreachableError(f"slurmd -C: unexpected output {text.strip()[:120]!r}") from None

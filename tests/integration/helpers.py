@@ -11,3 +11,21 @@ def run_slurmadm(env: dict[str, str], *args: str, timeout: float = 120, input: s
     """The real console entry point in a child process, with the dev cluster's environment."""
     return subprocess.run([sys.executable, "-m", "slurmadm", *args], env=env, capture_output=True,
                           text=True, timeout=timeout, input=input)
+
+
+def ensure_burnin_accounting(env: dict[str, str], site) -> None:
+    """What a burn-in sweep needs in slurmdbd, as `slurmadm accounts apply` would create it from
+    the site: the burn-in QOS, the burn-in project under its organisation, root as a member."""
+    def sacctmgr(*args: str, check: bool = True) -> str:
+        return subprocess.run(["sacctmgr", *args], env=env, capture_output=True, text=True, timeout=60,
+                              check=check).stdout
+
+    b = site.burnin
+    if b.qos not in sacctmgr("-n", "-P", "show", "qos", "format=name").split():
+        sacctmgr("-i", "add", "qos", b.qos)
+    parent = next(p.organization for p in site.projects if p.name == b.account)
+    for account, up in ((parent, "root"), (b.account, parent)):
+        if not sacctmgr("-n", "-P", "show", "account", account, "format=account").strip():
+            sacctmgr("-i", "add", "account", account, f"parent={up}")
+    sacctmgr("-i", "add", "user", "root", f"account={b.account}", check=False)  # exit 1: exists
+    sacctmgr("-i", "modify", "user", "root", "where", f"account={b.account}", "set", f"qos=normal,{b.qos}")

@@ -24,7 +24,8 @@ def test_four_idle_b200_nodes_with_gpus(cluster_env):
     out = sh(cluster_env, "sinfo", "-N", "-h", "-o", "%N|%T|%G")
     rows = {line.split("|")[0]: line.split("|")[1:] for line in out.splitlines()}
     assert sorted(rows) == ["b200-001", "b200-002", "b200-003", "b200-004"]
-    assert all(state == "idle" and gres == "gpu:b200:8" for state, gres in rows.values()), rows
+    # "gpu:b200:8(S:0)": gres.conf's Cores= binds the GPUs to a socket
+    assert all(state == "idle" and gres.split("(")[0] == "gpu:b200:8" for state, gres in rows.values()), rows
 
 
 def test_accounting_knows_the_cluster(cluster_env, dev_cluster):

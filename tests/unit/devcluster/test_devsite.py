@@ -20,7 +20,7 @@ HW = devsite.Hardware.parse("NodeName=vm CPUs=2 Boards=1 SocketsPerBoard=1 Cores
 def derive(tmp_path, nodes=4, base=17000):
     src = load_site(EXAMPLE)
     data = devsite.derive(src, nodes=nodes, state_dir=tmp_path, ports=devsite.Ports(base), hostname="vm",
-                          hw=HW, prolog_dir=Path("/opt/pe"))
+                          hw=HW, prolog_dir=Path("/opt/pe"), release=(22, 5))
     return devsite.write(data, tmp_path / "site.toml", source=str(EXAMPLE))
 
 
@@ -61,7 +61,7 @@ def test_bad_requests(tmp_path):
     src = load_site(EXAMPLE)
     with pytest.raises(UsageError, match="more than the site's 128 nodes"):
         devsite.derive(src, nodes=129, state_dir=tmp_path, ports=devsite.Ports(17000), hostname="vm", hw=HW,
-                       prolog_dir=tmp_path)
+                       prolog_dir=tmp_path, release=(22, 5))
     with pytest.raises(UsageError, match="leaves no room"):
         devsite.derive(src, nodes=4, state_dir=tmp_path, ports=devsite.Ports(65530), hostname="vm", hw=HW,
-                       prolog_dir=tmp_path)
+                       prolog_dir=tmp_path, release=(22, 5))

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# A Debian 13 (trixie: Slurm 24.11, MariaDB 11.8, munge 0.5.16) chroot for running slurmadm and
+# its test suite on the other supported Slurm release from a Debian 12 machine. Run as root.
+#
+#   scripts/trixie-chroot.sh create          debootstrap trixie (minbase) and mount; idempotent
+#   scripts/trixie-chroot.sh run CMD [ARG..] run CMD inside, in /src (this checkout), e.g.
+#       scripts/trixie-chroot.sh run scripts/setup.sh test
+#       scripts/trixie-chroot.sh run env SLURMADM_TEST_PORT_BASE=24500 .venv/bin/python -m pytest -m integration
+#   scripts/trixie-chroot.sh enter           an interactive shell inside, in /src
+#   scripts/trixie-chroot.sh status          what exists, what is mounted, what runs inside
+#   scripts/trixie-chroot.sh umount          unmount (refuses while processes run inside)
+#   scripts/trixie-chroot.sh mount           mount again (run/enter do it themselves)
+#   scripts/trixie-chroot.sh destroy         unmount, then delete the chroot
+#
+# Inside, the checkout is bind-mounted at /src. Its .venv and build/ are the chroot's own (each
+# bind-mounted from the chroot over the checkout's, which stay untouched): the chroot's Python
+# (3.13) and C library differ from the host's. /proc, /sys, /dev, /dev/pts, a tmpfs /run and
+# /dev/shm are mounted; no cgroup filesystem (as in a container). Network and hostname are the
+# host's, so daemons started inside need their own ports (e.g. `--port-base`), as on the host;
+# /etc/hosts, /etc/resolv.conf and the host's CA bundle (for pip: PIP_CERT, SSL_CERT_FILE) are
+# copied in.
+# Processes started inside (a dev cluster) keep running after `run` returns; stop them inside
+# (`slurmadm dev-cluster down`) before `umount`/`destroy`.
+#
+# Environment: TRIXIE_ROOT (default /srv/trixie), TRIXIE_MIRROR (default
+# http://deb.debian.org/debian), TRIXIE_SRC (the checkout to mount at /src; default this one).
+set -euo pipefail
+
+ROOT=${TRIXIE_ROOT:-/srv/trixie}
+MIRROR=${TRIXIE_MIRROR:-http://deb.debian.org/debian}
+SRC=$(cd "${TRIXIE_SRC:-$(dirname "$0")/..}" && pwd)
+OWN_DIRS=(.venv build)        # per-release build outputs inside the checkout
+DONE="$ROOT/.slurmadm-chroot-complete"
+HOST_CA=/etc/ssl/certs/ca-certificates.crt
+HOST_CA_INSIDE=/etc/ssl/host-ca-certificates.crt
+
+die() { echo "trixie-chroot: $*" >&2; exit 2; }
+say() { echo "trixie-chroot: $*" >&2; }
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+
+[ "$(id -u)" = 0 ] || die "run as root (debootstrap, mount and chroot need it)"
+case "$ROOT" in /|"") die "TRIXIE_ROOT=$ROOT: refusing";; esac
+
+# mount points in the order they are mounted (unmounted in reverse)
+mount_points() {
+  printf '%s\n' "$ROOT/proc" "$ROOT/sys" "$ROOT/dev" "$ROOT/dev/pts" "$ROOT/dev/shm" "$ROOT/run" "$ROOT/src"
+  local d
+  for d in "${OWN_DIRS[@]}"; do printf '%s\n' "$ROOT/src/$d"; done
+}
+
+mounted_under_root() {  # every mount at or below $ROOT, deepest first
+  awk -v r="$ROOT" '$5 == r || index($5, r "/") == 1 {print $5}' /proc/self/mountinfo | sort -r
+}
+
+inside_pids() {  # processes whose root directory is the chroot
+  local p
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/root" 2>/dev/null)" = "$ROOT" ] && echo "${p#/proc/}"
+  done
+  return 0
+}
+
+create() {
+  if [ -e "$DONE" ]; then
+    say "$ROOT: already created"
+  else
+    command -v debootstrap >/dev/null || die "debootstrap is not installed (apt-get install debootstrap)"
+    say "debootstrap trixie into $ROOT from $MIRROR (a few minutes)"
+    mkdir -p "$ROOT"
+    # A half-made chroot from an interrupted run: debootstrap starts over in place.
+    debootstrap --variant=minbase trixie "$ROOT" "$MIRROR"
+    touch "$DONE"
+  fi
+  do_mount
+}
+
+do_mount() {
+  [ -e "$DONE" ] || die "$ROOT: not created yet (run: $0 create)"
+  mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc"
+  mountpoint -q "$ROOT/sys" || mount -t sysfs sysfs "$ROOT/sys"
+  mountpoint -q "$ROOT/dev" || mount --bind /dev "$ROOT/dev"
+  mountpoint -q "$ROOT/dev/pts" || mount --bind /dev/pts "$ROOT/dev/pts"
+  mountpoint -q "$ROOT/dev/shm" || mount -t tmpfs -o mode=1777,nosuid,nodev shm "$ROOT/dev/shm"
+  if ! mountpoint -q "$ROOT/run"; then
+    mount -t tmpfs -o mode=755,nosuid,nodev run "$ROOT/run"
+    mkdir -p "$ROOT/run/lock"
+  fi
+  mkdir -p "$ROOT/src"
+  if mountpoint -q "$ROOT/src" && [ "$(stat -c %d:%i "$ROOT/src")" != "$(stat -c %d:%i "$SRC")" ]; then
+    die "$ROOT/src is another checkout; run '$0 umount' there first, or set TRIXIE_ROOT"
+  fi
+  if ! mountpoint -q "$ROOT/src"; then
+    mount --bind "$SRC" "$ROOT/src"
+    mount --make-private "$ROOT/src"   # our mounts over .venv/build stay inside the chroot
+  fi
+  local d
+  for d in "${OWN_DIRS[@]}"; do
+    mkdir -p "$ROOT/var/lib/slurmadm-src/$d" "$SRC/$d"
+    mountpoint -q "$ROOT/src/$d" || mount --bind "$ROOT/var/lib/slurmadm-src/$d" "$ROOT/src/$d"
+  done
+  # name resolution as on the host (the dev cluster resolves this host's name)
+  cp /etc/hosts "$ROOT/etc/hosts"
+  cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
+  # TLS as on the host (which may trust a proxy's CA); package installs inside rewrite the
+  # chroot's own bundle, so this is a separate file
+  if [ -e "$HOST_CA" ]; then
+    mkdir -p "$(dirname "$ROOT$HOST_CA_INSIDE")"
+    cp -L "$HOST_CA" "$ROOT$HOST_CA_INSIDE"
+  fi
+}
+
+do_umount() {
+  local pids
+  pids=$(inside_pids | tr '\n' ' ')
+  [ -z "$pids" ] || die "processes still run inside $ROOT (pids: $pids); stop them first (e.g. $0 run .venv/bin/slurmadm dev-cluster down --state-dir ...)"
+  local m
+  for m in $(mounted_under_root); do
+    umount "$m" || umount -l "$m"
+  done
+  [ -z "$(mounted_under_root)" ] || die "still mounted under $ROOT: $(mounted_under_root | tr '\n' ' ')"
+}
+
+in_chroot() {
+  do_mount
+  local tls=()
+  [ ! -e "$ROOT$HOST_CA_INSIDE" ] || tls=(PIP_CERT="$HOST_CA_INSIDE" SSL_CERT_FILE="$HOST_CA_INSIDE")
+  chroot "$ROOT" /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" LANG=C.UTF-8 \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "${tls[@]}" \
+    /bin/bash -c 'cd /src && exec "$@"' bash "$@"
+}
+
+status() {
+  if [ -e "$DONE" ]; then
+    echo "chroot: $ROOT (Debian $(cat "$ROOT/etc/debian_version"))"
+  else
+    echo "chroot: $ROOT not created"
+  fi
+  echo "mounted: $(mounted_under_root | sort | tr '\n' ' ')"
+  echo "processes inside: $(inside_pids | tr '\n' ' ')"
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  create) create ;;
+  mount) do_mount ;;
+  umount) do_umount ;;
+  run) [ $# -gt 0 ] || die "run: give a command"; in_chroot "$@" ;;
+  enter) in_chroot /bin/bash -i ;;
+  status) status ;;
+  destroy)
+    do_umount
+    say "deleting $ROOT"
+    rm -rf --one-file-system "$ROOT"
+    ;;
+  -h|--help|help) usage ;;
+  *) usage >&2; exit 2 ;;
+esac

@@ -1,0 +1,139 @@
+"""Burn-in history in slurmadm's store: one row per sweep, per node tested, per pair run."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from ..store import EXTRA_SCHEMA, Store
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS burnin_sweeps (
+    id        TEXT PRIMARY KEY,     -- 20261129-013000
+    started   REAL NOT NULL,
+    finished  REAL,
+    status    TEXT NOT NULL,        -- running | done | interrupted | timed-out | failed
+    pid       INTEGER NOT NULL,
+    host      TEXT NOT NULL,
+    actor     TEXT NOT NULL,
+    nodes     TEXT NOT NULL,        -- hostlist of the nodes tested
+    passed    INTEGER NOT NULL DEFAULT 0,
+    failed    INTEGER NOT NULL DEFAULT 0,
+    skipped   INTEGER NOT NULL DEFAULT 0,
+    report    TEXT NOT NULL DEFAULT '',
+    summary   TEXT NOT NULL DEFAULT '{}'   -- the JSON summary
+);
+CREATE INDEX IF NOT EXISTS burnin_sweeps_started ON burnin_sweeps(started);
+
+CREATE TABLE IF NOT EXISTS burnin_nodes (
+    sweep_id  TEXT NOT NULL,
+    node      TEXT NOT NULL,
+    why       TEXT NOT NULL,        -- named | requalify | idle
+    verdict   TEXT NOT NULL,        -- pass | fail | skipped
+    job_id    TEXT NOT NULL DEFAULT '',
+    busbw     REAL,                 -- single-node all-reduce bus bandwidth, GB/s
+    action    TEXT NOT NULL DEFAULT '',
+    reason    TEXT NOT NULL DEFAULT '',
+    tests     TEXT NOT NULL DEFAULT '[]',
+    ts        REAL NOT NULL,
+    PRIMARY KEY (sweep_id, node)
+);
+CREATE INDEX IF NOT EXISTS burnin_nodes_node ON burnin_nodes(node, ts);
+
+CREATE TABLE IF NOT EXISTS burnin_pairs (
+    sweep_id  TEXT NOT NULL,
+    round     INTEGER NOT NULL,
+    kind      TEXT NOT NULL,
+    node_a    TEXT NOT NULL,
+    node_b    TEXT NOT NULL,
+    status    TEXT NOT NULL,
+    busbw     REAL,
+    detail    TEXT NOT NULL DEFAULT '',
+    job_id    TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS burnin_pairs_sweep ON burnin_pairs(sweep_id);
+"""
+
+if SCHEMA not in EXTRA_SCHEMA:
+    EXTRA_SCHEMA.append(SCHEMA)
+
+# node_state keys
+REQUALIFY_KEY = "burnin.requalify"  # the slurmadm drain reason a node had before a sweep resumed it
+
+
+def unique_sweep_id(store: Store, base: str) -> str:
+    """`base`, or `base-2`, `base-3`... when sweeps started within the same second."""
+    taken = {r["id"] for r in store.db.execute("SELECT id FROM burnin_sweeps WHERE id = ? OR id LIKE ?",
+                                                 (base, f"{base}-%"))}
+    n, candidate = 1, base
+    while candidate in taken:
+        n += 1
+        candidate = f"{base}-{n}"
+    return candidate
+
+
+def start_sweep(store: Store, sweep_id: str, *, pid: int, host: str, actor: str, nodes: str) -> None:
+    with store.transaction() as db:
+        db.execute("INSERT INTO burnin_sweeps (id, started, status, pid, host, actor, nodes) VALUES (?,?,?,?,?,?,?)",
+                   (sweep_id, time.time(), "running", pid, host, actor, nodes))
+
+
+def finish_sweep(store: Store, sweep_id: str, *, status: str, summary: dict[str, Any], report: str) -> None:
+    nodes = summary["nodes"]
+    counts = {v: sum(1 for n in nodes if n["verdict"] == v) for v in ("pass", "fail", "skipped")}
+    with store.transaction() as db:
+        db.execute(
+            "UPDATE burnin_sweeps SET finished=?, status=?, passed=?, failed=?, skipped=?, report=?, summary=? "
+            "WHERE id=?",
+            (time.time(), status, counts["pass"], counts["fail"], counts["skipped"], report,
+             json.dumps(summary, sort_keys=True, default=str), sweep_id),
+        )
+        for n in nodes:
+            db.execute(
+                "INSERT OR REPLACE INTO burnin_nodes (sweep_id, node, why, verdict, job_id, busbw, action, reason, "
+                "tests, ts) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (sweep_id, n["node"], n["why"], n["verdict"], n["job_id"], n["busbw_gbps"], n["action"],
+                 n["reason"], json.dumps(n["tests"], default=str), time.time()),
+            )
+        for p in summary["pairs"]:
+            db.execute(
+                "INSERT INTO burnin_pairs (sweep_id, round, kind, node_a, node_b, status, busbw, detail, job_id) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
+                (sweep_id, p["round"], p["kind"], p["a"], p["b"], p["status"], p["busbw_gbps"], p["detail"],
+                 p["job_id"]),
+            )
+
+
+def sweeps(store: Store, *, limit: int = 20) -> list[dict[str, Any]]:
+    rows = store.db.execute("SELECT * FROM burnin_sweeps ORDER BY started DESC LIMIT ?", (limit,))
+    out = []
+    for r in rows:
+        d = dict(r)
+        d.pop("summary")
+        out.append(d)
+    return out
+
+
+def previous_summary(store: Store, before: str) -> dict[str, Any] | None:
+    """The JSON summary of the last finished sweep before sweep `before` (for the comparison)."""
+    row = store.db.execute(
+        "SELECT summary FROM burnin_sweeps WHERE id < ? AND status != 'running' AND finished IS NOT NULL "
+        "ORDER BY id DESC LIMIT 1", (before,)).fetchone()
+    return json.loads(row["summary"]) if row else None
+
+
+def running_sweeps(store: Store) -> list[dict[str, Any]]:
+    rows = store.db.execute("SELECT id, pid, host, started FROM burnin_sweeps WHERE status='running'")
+    return [dict(r) for r in rows]
+
+
+def mark_abandoned(store: Store, sweep_id: str) -> None:
+    with store.transaction() as db:
+        db.execute("UPDATE burnin_sweeps SET status='interrupted', finished=? WHERE id=? AND status='running'",
+                   (time.time(), sweep_id))
+
+
+def last_tested(store: Store) -> dict[str, float]:
+    rows = store.db.execute("SELECT node, MAX(ts) AS ts FROM burnin_nodes WHERE verdict != 'skipped' GROUP BY node")
+    return {r["node"]: r["ts"] for r in rows}

@@ -1,0 +1,166 @@
+"""The per-node burn-in job. `burnin run` starts one per node (srun, whole node) and reads its
+JSON lines from stdout:
+
+    {"event": "started", "node": ..., "job_id": ...}      first, at once
+    {"event": "test", "test": "health", "status": ...}     one per test as it finishes
+    {"event": "result", "node": ..., "tests": [...]}       last
+
+    python -m slurmadm.burnin.node --spec '{"stress_seconds": 600, ...}'
+
+Tests, in order: the GPU stress, DCGM's diagnostic where installed, the single-node all-reduce,
+then the health suite (`slurmadm health run --dry-run --json`) on the node that has just been
+under load (Slurm's prolog checked it idle before the job began).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import SlurmadmError
+from ..proc import run
+from . import collective, stress
+from .model import TestResult
+
+# The health suite through the health capability's CLI (one narrow boundary): every check of its
+# `run` context, reported but not acted on (--dry-run): the sweep drains, with a burnin- reason.
+# Its own all-reduce check is left out: the burn-in measures that itself (allreduce-node), with
+# the site's collective.
+HEALTH_ARGV = ["-m", "slurmadm", "health", "run", "--dry-run", "--json"]
+HEALTH_CHECKS_ARGV = ["-m", "slurmadm", "health", "checks", "--json"]
+HEALTH_CONTEXT = "run"
+MEASURED_HERE = {"nccl-allreduce"}
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    print(json.dumps(obj, sort_keys=True, default=str), flush=True)
+
+
+def parse_health(stdout: str) -> TestResult | None:
+    """The health suite's JSON -> one `health` result naming each failed check. Accepts a list of
+    check results or an object holding one under `results`/`checks`; None when not JSON. A check
+    whose `action` (the site's action table) is not "drain" only warns, as it would in a prolog."""
+    try:
+        data = json.loads(stdout)
+    except json.JSONDecodeError:
+        return None
+    rows = data
+    if isinstance(data, dict):
+        rows = next((data[k] for k in ("results", "checks") if isinstance(data.get(k), list)), None)
+    if not isinstance(rows, list):
+        return None
+    checks = [r for r in rows if isinstance(r, dict)]
+    by_status: dict[str, list[str]] = {}
+    for r in checks:
+        cid = str(r.get("check_id") or r.get("check") or r.get("id") or "?")
+        status = str(r.get("status", "error")).lower()
+        if status in ("fail", "error") and r.get("action", "drain") != "drain":
+            status = "warn"
+        detail = " ".join(str(r.get("detail") or r.get("message") or "").split())
+        by_status.setdefault(status, []).append(f"{cid}: {detail}" if detail else cid)
+    for status in ("fail", "error", "warn"):
+        if by_status.get(status):
+            return TestResult("health", status, "; ".join(by_status[status]), data={"checks": checks})
+    return TestResult("health", "pass", f"{len(checks)} checks passed", data={"checks": checks})
+
+
+def health_check_ids(timeout: float) -> list[str] | None:
+    """The health checks of the `run` context on this site, minus those burn-in measures itself;
+    None when the health CLI cannot list them (then its own default selection applies)."""
+    try:
+        proc = run([sys.executable, *HEALTH_CHECKS_ARGV], timeout=timeout, check=False)
+        rows = json.loads(proc.stdout)
+        return [r["id"] for r in rows if HEALTH_CONTEXT in r["contexts"] and r["id"] not in MEASURED_HERE]
+    except (SlurmadmError, json.JSONDecodeError, KeyError, TypeError):
+        return None
+
+
+def health_suite(timeout: float) -> TestResult:
+    argv = [sys.executable, *HEALTH_ARGV]
+    ids = health_check_ids(timeout)
+    if ids:
+        argv += ["--checks", ",".join(ids)]
+    try:
+        proc = run(argv, timeout=timeout, check=False)
+    except SlurmadmError as exc:
+        return TestResult("health", "error", str(exc))
+    parsed = parse_health(proc.stdout)
+    if parsed is not None:
+        return parsed
+    last = ((proc.stderr or proc.stdout).strip().splitlines() or ["no output"])[-1]
+    if proc.returncode == 2:  # usage: this installation has no `health run --context burnin`
+        return TestResult("health", "skip", f"health suite unavailable ({last})")
+    return TestResult("health", "error", f"`slurmadm health run` exited {proc.returncode}: {last}")
+
+
+def single_node_allreduce(spec: dict[str, Any]) -> TestResult:
+    backend = spec["collective"]
+    torch = collective.import_torch()
+    if torch is None:
+        return TestResult("allreduce-node", "skip", "torch is not installed (pip install 'slurmadm[burnin]')")
+    if backend == "nccl":
+        ranks = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if ranks == 0:
+            return TestResult("allreduce-node", "fail" if torch.version.cuda else "skip",
+                              "no CUDA device for NCCL" + ("" if torch.version.cuda else " (torch is a CPU build)"))
+    else:
+        ranks = 2  # gloo on the CPU: two local ranks exercise the path; numbers are CPU numbers
+    if ranks < 2:
+        return TestResult("allreduce-node", "skip", "one GPU: nothing to all-reduce between")
+    port = spec["rendezvous_port"] + int(os.environ.get("SLURM_JOB_ID", "0")) % 100
+    start = time.monotonic()
+    res = collective.run_local(backend, ranks, mib=spec["allreduce_mib"], iters=spec["allreduce_iters"],
+                               port=port, timeout=spec["step_timeout"])
+    took = time.monotonic() - start
+    if "error" in res:
+        return TestResult("allreduce-node", "error", res["error"], duration_s=took)
+    floor = spec["node_floor_gbps"]
+    bw = res["busbw_gbps"]
+    label = f"{backend} {ranks} ranks on {res['device']}"
+    if res["wrong_elements"]:
+        return TestResult("allreduce-node", "fail", f"{label}: {res['wrong_elements']} wrong elements after all-reduce",
+                          value=bw, unit="GB/s", duration_s=took, data=res)
+    status = "pass" if bw >= floor else "fail"
+    relation = ">=" if status == "pass" else "<"
+    return TestResult("allreduce-node", status, f"{label}: busbw {bw:.3g} GB/s ({relation} floor {floor:g})",
+                      value=bw, unit="GB/s", duration_s=took, data=res)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m slurmadm.burnin.node")
+    ap.add_argument("--spec", required=True, help="JSON: what to run (written by `burnin run`)")
+    spec = json.loads(ap.parse_args(argv).spec)
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    _emit({"event": "started", "node": node, "job_id": os.environ.get("SLURM_JOB_ID", ""), "pid": os.getpid()})
+    # Load first, then the health suite: the prolog already checked the idle node before this job
+    # started; what burn-in adds is whether the node is still healthy after hours-long load.
+    steps = [
+        ("stress", lambda: stress.stress(spec["stress_seconds"])),
+        ("dcgm", lambda: stress.dcgm_diag(spec["dcgm_level"], spec["dcgm_timeout"])),
+        ("allreduce-node", lambda: single_node_allreduce(spec)),
+        ("health", lambda: health_suite(spec["step_timeout"])),
+    ]
+    tests = []
+    for name, step in steps:
+        if name == "dcgm" and not spec["dcgm_level"]:
+            continue
+        start = time.monotonic()
+        try:
+            result = step()
+        except Exception as exc:  # an unexpected failure is reported as this test's error
+            result = TestResult(name, "error", f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:400])
+        result.duration_s = result.duration_s or time.monotonic() - start
+        tests.append(result)
+        _emit({"event": "test", **result.to_json()})
+    _emit({"event": "result", "node": node, "tests": [t.to_json() for t in tests]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

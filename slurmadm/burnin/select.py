@@ -1,0 +1,121 @@
+"""Which nodes a sweep takes. Pure: the site, what Slurm reported, the time and the history in,
+a selection with a reason for every node left out.
+
+Taken, in this order, up to `burnin.max_nodes`:
+  1. nodes named with --nodes (any time of day);
+  2. nodes slurmadm drained that await re-qualification (any time; they serve no users);
+  3. idle nodes, only inside the burn-in window, those tested longest ago first.
+Never taken: nodes drained by someone else, nodes in a state another party handles (reboot,
+power, someone else's reservation), busy or unresponsive nodes, nodes outside the partition.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..errors import UsageError
+from ..site import Site, require_nodes
+from ..slurm.model import FOREIGN_FLAGS, NodeInfo
+from ..slurm.ownership import is_ours
+
+NAMED = "named"
+REQUALIFY = "requalify"
+IDLE = "idle"
+
+
+@dataclass
+class Selection:
+    chosen: dict[str, str] = field(default_factory=dict)  # node -> why (named|requalify|idle)
+    skipped: dict[str, str] = field(default_factory=dict)  # node -> why not
+    in_window: bool = False
+
+    def nodes(self) -> list[str]:
+        return list(self.chosen)
+
+
+def in_window(now: dt.time, start: str, end: str) -> bool:
+    s = dt.time.fromisoformat(start)
+    e = dt.time.fromisoformat(end)
+    if s == e:
+        return True
+    if s < e:
+        return s <= now < e
+    return now >= s or now < e  # spans midnight
+
+
+def burnin_partition(site: Site) -> str:
+    return site.burnin.partition or site.default_partition.name
+
+
+def _unusable(node: NodeInfo) -> str | None:
+    """Why a node cannot be tested now, or None."""
+    foreign = node.flags & FOREIGN_FLAGS
+    if foreign:
+        return f"{'+'.join(sorted(foreign))}: left to whoever handles that"
+    if "NOT_RESPONDING" in node.flags or node.state in ("DOWN", "UNKNOWN", "FUTURE", "ERROR"):
+        return f"node is {node.state_text}"
+    if node.drained and not is_ours(node):
+        who = node.reason_user or "someone else"
+        return f"drained by {who}: {node.reason!r} (slurmadm never touches that)"
+    if node.state != "IDLE":
+        return f"busy ({node.state_text})"
+    return None
+
+
+def named_nodes(site: Site, pattern: str) -> list[str]:
+    """--nodes: a hostlist of the site's nodes, no more than burnin.max_nodes (UsageError)."""
+    wanted = require_nodes(site, pattern)
+    if len(wanted) > site.burnin.max_nodes:
+        raise UsageError(f"--nodes: {len(wanted)} nodes is more than burnin.max_nodes ({site.burnin.max_nodes})")
+    return wanted
+
+
+def select(site: Site, nodes: list[NodeInfo], *, now: dt.datetime, named: str | None = None,
+           last_tested: Mapping[str, float] | None = None, reservation_enabled: bool = True) -> Selection:
+    b = site.burnin
+    part = burnin_partition(site)
+    by_name = {n.name: n for n in nodes}
+    sel = Selection(in_window=in_window(now.time(), b.window_start, b.window_end))
+    last_tested = last_tested or {}
+
+    def consider(name: str, why: str) -> None:
+        if name in sel.chosen or name in sel.skipped:
+            return
+        node = by_name.get(name)
+        if node is None:
+            sel.skipped[name] = "Slurm does not report this node"
+            return
+        if part not in node.partitions:
+            sel.skipped[name] = f"not in partition {part}"
+            return
+        problem = _unusable(node)
+        if problem:
+            sel.skipped[name] = problem
+            return
+        if node.drained and not reservation_enabled:
+            sel.skipped[name] = "drained by slurmadm: re-qualifying it needs burnin.reservation"
+            return
+        if len(sel.chosen) >= b.max_nodes:
+            sel.skipped[name] = f"burnin.max_nodes ({b.max_nodes}) reached; next sweep"
+            return
+        sel.chosen[name] = REQUALIFY if node.drained else why
+
+    if named:
+        for name in named_nodes(site, named):
+            consider(name, NAMED)
+        return sel
+
+    site_nodes = set(site.node_names)
+    for node in nodes:
+        if node.name in site_nodes and is_ours(node):
+            consider(node.name, REQUALIFY)
+    rest = [n.name for n in nodes if n.name in site_nodes]
+    rest.sort(key=lambda name: (last_tested.get(name, 0.0), site.node_names.index(name)))
+    for name in rest:
+        if sel.in_window or by_name[name].drained:  # a drained node says why it is left out
+            consider(name, IDLE)
+        elif name not in sel.chosen:
+            sel.skipped.setdefault(name, f"outside the burn-in window {b.window_start}-{b.window_end}")
+    return sel

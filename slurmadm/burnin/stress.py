@@ -1,0 +1,199 @@
+"""The stress phase of the per-node burn-in job (runs on the compute node).
+
+- `gpu_stress`: every GPU at once for `seconds` (one thread per GPU), alternating a bf16 matmul
+  (compute) and a large device-to-device copy (memory bandwidth). A GPU fails when it raises a
+  CUDA error, when its matmul result differs from the other GPUs' (same inputs, same kernels:
+  silent data corruption), or when its throughput is below `SLOW_FRACTION` of the node's median
+  (a throttled or degraded GPU; no fleet-specific threshold needed).
+- `dcgm_diag`: `dcgmi diag -r 2|3 -j` where DCGM is installed; any failed test fails.
+- `cpu_stand_in`: no CUDA device: exercises the host's CPU and memory for `seconds` and says so;
+  it never claims to have stressed a GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import statistics
+import threading
+import time
+from typing import Any
+
+from ..errors import SlurmadmError
+from ..proc import run
+from .collective import import_torch
+from .model import TestResult
+
+SLOW_FRACTION = 0.80
+MATMUL_N = 8192
+COPY_MIB = 2048
+
+
+def judge_gpus(per_gpu: dict[int, dict[str, Any]]) -> tuple[str, str]:
+    """Verdict from per-GPU stress numbers: {gpu: {"tflops", "copy_gbps", "checksum", "error"}}."""
+    problems = [f"GPU{g} {r['error']}" for g, r in sorted(per_gpu.items()) if r.get("error")]
+    ok = {g: r for g, r in per_gpu.items() if not r.get("error")}
+    sums = [r["checksum"] for r in ok.values()]
+    if sums:
+        common = max(set(sums), key=sums.count)
+        problems += [f"GPU{g} matmul result differs from the other GPUs (silent data corruption?)"
+                     for g, r in sorted(ok.items()) if r["checksum"] != common]
+    for key, unit in (("tflops", "TFLOPS"), ("copy_gbps", "GB/s copy")):
+        values = [r[key] for r in ok.values()]
+        if len(values) < 2:
+            continue
+        median = statistics.median(values)
+        for g, r in sorted(ok.items()):
+            if r[key] < SLOW_FRACTION * median:
+                problems.append(f"GPU{g} {r[key]:.0f} {unit}, {r[key] / median:.0%} of the node median {median:.0f}")
+    if problems:
+        return "fail", "; ".join(problems)
+    lo_t = min(r["tflops"] for r in ok.values())
+    lo_c = min(r["copy_gbps"] for r in ok.values())
+    return "pass", f"{len(ok)} GPUs: matmul >= {lo_t:.0f} TFLOPS, copy >= {lo_c:.0f} GB/s, results identical"
+
+
+def _checksum(torch: Any, c: Any) -> str:
+    """Bit-exact fingerprint of a bf16 matrix, computed on its GPU (integer sums wrap, exactly)."""
+    bits = c.contiguous().view(torch.int16).flatten().to(torch.int64)
+    weights = torch.arange(1, bits.numel() + 1, device=bits.device, dtype=torch.int64)
+    return f"{int(bits.sum())}:{int((bits * weights).sum())}"
+
+
+def gpu_stress(torch: Any, seconds: float) -> TestResult:
+    count = torch.cuda.device_count()
+    per_gpu: dict[int, dict[str, Any]] = {}
+    gen = torch.Generator().manual_seed(1234)
+    a_cpu = torch.randn(MATMUL_N, MATMUL_N, generator=gen).to(torch.bfloat16)
+    b_cpu = torch.randn(MATMUL_N, MATMUL_N, generator=gen).to(torch.bfloat16)
+
+    def worker(gpu: int) -> None:
+        try:
+            dev = torch.device("cuda", gpu)
+            a, b = a_cpu.to(dev), b_cpu.to(dev)
+            src = torch.empty(COPY_MIB << 20, dtype=torch.uint8, device=dev)
+            dst = torch.empty_like(src)
+            checksum = None
+            flop = mm_time = 0.0
+            moved = cp_time = 0.0
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                t0 = time.perf_counter()
+                c = a @ b
+                torch.cuda.synchronize(dev)
+                mm_time += time.perf_counter() - t0
+                flop += 2 * MATMUL_N**3
+                if checksum is None:
+                    checksum = _checksum(torch, c)
+                t0 = time.perf_counter()
+                dst.copy_(src)
+                torch.cuda.synchronize(dev)
+                cp_time += time.perf_counter() - t0
+                moved += 2 * src.numel()  # read + write
+            again = _checksum(torch, a @ b)
+            per_gpu[gpu] = {
+                "tflops": flop / mm_time / 1e12 if mm_time else 0.0,
+                "copy_gbps": moved / cp_time / 1e9 if cp_time else 0.0,
+                "checksum": checksum if again == checksum else f"unstable:{again}",
+            }
+        except Exception as exc:  # CUDA errors surface here (Xid, ECC, fell off the bus)
+            per_gpu[gpu] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:300]}
+
+    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in range(count)]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=seconds + 300)
+    for g, t in enumerate(threads):
+        if t.is_alive():
+            per_gpu[g] = {"error": "hung: no progress within the stress time + 300 s"}
+    status, detail = judge_gpus(per_gpu)
+    tflops = [r["tflops"] for r in per_gpu.values() if "tflops" in r]
+    return TestResult("stress", status, detail, value=min(tflops) if tflops else None, unit="TFLOPS",
+                      duration_s=time.monotonic() - start,
+                      data={"device": "cuda", "seconds": seconds, "per_gpu": {str(g): r for g, r in per_gpu.items()}})
+
+
+def cpu_stand_in(seconds: float, reason: str) -> TestResult:
+    """No GPU to stress: keep the host busy for `seconds` (hashing and large copies) and say so."""
+    start = time.monotonic()
+    block = bytearray(64 << 20)
+    target = bytearray(len(block))
+    hashed = copied = 0
+    while time.monotonic() - start < seconds:
+        hashlib.sha256(block).digest()
+        hashed += len(block)
+        target[:] = block
+        copied += 2 * len(block)
+    took = time.monotonic() - start
+    return TestResult(
+        "stress", "warn",
+        f"GPUs not stressed ({reason}); CPU stand-in ran {took:.0f} s: "
+        f"sha256 {hashed / took / 1e9:.2f} GB/s, copy {copied / took / 1e9:.2f} GB/s",
+        value=copied / took / 1e9, unit="GB/s (CPU)", duration_s=took,
+        data={"device": "cpu", "reason": reason},
+    )
+
+
+def stress(seconds: float) -> TestResult:
+    torch = import_torch()
+    if torch is None:
+        return cpu_stand_in(seconds, "torch is not installed")
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        return gpu_stress(torch, seconds)
+    if torch.version.cuda:  # a CUDA build that sees no GPU on a GPU node: the node is broken
+        return TestResult("stress", "fail", f"torch built for CUDA {torch.version.cuda} sees no GPU",
+                          data={"device": "none"})
+    return cpu_stand_in(seconds, "no CUDA device: torch is a CPU build")
+
+
+# ------------------------------------------------------------------------------ DCGM
+
+
+def parse_dcgm(text: str) -> tuple[str, str]:
+    """Verdict from `dcgmi diag -j` output (DCGM 3 "DCGM GPU Diagnostic" and DCGM 4
+    "DCGM Diagnostic" shapes): any result with status Fail fails; Warn warns."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return "error", f"dcgmi diag: output is not JSON ({text.strip()[:100]!r})"
+    root = next((v for k, v in data.items() if "Diagnostic" in k and isinstance(v, dict)), None) \
+        if isinstance(data, dict) else None
+    if root is None:
+        return "error", "dcgmi diag: no diagnostic section in its JSON"
+    fails, warns, ran = [], [], 0
+    for cat in root.get("test_categories") or []:
+        for test in cat.get("tests") or []:
+            name = test.get("name", "?")
+            for res in test.get("results") or []:
+                status = str(res.get("status", "")).lower()
+                ran += 1
+                gpu = res.get("gpu_id", res.get("entity_id", ""))
+                where = f"{name}" + (f" GPU{gpu}" if gpu not in ("", None) else "")
+                text_parts = [w.get("warning", "") if isinstance(w, dict) else str(w)
+                              for w in (res.get("warnings") or [])]
+                msg = where + (f": {' '.join(' '.join(text_parts).split())}" if text_parts else "")
+                if status.startswith("fail"):
+                    fails.append(msg)
+                elif status.startswith("warn"):
+                    warns.append(msg)
+    if fails:
+        return "fail", "; ".join(fails)[:600]
+    if warns:
+        return "warn", "; ".join(warns)[:600]
+    return "pass", f"{ran} results passed"
+
+
+def dcgm_diag(level: int, timeout: float) -> TestResult:
+    if not shutil.which("dcgmi"):
+        return TestResult("dcgm", "skip", "dcgmi is not installed on this node")
+    start = time.monotonic()
+    try:
+        proc = run(["dcgmi", "diag", "-r", str(level), "-j"], timeout=timeout, check=False)
+    except SlurmadmError as exc:
+        return TestResult("dcgm", "error", str(exc), duration_s=time.monotonic() - start)
+    status, detail = parse_dcgm(proc.stdout)
+    return TestResult("dcgm", status, f"dcgmi diag -r {level}: {detail}", duration_s=time.monotonic() - start,
+                      data={"level": level, "exit_code": proc.returncode})

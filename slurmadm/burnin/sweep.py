@@ -1,0 +1,618 @@
+"""The sweep driver behind `slurmadm burnin run` (see the package docstring for the design)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import getpass
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import LockBusy, SlurmadmError
+from ..health.actions import breaker
+from ..hostlist import compress
+from ..site import Site, site_path
+from ..site.accounts import slurm_time_seconds
+from ..slurm import SlurmBackend, get_backend
+from ..slurm import jobs as sjobs
+from ..slurm.model import NodeInfo
+from ..slurm.ownership import format_reason, is_ours, may_drain, may_resume, reason_check_id
+from ..store import Store, actor
+from . import history, report
+from .collective import last_result
+from .model import PairResult, TestResult, is_failure
+from .pairs import PairPlan
+from .select import Selection, burnin_partition, named_nodes, select
+
+JOB_PREFIX = "slurmadm-burnin"
+OWN_RESERVATION_FLAGS = frozenset({"MAINTENANCE", "RESERVED"})
+POLL_S = 0.5
+RECOVER_WAIT_S = 120.0
+CONTEXT = "burnin"
+
+
+class Interrupted(SlurmadmError):
+    """SIGTERM/SIGINT during a sweep: jobs cancelled, nodes restored, the sweep recorded."""
+
+    exit_code = 130
+
+
+@dataclass
+class NodeRun:
+    node: str
+    why: str  # named | requalify | idle
+    prior_reason: str = ""  # the slurmadm drain reason before this sweep (requalify)
+    job_id: str = ""
+    tests: list[TestResult] = field(default_factory=list)
+    verdict: str = "skipped"  # pass | fail | skipped
+    detail: str = ""  # why it failed or was skipped
+    failed_test: str = ""
+    action: str = ""
+    reason: str = ""  # drain reason set by this sweep
+
+    def busbw(self) -> float | None:
+        return next((t.value for t in self.tests if t.test == "allreduce-node" and t.value is not None), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node, "why": self.why, "verdict": self.verdict, "detail": self.detail,
+            "failed_test": self.failed_test, "job_id": self.job_id, "busbw_gbps": self.busbw(),
+            "action": self.action, "reason": self.reason, "prior_reason": self.prior_reason,
+            "tests": [t.to_json() for t in self.tests],
+        }
+
+
+@dataclass
+class JobOutcome:
+    started: bool
+    returncode: int | None
+    stdout: str
+    stderr: str
+    job_id: str = ""
+    stopped: str = ""  # "" | start-timeout | time-limit (the sweep's)
+
+
+def new_sweep_id(now: dt.datetime) -> str:
+    return now.strftime("%Y%m%d-%H%M%S")
+
+
+@contextmanager
+def sweep_lock(site: Site) -> Iterator[None]:
+    """One sweep at a time per store (an flock, released by the kernel if the process dies)."""
+    path = Path(site.store.path).parent / "burnin.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(path, "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "unknown"
+        fh.close()
+        raise LockBusy(f"another burn-in sweep holds {path} ({holder}); not starting a second one") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()} on {socket.gethostname()} since {dt.datetime.now().isoformat(timespec='seconds')}\n")
+    fh.flush()
+    try:
+        yield
+    finally:
+        fh.close()
+
+
+@contextmanager
+def _signals_raise(armed: Callable[[], bool], fired: list[int]) -> Iterator[None]:
+    """SIGTERM (systemd stop, kill) and SIGINT (Ctrl-C) raise Interrupted in the main thread while
+    `armed()`; otherwise (during the clean-up, which has its own time limits) they are only noted
+    in `fired` so the clean-up completes and the caller raises afterwards."""
+    def handler(signum, _frame):
+        first = not fired
+        fired.append(signum)
+        if first and armed():
+            raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            previous[sig] = signal.signal(sig, handler)
+        except ValueError:  # not the main thread (embedding): no handlers, Ctrl-C still works
+            pass
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+class Sweep:
+    def __init__(self, site: Site, *, backend: SlurmBackend | None = None, store: Store | None = None,
+                 site_file: str | None = None, report_dir: str | None = None,
+                 progress: Callable[[str], None] = lambda m: None, now: dt.datetime | None = None):
+        self.site = site
+        self.b = site.burnin
+        self._backend = backend
+        self.store = store or Store.for_site(site)
+        self.site_file = str(site_path(site_file).resolve())
+        self.report_root = Path(report_dir or self.b.report_dir)
+        self.progress = progress
+        self.now = now or dt.datetime.now()
+        self.user = getpass.getuser()
+        self.python = self.b.python or sys.executable
+        self.reservation = self.b.reservation or None
+        self.on_error = site.health.on_error
+        self.id = new_sweep_id(self.now)
+        self.runs: dict[str, NodeRun] = {}
+        self.plan: PairPlan | None = None
+        self.selection = Selection()
+        self.links: list = []
+        self.pair_note = ""
+        self.status = "running"
+        self.reserved = False
+        self.timings: dict[str, float] = {}  # seconds per phase
+        self.secs = {k: slurm_time_seconds(getattr(self.b, k)) or 0
+                     for k in ("job_time_limit", "start_timeout", "sweep_time_limit")}
+
+    @property
+    def backend(self) -> SlurmBackend:
+        """Chosen on first use (asking Slurm), so bad arguments are refused before that."""
+        if self._backend is None:
+            self._backend = get_backend()
+        return self._backend
+
+    # ------------------------------------------------------------------ entry points
+    def select(self, named: str | None) -> Selection:
+        if named:
+            named_nodes(self.site, named)  # bad --nodes: refused before Slurm is asked
+        nodes = self.backend.nodes()
+        return select(self.site, nodes, now=self.now, named=named, last_tested=history.last_tested(self.store),
+                      reservation_enabled=self.reservation is not None)
+
+    def dry_run(self, named: str | None) -> dict[str, Any]:
+        sel = self.select(named)
+        leftovers = self._leftovers()
+        return {
+            "would_recover": leftovers,
+            "selection": {"chosen": sel.chosen, "skipped": sel.skipped, "in_window": sel.in_window},
+            "reservation": self.reservation if sel.chosen else None,
+            "node_job": self._node_request(next(iter(sel.chosen))).srun_argv() if sel.chosen else None,
+            "changes": "none (dry run)",
+        }
+
+    def run(self, named: str | None) -> dict[str, Any]:
+        """The whole sweep under the lock. Returns the JSON summary (its `exit_code` says 0/1).
+        Whatever happens after the sweep is recorded (interrupt, Slurm error), its jobs are
+        cancelled, its nodes restored, the reservation deleted, and the sweep recorded."""
+        if named:
+            named_nodes(self.site, named)  # bad --nodes: refused before anything else happens
+        cleaning = False
+        fired: list[int] = []
+        with sweep_lock(self.site), _signals_raise(lambda: not cleaning, fired):
+            self._recover()
+            self.selection = sel = self.select(named)
+            self.id = history.unique_sweep_id(self.store, self.id)
+            history.start_sweep(self.store, self.id, pid=os.getpid(), host=socket.gethostname(), actor=actor(),
+                                nodes=compress(sel.chosen))
+            deadline = time.monotonic() + self.secs["sweep_time_limit"]
+            error: BaseException | None = None
+            try:
+                if sel.chosen:
+                    for phase, fn in (("prepare", lambda: self._prepare(sel)),
+                                      ("nodes", lambda: self._node_phase(deadline)),
+                                      ("pairs", lambda: self._pair_phase(deadline))):
+                        t0 = time.monotonic()
+                        fn()
+                        self.timings[phase] = round(time.monotonic() - t0, 2)
+                self.status = "timed-out" if time.monotonic() >= deadline else "done"
+            except Interrupted as exc:
+                self.status, error = "interrupted", exc
+            except BaseException as exc:  # recorded, then raised again
+                self.status, error = "failed", exc
+            cleaning = True  # from here on a signal waits for the clean-up to finish
+            self._cancel_leftover_jobs()
+            try:
+                self._conclude()
+            except SlurmadmError as exc:
+                self.status, error = "failed", error or exc
+            if fired and error is None:
+                self.status = "interrupted"
+                error = Interrupted(f"interrupted by {signal.Signals(fired[0]).name} (after the sweep's work)")
+            summary = self._finish()
+        if error is not None:
+            raise error
+        return summary
+
+    # ------------------------------------------------------------------ recovery
+    def _leftovers(self) -> dict[str, Any]:
+        res = sjobs.reservation(self.reservation) if self.reservation else None
+        held = {n: self.store.get_node_state(n, history.REQUALIFY_KEY) for n in self.site.node_names}
+        return {
+            "reservation": res.nodes if res else None,
+            "quarantined": {n: r for n, r in held.items() if r},
+            "jobs": self._leftovers_jobs(),
+        }
+
+    def _leftovers_jobs(self) -> list[str]:
+        return [j.job_id for j in sjobs.queued_jobs(user=self.user) if j.name.startswith(JOB_PREFIX + ".")]
+
+    def _recover(self) -> None:
+        """Undo what an earlier sweep that died (SIGKILL, power loss) left behind: its jobs, its
+        reservation, and nodes it had resumed for re-qualification (drained again, as they were)."""
+        for row in history.running_sweeps(self.store):
+            history.mark_abandoned(self.store, row["id"])
+            self.store.audit("burnin.recover", row["id"], "sweep died without finishing; marked interrupted")
+        left = self._leftovers()
+        if left["jobs"]:
+            sjobs.cancel(left["jobs"])
+            self.store.audit("burnin.recover", ",".join(left["jobs"]), "cancelled jobs of a dead sweep")
+            # their nodes count as busy until the jobs have completed: wait (bounded) for that
+            deadline = time.monotonic() + RECOVER_WAIT_S
+            while self._leftovers_jobs() and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+        if left["quarantined"]:
+            nodes = {n.name: n for n in self.backend.nodes(list(left["quarantined"]))}
+            for name, reason in left["quarantined"].items():
+                node = nodes[name]
+                if not node.drained:
+                    self.backend.drain([name], reason)
+                    self.store.audit("node.drain", name, reason, by="burnin.recover")
+                self.store.delete_node_state(name, history.REQUALIFY_KEY)
+        if left["reservation"] is not None:
+            sjobs.delete_reservation(self.reservation)
+            self.store.audit("burnin.reservation.delete", self.reservation, "left by a dead sweep")
+        if any(left.values()):
+            self.progress(f"recovered from an earlier sweep: {left}")
+
+    # ------------------------------------------------------------------ preparation
+    def _prepare(self, sel: Selection) -> None:
+        nodes = list(sel.chosen)
+        info = {n.name: n for n in self.backend.nodes(nodes)}
+        for name, why in sel.chosen.items():
+            self.runs[name] = NodeRun(name, why)
+        if self.reservation:
+            sjobs.create_reservation(self.reservation, nodes, users=self.user, flags=["MAINT", "IGNORE_JOBS"])
+            self.reserved = True
+            self.store.audit("burnin.reservation.create", self.reservation, f"burn-in sweep {self.id}",
+                             nodes=compress(nodes))
+        for name, run in self.runs.items():
+            node = self._ours_stripped(info[name])
+            if run.why != "requalify":
+                continue
+            verdict = may_resume(node)
+            if not verdict.act:  # changed since selection: leave it alone
+                run.detail = f"not re-qualified: {verdict.why}"
+                continue
+            run.prior_reason = node.reason
+            # remember the drain first: a crash from here on re-drains the node (see _recover)
+            self.store.set_node_state(name, history.REQUALIFY_KEY, node.reason)
+            self.backend.resume([name])
+            self.store.audit("burnin.requalify", name, f"resumed inside reservation {self.reservation} for "
+                             f"burn-in sweep {self.id}", was=node.reason)
+        self.progress(f"sweep {self.id}: {len(nodes)} node(s) {compress(nodes)}"
+                      + (f" in reservation {self.reservation}" if self.reservation else ""))
+
+    def _ours_stripped(self, node: NodeInfo) -> NodeInfo:
+        """Inside our own reservation, its MAINT/RESERVED flags are ours, not someone else's."""
+        if self.reserved and node.name in self.runs:
+            return replace(node, flags=node.flags - OWN_RESERVATION_FLAGS)
+        return node
+
+    # ------------------------------------------------------------------ jobs
+    def _request(self, name: str, nodes: list[str], argv: list[str], tasks_per_node: int) -> sjobs.JobRequest:
+        gpus = min(self.site.node_profile(n).gpus.count for n in nodes)
+        return sjobs.JobRequest(
+            name=name, nodes=nodes, argv=argv, time_limit=self.b.job_time_limit,
+            partition=burnin_partition(self.site), qos=self.b.qos, account=self.b.account,
+            reservation=self.reservation, tasks_per_node=tasks_per_node, gpus_per_node=gpus,
+            env={"SLURMADM_SITE": self.site_file},
+        )
+
+    def _step_timeout(self) -> float:
+        return max(60.0, min(900.0, self.secs["job_time_limit"] / 2))
+
+    def node_spec(self, node: str) -> dict[str, Any]:
+        model = self.site.node_profile(node).gpus.model
+        floor = self.b.node_busbw_floor_gbps or self.site.thresholds(model).nccl_busbw_floor_gbps
+        return {
+            "stress_seconds": self.b.stress_seconds, "dcgm_level": self.b.dcgm_level,
+            "dcgm_timeout": {2: 900, 3: 3600}.get(self.b.dcgm_level, 900),
+            "collective": self.b.collective, "allreduce_mib": self.b.allreduce_mib,
+            "allreduce_iters": self.b.allreduce_iters, "rendezvous_port": self.b.rendezvous_port,
+            "node_floor_gbps": floor, "step_timeout": self._step_timeout(),
+        }
+
+    def _node_request(self, node: str) -> sjobs.JobRequest:
+        argv = [self.python, "-m", "slurmadm.burnin.node", "--spec", json.dumps(self.node_spec(node), sort_keys=True)]
+        return self._request(f"{JOB_PREFIX}.{self.id}.{node}", [node], argv, 1)
+
+    def _pair_request(self, a: str, b: str, rnd: int) -> sjobs.JobRequest:
+        ranks = min(self.site.node_profile(n).gpus.count for n in (a, b)) if self.b.collective == "nccl" else 1
+        argv = [self.python, "-m", "slurmadm.burnin.collective", "--backend", self.b.collective,
+                "--mib", str(self.b.allreduce_mib), "--iters", str(self.b.allreduce_iters),
+                "--timeout", str(self._step_timeout()), "--port-base", str(self.b.rendezvous_port)]
+        for n in (a, b):
+            argv += ["--addr", f"{n}={self.site.node_group_of[n].addr or n}"]
+        return self._request(f"{JOB_PREFIX}.{self.id}.r{rnd}.{a}+{b}", [a, b], argv, ranks)
+
+    def _run_jobs(self, requests: dict[str, sjobs.JobRequest], deadline: float) -> dict[str, JobOutcome]:
+        """Run these jobs at once; wait for all, cancelling any that do not start within
+        burnin.start_timeout or are still running at the sweep's deadline."""
+        log_dir = self.report_root / self.id / "jobs"
+        running = {key: sjobs.SrunJob(req, log_dir) for key, req in requests.items()}
+        launched = time.monotonic()
+        stopped: dict[str, str] = {}
+        try:
+            while True:
+                live = [k for k, j in running.items() if j.poll() is None and k not in stopped]
+                if not live:
+                    break
+                now = time.monotonic()
+                late = []
+                for k in live:
+                    if now >= deadline:
+                        stopped[k] = "time-limit"
+                    elif now - launched > self.secs["start_timeout"] and not _started(running[k].stdout()):
+                        stopped[k] = "start-timeout"
+                    else:
+                        continue
+                    late.append(running[k])
+                if late:
+                    sjobs.stop_all(late)
+                time.sleep(POLL_S)
+        except BaseException:
+            sjobs.stop_all(list(running.values()))
+            raise
+        out = {}
+        for key, job in running.items():
+            stdout = job.stdout()
+            first = _first_event(stdout, "started") or {}
+            out[key] = JobOutcome(started=bool(first), returncode=job.poll(), stdout=stdout, stderr=job.stderr(),
+                                  job_id=str(first.get("job_id", "")), stopped=stopped.get(key, ""))
+        return out
+
+    def _cancel_leftover_jobs(self) -> None:
+        try:
+            prefix = f"{JOB_PREFIX}.{self.id}."
+            mine = [j.job_id for j in sjobs.queued_jobs(user=self.user) if j.name.startswith(prefix)]
+            sjobs.cancel(mine)
+        except SlurmadmError as exc:
+            self.progress(f"could not check for leftover jobs: {exc}")
+
+    # ------------------------------------------------------------------ phase 1: per node
+    def _node_phase(self, deadline: float) -> None:
+        todo = {n: self._node_request(n) for n, r in self.runs.items() if not r.detail}
+        self.progress(f"phase 1: {len(todo)} node job(s) in parallel (stress, single-node all-reduce, health)")
+        outcomes = self._run_jobs(todo, deadline)
+        for node, res in outcomes.items():
+            self._judge_node(self.runs[node], res)
+
+    def _judge_node(self, run: NodeRun, res: JobOutcome) -> None:
+        run.job_id = res.job_id
+        final = _last_event(res.stdout, "result")
+        run.tests = [TestResult.from_json(t) for t in (final or {}).get("tests", [])] if final else \
+            [TestResult.from_json(e) for e in _events(res.stdout, "test")]
+        if not res.started:
+            run.verdict, run.detail = "skipped", {
+                "start-timeout": f"job did not start within burnin.start_timeout {self.b.start_timeout}",
+                "time-limit": "sweep time limit reached before the job started",
+            }.get(res.stopped, f"job did not start: {_tail(res.stderr)}")
+            return
+        if final is None and res.stopped != "time-limit":  # the sweep's limit is not the node's fault
+            run.tests.append(TestResult("job", "error", self._job_failure(res)))
+        bad = [t for t in run.tests if is_failure(t.status, self.on_error)]
+        if bad:
+            run.verdict, run.failed_test, run.detail = "fail", bad[0].test, bad[0].detail
+        elif final is None:
+            run.verdict = "skipped"
+            run.detail = run.tests[-1].detail if res.stopped != "time-limit" else "cut short by the sweep time limit"
+        else:
+            run.verdict = "pass"
+
+    def _job_failure(self, res: JobOutcome) -> str:
+        acct = {}
+        if res.job_id:
+            try:
+                acct = sjobs.accounted_jobs([res.job_id])
+            except SlurmadmError:
+                pass
+        state = acct.get(res.job_id)
+        if state and state.state == "TIMEOUT":
+            return f"job {res.job_id} hit its time limit {self.b.job_time_limit} (hung GPU or step?)"
+        what = f"job {res.job_id} " + (f"ended {state.state} exit {state.exit_code}" if state else
+                                        f"exited {res.returncode}")
+        return f"{what} without a result: {_tail(res.stderr)}"
+
+    # ------------------------------------------------------------------ phase 2: pairs
+    def _pair_phase(self, deadline: float) -> None:
+        ready = [n for n, r in self.runs.items() if r.verdict == "pass"]
+        no_torch = [n for n in ready
+                    if any(t.test == "allreduce-node" and t.status == "skip" for t in self.runs[n].tests)]
+        if no_torch:
+            self.pair_note = f"multi-node all-reduce skipped: no torch on {compress(no_torch)}"
+            ready = [n for n in ready if n not in no_torch]
+        if len(ready) < 2:
+            self.pair_note = self.pair_note or "multi-node all-reduce needs two nodes that passed phase 1"
+            return
+        units = [(name, [n for n in members if n in ready]) for name, members in self.site.scalable_units]
+        self.plan = PairPlan(units, self.b.pair_busbw_floor_gbps)
+        while time.monotonic() < deadline:
+            pairs = self.plan.next_round()
+            if not pairs:
+                break
+            rnd = pairs[0].round
+            self.progress(f"phase 2 round {rnd}: {len(pairs)} pair(s) ({pairs[0].kind}): "
+                          + ", ".join(f"{p.a}+{p.b}" for p in pairs))
+            outcomes = self._run_jobs({f"{p.a}+{p.b}": self._pair_request(p.a, p.b, rnd) for p in pairs}, deadline)
+            for p in pairs:
+                self.plan.record(self._judge_pair(p.a, p.b, p.kind, rnd, outcomes[f"{p.a}+{p.b}"]))
+
+    def _judge_pair(self, a: str, b: str, kind: str, rnd: int, res: JobOutcome) -> PairResult:
+        pr = PairResult(a, b, kind, rnd, "skip", job_id=res.job_id)
+        if not res.started:
+            pr.detail = "did not start" + (f" ({res.stopped})" if res.stopped else f": {_tail(res.stderr)}")
+            return pr
+        result = last_result(res.stdout)
+        errors = [e["error"] for e in _events(res.stdout, "result") if "error" in e]
+        if res.stopped == "time-limit":
+            pr.detail = "cut short by the sweep time limit"
+        elif errors or result is None:
+            pr.status = "error"
+            pr.detail = errors[0] if errors else self._job_failure(res)
+        elif result.get("wrong_elements"):
+            pr.status, pr.busbw_gbps = "fail", result["busbw_gbps"]
+            pr.detail = f"{result['wrong_elements']} wrong elements after all-reduce"
+        else:
+            bw = result["busbw_gbps"]
+            floor = self.b.pair_busbw_floor_gbps
+            pr.busbw_gbps, pr.algbw_gbps = bw, result["algbw_gbps"]
+            pr.status = "pass" if bw >= floor else "fail"
+            pr.detail = (f"{result['backend']} {result['ranks']} ranks on {result['device']}: busbw {bw:.3g} GB/s "
+                         f"({'>=' if pr.status == 'pass' else '<'} floor {floor:g})")
+        return pr
+
+    # ------------------------------------------------------------------ verdicts and actions
+    def _conclude(self) -> None:
+        """Node verdicts from the pair tests, then drains, resumes and restores, then the
+        reservation goes (drains first: a failed node never becomes available to users)."""
+        if self.plan is not None:
+            bad, self.links, _ = self.plan.conclusions()
+            for finding in bad:
+                run = self.runs[finding.node]
+                run.tests.append(TestResult("allreduce-pair", "fail", finding.detail))
+                if run.verdict != "fail":
+                    run.verdict, run.failed_test, run.detail = "fail", "allreduce-pair", finding.detail
+        if self.status == "interrupted":
+            for run in self.runs.values():  # half-tested nodes prove nothing either way
+                if run.verdict == "pass":
+                    run.verdict, run.detail = "skipped", "sweep interrupted before the pair tests finished"
+        try:
+            self._act()
+        finally:
+            if self.reserved:
+                sjobs.delete_reservation(self.reservation)
+                self.store.audit("burnin.reservation.delete", self.reservation, f"burn-in sweep {self.id} ended")
+                self.reserved = False
+
+    def _act(self) -> None:
+        if not self.runs:
+            return
+        actual = {n.name: n for n in self.backend.nodes()}
+        # For the drain cap, nodes under re-qualification still count as slurmadm's drains.
+        view = dict(actual)
+        for r in self.runs.values():
+            if r.prior_reason and not actual[r.node].drained:
+                view[r.node] = replace(actual[r.node], flags=actual[r.node].flags | {"DRAIN"}, reason=r.prior_reason)
+        # re-qualification outcomes first: what they free or hold is known before new drains
+        for name, run in sorted(self.runs.items(), key=lambda item: not item[1].prior_reason):
+            node = self._ours_stripped(actual[name])
+            if node.drained:  # drained during the sweep (a prolog found a fault, an admin): keep it
+                if is_ours(node) and node.reason != run.prior_reason and run.verdict != "fail":
+                    run.verdict, run.detail = "fail", node.reason
+                    run.failed_test = reason_check_id(node.reason) or "job"
+                run.action, run.reason = "already drained", node.reason
+            elif run.verdict == "fail":
+                self._drain_failed(run, node, view)
+            elif run.prior_reason and run.verdict == "pass":
+                run.action = "resumed"
+                view[name] = actual[name]
+                self.store.audit("node.resume", name, f"passed burn-in sweep {self.id}", was=run.prior_reason)
+            elif run.prior_reason:  # not tested to the end: drained again, as it was
+                self.backend.drain([name], run.prior_reason)
+                run.action, run.reason = "kept drained", run.prior_reason
+                self.store.audit("burnin.restore-drain", name, run.prior_reason, sweep=self.id)
+            if run.prior_reason:
+                self.store.delete_node_state(name, history.REQUALIFY_KEY)
+
+    def _drain_failed(self, run: NodeRun, node: NodeInfo, view: dict[str, NodeInfo]) -> None:
+        reason = format_reason(f"burnin-{run.failed_test}", run.detail, CONTEXT)
+        if not run.prior_reason:  # a node in service: ownership rules and the breaker apply
+            verdict = may_drain(node)
+            if not verdict.act:
+                run.action = f"not drained: {verdict.why}"
+                return
+            why = breaker(view[node.name], list(view.values()), self.site.health.drain_cap_fraction)
+            if why:
+                run.action = f"not drained (breaker): {why}"
+                self.store.audit("burnin.drain-capped", node.name, reason, sweep=self.id, why=why)
+                return
+        self.backend.drain([node.name], reason)
+        view[node.name] = replace(view[node.name], flags=view[node.name].flags | {"DRAIN"}, reason=reason)
+        run.action, run.reason = "drained", reason
+        self.store.audit("node.drain", node.name, reason, by="burnin", sweep=self.id)
+
+    # ------------------------------------------------------------------ record and report
+    def _finish(self) -> dict[str, Any]:
+        failed = any(r.verdict == "fail" for r in self.runs.values()) or bool(self.links)
+        finished = dt.datetime.now()
+        sel = self.selection
+        summary = {
+            "sweep_id": self.id, "status": self.status, "cluster": self.site.cluster.name,
+            "site": self.site_file, "started": self.now.isoformat(timespec="seconds"),
+            "finished": finished.isoformat(timespec="seconds"),
+            "duration_s": round((finished - self.now).total_seconds(), 1),
+            "phase_s": self.timings,
+            "collective": self.b.collective,
+            "floors": {"pair_busbw_gbps": self.b.pair_busbw_floor_gbps,
+                       "node_busbw_gbps": {n: self.node_spec(n)["node_floor_gbps"] for n in self.runs}},
+            "reservation": self.reservation, "qos": self.b.qos, "account": self.b.account,
+            "selection": {"chosen": sel.chosen, "skipped": sel.skipped, "in_window": sel.in_window},
+            "nodes": [r.to_json() for r in self.runs.values()],
+            "pairs": [p.to_json() for p in (self.plan.results if self.plan else [])],
+            "links": [vars(link) for link in self.links],
+            "pair_note": self.pair_note,
+            "exit_code": 1 if failed else 0,
+        }
+        previous = history.previous_summary(self.store, self.id)
+        summary["previous"] = report.compare(summary, previous)
+        paths = report.write(summary, self.report_root)
+        summary["report"] = str(paths["html"])
+        history.finish_sweep(self.store, self.id, status=self.status, summary=summary, report=str(paths["html"]))
+        verdicts = [r.verdict for r in self.runs.values()]
+        self.store.audit("burnin.sweep", self.id, f"burn-in sweep {self.status}", nodes=compress(self.runs),
+                         passed=verdicts.count("pass"), failed=verdicts.count("fail"),
+                         skipped=verdicts.count("skipped"), report=str(paths["html"]))
+        return summary
+
+
+# ------------------------------------------------------------------------------ output parsing
+
+
+def _events(stdout: str, kind: str) -> list[dict[str, Any]]:
+    out = []
+    for line in stdout.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and obj.get("event") == kind:
+            out.append(obj)
+    return out
+
+
+def _first_event(stdout: str, kind: str) -> dict[str, Any] | None:
+    found = _events(stdout, kind)
+    return found[0] if found else None
+
+
+def _last_event(stdout: str, kind: str) -> dict[str, Any] | None:
+    found = _events(stdout, kind)
+    return found[-1] if found else None
+
+
+def _started(stdout: str) -> bool:
+    return '"event": "started"' in stdout
+
+
+def _tail(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "no output"

@@ -1,0 +1,193 @@
+"""`config apply`: write the rendered files into the Slurm config directory, safely.
+
+Under a lock (one apply at a time per directory): re-read what is installed, back up each file
+that changes into `<config_dir>/slurmadm-backup/<UTC time>/`, write each through a temporary
+file and rename (readers never see half a file), record one audit event per file, then run
+`scontrol reconfigure` when that is enough. A partition QOS that slurmdbd does not know is refused
+before anything is written (slurmctld exits on it). When a change needs daemon restarts, nothing is
+restarted here: the result names the daemons, where, and in which order. Restarting slurmd on
+every node is a fleet operation, and the files must reach the nodes first (configless mode
+pushes them on reconfigure or slurmd start; otherwise the site's own distribution does).
+A second apply with the same site changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import LockBusy, SlurmadmError, UnreachableError, UsageError
+from ..proc import run
+from ..site import Site
+from ..store import Store
+from .diff import Plan, plan
+
+LOCK_NAME = ".slurmadm-config.lock"
+BACKUP_DIR = "slurmadm-backup"
+
+
+@dataclass
+class ApplyResult:
+    plan: Plan
+    dry_run: bool
+    written: list[str] = field(default_factory=list)
+    backup: str | None = None
+    reconfigured: bool = False
+    reconfigure_error: str | None = None
+    events: list[int] = field(default_factory=list)
+
+    def restart_steps(self, site: Site) -> list[str]:
+        """The restarts still to do, in order (controllers first, then the nodes)."""
+        steps = []
+        restart = self.plan.restart
+        if "slurmctld" in restart:
+            steps.append(f"restart slurmctld on {', '.join(site.cluster.controllers)}")
+        if "slurmd" in restart:
+            steps.append(f"restart slurmd on {restart['slurmd'] or site.all_nodes}")
+        if steps and "slurmctld" not in restart and self.plan.needs_reconfigure:
+            steps.append("then run `scontrol reconfigure`")
+        return steps
+
+    def as_dict(self, site: Site) -> dict:
+        return {
+            **self.plan.as_dict(),
+            "dry_run": self.dry_run,
+            "written": self.written,
+            "backup": self.backup,
+            "reconfigured": self.reconfigured,
+            "reconfigure_error": self.reconfigure_error,
+            "restart_steps": self.restart_steps(site),
+            "events": self.events,
+        }
+
+
+@contextlib.contextmanager
+def locked(target: Path) -> Iterator[None]:
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise UsageError(f"{target}: cannot lock ({exc.strerror})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LockBusy(f"another `slurmadm config apply` is writing {target}; try again when it is done") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _sha(text: str | None) -> str | None:
+    return None if text is None else hashlib.sha256(text.encode()).hexdigest()
+
+
+def _backup_dir(target: Path) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    base = target / BACKUP_DIR / stamp
+    path, n = base, 1
+    while path.exists():
+        path, n = base.with_name(f"{stamp}-{n}"), n + 1
+    return path
+
+
+def write_atomic(path: Path, text: str, *, mode: int = 0o644) -> None:
+    """Write through a temporary file in the same directory, then rename over `path`. An existing
+    file keeps its mode and owner."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        st = None
+    tmp = path.with_name(f".{path.name}.slurmadm-{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, st.st_mode & 0o7777 if st else mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if st is not None:
+            os.chmod(tmp, st.st_mode & 0o7777)
+            if os.geteuid() == 0:
+                os.chown(tmp, st.st_uid, st.st_gid)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"{path}: cannot write ({exc.strerror})") from None
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def check_partition_qos(site: Site, slurm_conf_text: str, *, timeout: float = 30.0) -> None:
+    """slurmctld exits (fatal, on start and on reconfigure) when a partition's QOS is not in
+    slurmdbd: refuse before writing. Asks slurmdbd through the config about to be written."""
+    wanted = [(i, p.qos) for i, p in enumerate(site.partitions) if p.qos]
+    if not wanted or site.slurm.accounting_storage != "slurmdbd":
+        return
+    with tempfile.TemporaryDirectory(prefix="slurmadm-qos-") as tmp:
+        conf = Path(tmp) / "slurm.conf"
+        conf.write_text(slurm_conf_text)
+        try:
+            out = run(["sacctmgr", "-n", "-P", "show", "qos", "format=name"], timeout=timeout,
+                      env={"SLURM_CONF": str(conf)}).stdout
+        except SlurmadmError as exc:
+            raise UnreachableError(f"cannot check the partition QOS in slurmdbd, nothing written: {exc}") from None
+    known = set(out.split())
+    missing = [(i, q) for i, q in wanted if q not in known]
+    if missing:
+        i, q = missing[0]
+        raise UsageError(
+            f"partitions[{i}].qos: QOS {q!r} does not exist in slurmdbd, and slurmctld stops on an unknown "
+            f"partition QOS; create it first (slurmadm accounts apply), then apply again. Nothing written."
+        )
+
+
+def apply(site: Site, rendered: dict[str, str], *, reason: str, dry_run: bool = False,
+          target: str | Path | None = None, reconfigure: bool = True, timeout: float = 60.0) -> ApplyResult:
+    target = Path(target or site.slurm.config_dir)
+    if dry_run:
+        return ApplyResult(plan(rendered, target), dry_run=True)
+    with locked(target):
+        the_plan = plan(rendered, target)  # re-read under the lock
+        result = ApplyResult(the_plan, dry_run=False)
+        if not the_plan.files:
+            return result
+        if the_plan.needs_reconfigure or the_plan.restart:
+            check_partition_qos(site, rendered["slurm.conf"], timeout=timeout)
+        backup = _backup_dir(target)
+        olds = [f for f in the_plan.files if f.old is not None]
+        if olds:
+            backup.mkdir(parents=True)
+            for f in olds:
+                shutil.copy2(target / f.name, backup / f.name)
+            result.backup = str(backup)
+        with Store.for_site(site) as store:
+            for f in the_plan.files:
+                write_atomic(target / f.name, f.new)
+                result.written.append(f.name)
+                result.events.append(store.audit(
+                    "config.apply", str(target / f.name), reason,
+                    sha256_before=_sha(f.old), sha256_after=_sha(f.new),
+                    backup=str(backup / f.name) if f.old is not None else None,
+                    site_digest=site.digest,
+                    changes=[{"what": c.what, "action": c.action, "daemons": list(c.daemons)}
+                             for c in f.changes],
+                ))
+        if reconfigure and the_plan.needs_reconfigure and not the_plan.restart:
+            try:
+                run(["scontrol", "reconfigure"], timeout=timeout,
+                    env={"SLURM_CONF": str(target / "slurm.conf")})
+                result.reconfigured = True
+            except SlurmadmError as exc:
+                result.reconfigure_error = str(exc)
+        return result

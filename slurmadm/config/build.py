@@ -1,0 +1,335 @@
+"""Everything the Slurm config templates print, computed from the site as plain values.
+
+Each config line is a list of (key, value) pairs; the templates only join them. Node and switch
+lists are folded into hostlists (`b200-[001-128]`) here, through ClusterShell.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ClusterShell.NodeSet import NodeSet
+from ClusterShell.RangeSet import RangeSet
+
+from ..hostlist import compress, nodeset
+from ..site import NodeProfile, Site
+from ..site.accounts import priority_usage_settings
+
+Pairs = list[tuple[str, str]]
+
+SCRIPT_NAMES = {"Prolog": "prolog.sh", "Epilog": "epilog.sh", "HealthCheckProgram": "healthcheck.sh"}
+# Always in SchedulerParameters: a job whose prolog fails (and drains a bad node) goes back to
+# the queue and runs elsewhere, instead of being requeued *and held*.
+NOHOLD = "nohold_on_prolog_fail"
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    pairs: Pairs
+
+
+@dataclass
+class SlurmConf:
+    sections: list[Section]
+    nodes: list[Pairs]
+    partitions: list[Pairs]
+
+
+@dataclass
+class GresConf:
+    autodetect: str  # "nvml" or "off"
+    lines: list[Pairs] = field(default_factory=list)
+
+
+@dataclass
+class TopologyConf:
+    switches: list[Pairs]
+
+
+def yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def quoted(value: str) -> str:
+    """slurm.conf values with blanks need double quotes."""
+    return f'"{value}"' if any(c.isspace() for c in value) else value
+
+
+def several_slurmd_per_host(site: Site) -> bool:
+    return any(g.port is not None for g in site.nodes)
+
+
+def real_memory(site: Site, profile: NodeProfile) -> int:
+    """RealMemory in MiB: the site's fraction of the physical memory (slurmd -C sees less)."""
+    return int(profile.memory_mib * site.slurm.real_memory_fraction)
+
+
+def gpu_cores(profile: NodeProfile) -> list[str]:
+    """gres.conf Cores= of each GPU: logical core indexes (not OS CPU ids)."""
+    if profile.gpus.cores is not None:
+        return [str(RangeSet(c)) for c in profile.gpus.cores]
+    per = profile.cores_per_socket
+    return [f"{s * per}-{(s + 1) * per - 1}" for s in profile.gpus.sockets]
+
+
+def spine_groups(site: Site) -> list[tuple[str, list[str]]]:
+    """(spine name, unit names) above the scalable units; one spine unless units_per_spine."""
+    units = [name for name, _ in site.scalable_units]
+    size = site.topology.units_per_spine
+    if size == 0 or len(units) <= size:
+        return [(site.topology.spine, units)]
+    return [
+        (f"{site.topology.spine}{i // size + 1}", units[i : i + size]) for i in range(0, len(units), size)
+    ]
+
+
+# ------------------------------------------------------------------------------ slurm.conf
+
+
+def slurm_settings(site: Site) -> list[Section]:
+    s = site.slurm
+    cgroup_tracking = s.proctrack == "cgroup"
+    multi = several_slurmd_per_host(site)
+    per_node = "-%n" if multi else ""
+
+    control: Pairs = [("ClusterName", site.cluster.name)]
+    control += [("SlurmctldHost", host) for host in site.cluster.controllers]
+    control += [
+        ("SlurmctldPort", str(s.slurmctld_port)),
+        ("SlurmdPort", str(s.slurmd_port)),
+        ("SlurmUser", site.slurm_user),
+        ("AuthType", "auth/munge"),
+        ("CredType", "cred/munge"),
+    ]
+    if s.munge_socket:
+        control.append(("AuthInfo", f"socket={s.munge_socket}"))
+    if s.configless:
+        control.append(("SlurmctldParameters", "enable_configless"))
+    control += [
+        ("StateSaveLocation", s.state_save_location),
+        ("SlurmdSpoolDir", s.slurmd_spool_dir),
+        ("SlurmctldPidFile", f"{s.run_dir}/slurmctld.pid"),
+        ("SlurmdPidFile", f"{s.run_dir}/slurmd{per_node}.pid"),
+        ("SlurmctldLogFile", f"{s.log_dir}/slurmctld.log"),
+        ("SlurmdLogFile", f"{s.log_dir}/slurmd{per_node}.log"),
+    ]
+
+    resources: Pairs = [
+        ("SelectType", "select/cons_tres"),
+        ("SelectTypeParameters", "CR_Core_Memory"),
+        ("GresTypes", "gpu"),
+        ("ProctrackType", f"proctrack/{s.proctrack}"),
+        ("TaskPlugin", ",".join(s.task_plugins)),
+        ("JobAcctGatherType", "jobacct_gather/cgroup" if cgroup_tracking else "jobacct_gather/linux"),
+        ("TopologyPlugin", f"topology/{site.topology.plugin}"),
+    ]
+
+    prio = s.priority
+    scheduling: Pairs = [
+        ("SchedulerType", "sched/backfill"),
+        ("SchedulerParameters", ",".join([NOHOLD, *s.scheduler_parameters])),
+        ("PriorityType", "priority/multifactor"),
+    ]
+    # How GPU-hour budgets refill (decay, reset per period, lifetime): site/accounts.py decides.
+    scheduling += list(priority_usage_settings(site).items())
+    scheduling += [
+        ("PriorityMaxAge", prio.max_age),
+        ("PriorityWeightFairshare", str(prio.weight_fairshare)),
+        ("PriorityWeightAge", str(prio.weight_age)),
+        ("PriorityWeightPartition", str(prio.weight_partition)),
+        ("PriorityWeightJobSize", str(prio.weight_job_size)),
+        ("PriorityWeightQOS", str(prio.weight_qos)),
+        ("PreemptType", "preempt/qos"),
+        ("PreemptMode", s.preempt_mode),
+    ]
+
+    if s.accounting_storage == "slurmdbd":
+        accounting: Pairs = [
+            ("AccountingStorageType", "accounting_storage/slurmdbd"),
+            ("AccountingStorageHost", site.database.host),
+            ("AccountingStoragePort", str(site.database.port)),
+        ]
+        if s.munge_socket:  # connections to slurmdbd name their munge socket here, not in AuthInfo
+            accounting.append(("AccountingStoragePass", s.munge_socket))
+        if s.accounting_tres:
+            accounting.append(("AccountingStorageTRES", ",".join(s.accounting_tres)))
+        if s.accounting_enforce:
+            accounting.append(("AccountingStorageEnforce", ",".join(s.accounting_enforce)))
+    else:
+        accounting = [("AccountingStorageType", "accounting_storage/none")]
+
+    # Contain (pam_slurm_adopt's job container) needs proctrack/cgroup; it implies Alloc, which
+    # runs the prolog at allocation time, before the job's first step.
+    lifecycle: Pairs = [
+        ("Prolog", f"{s.prolog_dir}/{SCRIPT_NAMES['Prolog']}"),
+        ("Epilog", f"{s.prolog_dir}/{SCRIPT_NAMES['Epilog']}"),
+        ("PrologFlags", "Alloc,Contain" if cgroup_tracking else "Alloc"),
+        ("HealthCheckProgram", f"{s.prolog_dir}/{SCRIPT_NAMES['HealthCheckProgram']}"),
+        ("HealthCheckInterval", str(s.health_check_interval)),
+        ("HealthCheckNodeState", ",".join(s.health_check_node_state)),
+    ]
+    if s.reboot_program:
+        lifecycle.append(("RebootProgram", quoted(s.reboot_program)))
+    lifecycle += [
+        ("ResumeTimeout", str(s.resume_timeout)),
+        ("ReturnToService", str(s.return_to_service)),
+    ]
+
+    return [
+        Section("Controllers, daemons, authentication", control),
+        Section("Resources: consumable cores, memory and GPUs", resources),
+        Section("Scheduling, priority, preemption", scheduling),
+        Section("Accounting", accounting),
+        Section("Node lifecycle: prolog/epilog, health checks, reboots", lifecycle),
+    ]
+
+
+@dataclass
+class Layout:
+    """The site's nodes as NodeSets, folded once: set operations on them cost little, while
+    folding name lists (parsing every name) dominates the render time of large sites."""
+
+    groups: list[NodeSet]  # per node group
+    units: list[tuple[str, NodeSet]]  # per scalable unit, in order
+
+    @classmethod
+    def of(cls, site: Site) -> "Layout":
+        groups = [nodeset(g.names, what=f"nodes[{i}].names") for i, g in enumerate(site.nodes)]
+        if site.topology.units:
+            units = [(u.name, nodeset(u.nodes, what=f"topology.units[{i}].nodes"))
+                     for i, u in enumerate(site.topology.units)]
+        else:
+            units = [(name, NodeSet.fromlist(members)) for name, members in site.scalable_units]
+        return cls(groups, units)
+
+    def union(self, sets) -> NodeSet:
+        out = NodeSet()
+        for ns in sets:
+            out.update(ns)
+        return out
+
+
+def node_lines(site: Site, layout: Layout) -> list[Pairs]:
+    """One NodeName line per (node group, scalable unit): nodes of a line share features."""
+    lines: list[Pairs] = []
+    for group, members in zip(site.nodes, layout.groups):
+        prof = site.profile(group.profile)
+        port_of = {name: group.port + i for i, name in enumerate(members)} if group.port is not None else {}
+        hardware: Pairs = [
+            ("Sockets", str(prof.sockets)),
+            ("CoresPerSocket", str(prof.cores_per_socket)),
+            ("ThreadsPerCore", str(prof.threads_per_core)),
+            ("CPUs", str(prof.cpus)),
+            ("RealMemory", str(real_memory(site, prof))),
+            ("Gres", f"gpu:{prof.gpus.model}:{prof.gpus.count}"),
+        ]
+        for unit, unit_nodes in layout.units:
+            ns = members & unit_nodes
+            if not ns:
+                continue
+            line: Pairs = [("NodeName", str(ns))]
+            if group.hostname:
+                line.append(("NodeHostname", group.hostname))
+            if group.addr:
+                line.append(("NodeAddr", group.addr))
+            if port_of:
+                ports = [port_of[n] for n in ns]  # NodeSet order: the order Slurm pairs them in
+                line.append(("Port", str(ports[0]) if len(ports) == 1 else f"[{RangeSet(ports)}]"))
+            line += hardware
+            line += [("Features", ",".join([*group.features, unit])), ("State", "UNKNOWN")]
+            lines.append(line)
+    return lines
+
+
+def partition_lines(site: Site, layout: Layout) -> list[Pairs]:
+    lines: list[Pairs] = []
+    everything = layout.union(layout.groups)
+    for i, part in enumerate(site.partitions):
+        nodes = everything if part.nodes == "ALL" else nodeset(part.nodes, what=f"partitions[{i}].nodes")
+        profiles = {g.profile for g, members in zip(site.nodes, layout.groups) if members & nodes}
+        # Defaults that fit every node of the partition (a job may land on any of them).
+        cpu_per_gpu = min(site.profile(p).cpus // site.profile(p).gpus.count for p in profiles)
+        mem_per_gpu = min(real_memory(site, site.profile(p)) // site.profile(p).gpus.count for p in profiles)
+        line: Pairs = [("PartitionName", part.name), ("Nodes", str(nodes))]
+        if part.default:
+            line.append(("Default", "YES"))
+        line.append(("MaxTime", part.max_time))
+        if part.default_time:
+            line.append(("DefaultTime", part.default_time))
+        line.append(("State", part.state))
+        if part.qos:
+            line.append(("QOS", part.qos))
+        if part.allow_qos:
+            line.append(("AllowQos", ",".join(part.allow_qos)))
+        line += [("PriorityTier", str(part.priority_tier)), ("OverSubscribe", part.oversubscribe)]
+        if cpu_per_gpu > 0:  # fewer CPUs than GPUs (a dev node): no per-GPU CPU default
+            line.append(("DefCpuPerGPU", str(cpu_per_gpu)))
+        line.append(("DefMemPerGPU", str(mem_per_gpu)))
+        lines.append(line)
+    return lines
+
+
+def slurm_conf(site: Site, layout: Layout) -> SlurmConf:
+    sections = slurm_settings(site)
+    if site.slurm.extra:
+        extra = [(key, quoted(value)) for key, value in site.slurm.extra.items()]
+        sections.append(Section("Site extras (slurm.extra)", extra))
+    return SlurmConf(sections, node_lines(site, layout), partition_lines(site, layout))
+
+
+# ------------------------------------------------------------------------------- gres.conf
+
+
+def gres_conf(site: Site, layout: Layout) -> GresConf:
+    """Explicit GPU lines per profile (Debian's Slurm has no NVML autodetect); consecutive GPUs
+    with the same cores share a line."""
+    groups_of: dict[str, list[NodeSet]] = defaultdict(list)
+    for group, members in zip(site.nodes, layout.groups):
+        groups_of[group.profile].append(members)
+    conf = GresConf(autodetect="nvml" if site.slurm.has_nvml else "off")
+    for name, sets in groups_of.items():
+        prof = site.profile(name)
+        files = prof.gpus.files()
+        cores = gpu_cores(prof)
+        hostlist = str(layout.union(sets))
+        start = 0
+        for i in range(1, len(files) + 1):
+            if i == len(files) or cores[i] != cores[start]:
+                conf.lines.append([
+                    ("NodeName", hostlist),
+                    ("Name", "gpu"),
+                    ("Type", prof.gpus.model),
+                    ("File", compress(files[start:i])),
+                    ("Cores", cores[start]),
+                ])
+                start = i
+    return conf
+
+
+# --------------------------------------------------------------------------- topology.conf
+
+
+def topology_conf(site: Site, layout: Layout) -> TopologyConf:
+    """topology/tree: one leaf per scalable unit, spine(s) above, a core above several spines."""
+    switches: list[Pairs] = [[("SwitchName", unit), ("Nodes", str(members))] for unit, members in layout.units]
+    spines = spine_groups(site)
+    switches += [[("SwitchName", spine), ("Switches", compress(units))] for spine, units in spines]
+    if len(spines) > 1:
+        switches.append([("SwitchName", site.topology.core), ("Switches", compress(s for s, _ in spines))])
+    return TopologyConf(switches)
+
+
+# ----------------------------------------------------------------------------- cgroup.conf
+
+
+def cgroup_conf(site: Site) -> Pairs:
+    s = site.slurm
+    return [
+        ("CgroupPlugin", s.cgroup_plugin),
+        ("ConstrainCores", yes(s.constrain_cores)),
+        ("ConstrainDevices", yes(s.constrain_devices)),
+        ("ConstrainRAMSpace", yes(s.constrain_ram_space)),
+        ("ConstrainSwapSpace", yes(s.constrain_swap_space)),
+    ]

@@ -1,0 +1,3 @@
+from .hook import main
+
+main()

@@ -1,0 +1,433 @@
+"""The checks: one function per stable kebab-case id, and the declarative action table.
+
+A check returns an `Outcome` (its findings, each "fail" or "warn"); it raises `CannotRun` when it
+cannot tell (that is reported as status "error", never as a hardware fault). What happens on a
+failure (drain, warn, ignore), in which contexts a check runs and its severity come from CHECKS
+below, overridden per site by `[health.checks.<id>]`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import xid as xidmod
+from .config import HealthConfig
+from .nvml import Nvml
+
+ALL_CONTEXTS = ("prolog", "epilog", "periodic", "run")
+
+
+class CannotRun(Exception):
+    """The check could not reach a verdict (missing library, unsupported, timed out)."""
+
+
+@dataclass
+class Finding:
+    level: str  # "fail" or "warn"
+    text: str
+
+
+@dataclass
+class Outcome:
+    findings: list[Finding] = field(default_factory=list)
+    note: str = ""  # what was looked at, for a pass
+    value: float | None = None
+    skip: str | None = None  # not applicable here, and why
+
+    def fail(self, text: str) -> None:
+        self.findings.append(Finding("fail", text))
+
+    def warn(self, text: str) -> None:
+        self.findings.append(Finding("warn", text))
+
+
+@dataclass
+class Ctx:
+    """What a check may use. `nvml` is None for checks that do not need it."""
+
+    cfg: HealthConfig
+    context: str
+    now: float
+    nvml: Nvml | None = None
+    state: Any = None  # slurmadm.health.record.NodeState, or None without a store
+    nccl_last_pass: float | None = None  # when nccl-allreduce last passed here (from the store)
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    id: str
+    title: str
+    fn: Callable[[Ctx], Outcome]
+    severity: str = "critical"
+    on_fail: str = "drain"
+    contexts: tuple[str, ...] = ALL_CONTEXTS
+    needs_nvml: bool = True
+    slow: bool = False  # has its own time limit (nccl_timeout_s), never in `periodic`
+
+
+def _gpus(ctx: Ctx):
+    assert ctx.nvml is not None
+    return ctx.nvml.usable
+
+
+# ------------------------------------------------------------------------------------ checks
+
+
+def gpu_count(ctx: Ctx) -> Outcome:
+    out = Outcome()
+    want = ctx.cfg.gpu
+    nv = ctx.nvml
+    found = len(nv.gpus)
+    if found != want.count:
+        out.fail(f"found {found} GPUs, profile expects {want.count}")
+    for g in nv.gpus:
+        if g.handle is None:
+            out.fail(f"GPU{g.index} unusable ({g.error})")
+            continue
+        name = nv.get("nvmlDeviceGetName", g.handle)
+        name = name.decode() if isinstance(name, bytes) else name
+        if name is not None and name != want.nvml_name:
+            out.fail(f"GPU{g.index} is {name!r}, profile expects {want.nvml_name!r}")
+    out.note = f"{found} x {want.nvml_name}"
+    out.value = found
+    return out
+
+
+def ecc_uncorrected(ctx: Ctx) -> Outcome:
+    out = Outcome()
+    m = ctx.nvml.mod
+    total = 0
+    for g in _gpus(ctx):
+        mode = ctx.nvml.get("nvmlDeviceGetEccMode", g.handle)
+        if mode is not None and not mode[0]:
+            out.fail(f"GPU{g.index} ECC is disabled")
+        for kind, counter in (("volatile", m.NVML_VOLATILE_ECC), ("aggregate", m.NVML_AGGREGATE_ECC)):
+            n = ctx.nvml.get("nvmlDeviceGetTotalEccErrors", g.handle, m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, counter)
+            if n is None:
+                continue
+            if n > 0:
+                out.fail(f"GPU{g.index} {kind} uncorrected ECC={n}")
+            if kind == "volatile":
+                total += n
+    out.value = total
+    return out
+
+
+def ecc_corrected(ctx: Ctx) -> Outcome:
+    out = Outcome()
+    m = ctx.nvml.mod
+    limit = ctx.cfg.thresholds.ecc_corrected_volatile_max
+    worst = 0
+    for g in _gpus(ctx):
+        n = ctx.nvml.get("nvmlDeviceGetTotalEccErrors", g.handle, m.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                         m.NVML_VOLATILE_ECC)
+        if n is None:
+            continue
+        worst = max(worst, n)
+        if n > limit:
+            out.fail(f"GPU{g.index} volatile corrected ECC={n} > {limit}")
+    out.value = worst
+    return out
+
+
+def retired_pages(ctx: Ctx) -> Outcome:
+    out = Outcome()
+    m = ctx.nvml.mod
+    limit = ctx.cfg.thresholds.retired_pages_max
+    supported = False
+    for g in _gpus(ctx):
+        pages = 0
+        for cause in (m.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+                      m.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR):
+            got = ctx.nvml.get("nvmlDeviceGetRetiredPages", g.handle, cause)
+            if got is not None:
+                supported = True
+                pages += len(got)
+        if pages > limit:
+            out.fail(f"GPU{g.index} {pages} retired pages > {limit}")
+        pending = ctx.nvml.get("nvmlDeviceGetRetiredPagesPendingStatus", g.handle)
+        if pending:
+            supported = True
+            out.fail(f"GPU{g.index} page retirement pending (reset the GPU)")
+    if not supported:
+        out.skip = "page retirement not supported (this GPU uses row remapping)"
+    return out
+
+
+def row_remap(ctx: Ctx) -> Outcome:
+    out = Outcome()
+    supported = False
+    for g in _gpus(ctx):
+        got = ctx.nvml.get("nvmlDeviceGetRemappedRows", g.handle)
+        if got is None:
+            continue
+        supported = True
+        corr, unc, pending, failed = got
+        if failed:
+            out.fail(f"GPU{g.index} row remapping failed (corrected={corr} uncorrected={unc})")
+        if pending:
+            out.fail(f"GPU{g.index} row remap pending (reset the GPU)")
+    if not supported:
+        out.skip = "row remapping not supported"
+    return out
+
+
+def xid(ctx: Ctx) -> Outcome:
+    out = Outcome()
+    cfg = ctx.cfg
+    try:
+        events = xidmod.read_events(cfg.xid_source, cfg.node, ctx.now)
+    except OSError as exc:
+        raise CannotRun(f"cannot read {cfg.xid_source}: {exc.strerror or exc}") from None
+    gpu_of = {}
+    if ctx.nvml is not None:
+        gpu_of = {xidmod.pci_key_from_bus_id(g.bus_id): g.index for g in ctx.nvml.gpus if g.bus_id}
+    findings = xidmod.summarize(events, now=ctx.now, window_s=cfg.xid_window_minutes * 60,
+                                overrides=cfg.xid_actions)
+    for f in findings:
+        if f.verdict not in ("fail", "warn"):
+            continue
+        where = f"GPU{gpu_of[f.pci]}" if f.pci in gpu_of else f"PCI {f.pci}"
+        times = f" x{f.count}" if f.count > 1 else ""
+        text = f"{where} XID {f.xid}{times} {f.name} ({f.action})"
+        out.fail(text) if f.verdict == "fail" else out.warn(text)
+    out.value = sum(f.count for f in findings)
+    out.note = f"{len(events)} XID line(s) in the log, {len(findings)} in the last {cfg.xid_window_minutes} min"
+    return out
+
+
+def pcie_link(ctx: Ctx) -> Outcome:
+    """Width below the link's max fails. A lower generation fails only while the GPU is busy
+    (P0): idle GPUs legitimately train down to save power."""
+    out = Outcome()
+    nv = ctx.nvml
+    want = ctx.cfg.gpu
+    for g in _gpus(ctx):
+        width = nv.get("nvmlDeviceGetCurrPcieLinkWidth", g.handle)
+        max_width = nv.get("nvmlDeviceGetMaxPcieLinkWidth", g.handle)
+        gen = nv.get("nvmlDeviceGetCurrPcieLinkGeneration", g.handle)
+        max_gen = nv.get("nvmlDeviceGetMaxPcieLinkGeneration", g.handle)
+        if width is not None and max_width and width < max_width:
+            out.fail(f"GPU{g.index} PCIe x{width} < x{max_width}")
+        if max_width is not None and max_width < want.pcie_width:
+            out.fail(f"GPU{g.index} PCIe max width x{max_width} < profile x{want.pcie_width}")
+        if max_gen is not None and max_gen < want.pcie_gen:
+            out.fail(f"GPU{g.index} PCIe max Gen{max_gen} < profile Gen{want.pcie_gen}")
+        if gen is not None and max_gen and gen < max_gen:
+            pstate = nv.get("nvmlDeviceGetPerformanceState", g.handle)
+            if pstate is None or pstate == 0:
+                out.fail(f"GPU{g.index} PCIe Gen{gen} < Gen{max_gen} while busy")
+    return out
+
+
+def nvlink(ctx: Ctx) -> Outcome:
+    out = Outcome()
+    nv = ctx.nvml
+    m = nv.mod
+    links = ctx.cfg.gpu.nvlinks
+    if links == 0:
+        out.skip = "profile has no NVLinks"
+        return out
+    rise_max = ctx.cfg.thresholds.nvlink_error_rise_max
+    counters = [m.NVML_NVLINK_ERROR_DL_REPLAY, m.NVML_NVLINK_ERROR_DL_RECOVERY, m.NVML_NVLINK_ERROR_DL_CRC_FLIT]
+    inactive_total = 0
+    for g in _gpus(ctx):
+        down = []
+        errors = 0
+        for link in range(links):
+            try:
+                state = m.nvmlDeviceGetNvLinkState(g.handle, link)
+            except m.NVMLError_NotSupported:
+                state = None
+            except m.NVMLError as exc:  # an invalid link index is as bad as a down link
+                down.append(f"{link}({exc})")
+                continue
+            if state is not None and state != m.NVML_FEATURE_ENABLED:
+                down.append(str(link))
+                continue
+            for c in counters:
+                errors += nv.get("nvmlDeviceGetNvLinkErrorCounter", g.handle, link, c) or 0
+        if down:
+            inactive_total += len(down)
+            out.fail(f"GPU{g.index} {len(down)}/{links} NVLinks inactive (links {','.join(down)})")
+        if ctx.state is not None:
+            key = f"nvlink-errors-gpu{g.index}"
+            before = ctx.state.get(key)
+            if before is not None and errors - int(before) > rise_max:
+                out.fail(f"GPU{g.index} NVLink errors rose by {errors - int(before)} (> {rise_max})")
+            if before is None or int(before) != errors:
+                ctx.state.set(key, str(errors))
+    out.value = inactive_total
+    return out
+
+
+def _field(nv: Nvml, handle: Any, field_id: int) -> int | None:
+    """One NVML field value (unsigned), or None when unsupported."""
+    got = nv.get("nvmlDeviceGetFieldValues", handle, [field_id])
+    if not got or got[0].nvmlReturn != 0:
+        return None
+    return int(got[0].value.ullVal if got[0].valueType == nv.mod.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+               else got[0].value.uiVal)
+
+
+THROTTLE_BITS = {
+    0x8: "HW slowdown",
+    0x20: "SW thermal slowdown",
+    0x40: "HW thermal slowdown",
+    0x80: "HW power brake",
+}
+
+
+def thermal(ctx: Ctx) -> Outcome:
+    out = Outcome()
+    nv = ctx.nvml
+    m = nv.mod
+    limit = ctx.cfg.thresholds.max_gpu_temp_c
+    mem_limit = ctx.cfg.thresholds.max_memory_temp_c
+    hottest = 0
+    reasons_fn = ("nvmlDeviceGetCurrentClocksEventReasons" if hasattr(m, "nvmlDeviceGetCurrentClocksEventReasons")
+                  else "nvmlDeviceGetCurrentClocksThrottleReasons")
+    for g in _gpus(ctx):
+        temp = nv.get("nvmlDeviceGetTemperature", g.handle, m.NVML_TEMPERATURE_GPU)
+        if temp is not None:
+            hottest = max(hottest, temp)
+            if temp > limit:
+                out.fail(f"GPU{g.index} {temp} C > {limit} C")
+        hbm = _field(nv, g.handle, m.NVML_FI_DEV_MEMORY_TEMP)
+        if hbm is not None and hbm > mem_limit:
+            out.fail(f"GPU{g.index} HBM {hbm} C > {mem_limit} C")
+        reasons = nv.get(reasons_fn, g.handle)
+        if reasons:
+            names = [name for bit, name in THROTTLE_BITS.items() if reasons & bit]
+            if names:
+                out.fail(f"GPU{g.index} clocks throttled: {', '.join(names)}")
+    out.value = hottest
+    return out
+
+
+def power(ctx: Ctx) -> Outcome:
+    out = Outcome()
+    nv = ctx.nvml
+    factor = ctx.cfg.thresholds.power_over_limit_factor
+    want_w = ctx.cfg.gpu.power_limit_w
+    top = 0.0
+    for g in _gpus(ctx):
+        usage = nv.get("nvmlDeviceGetPowerUsage", g.handle)
+        limit = nv.get("nvmlDeviceGetEnforcedPowerLimit", g.handle)
+        if usage is None or not limit:
+            continue
+        top = max(top, usage / 1000)
+        if usage > limit * factor:
+            out.fail(f"GPU{g.index} draws {usage / 1000:.0f} W > {factor:g} x limit {limit / 1000:.0f} W")
+        if abs(limit / 1000 - want_w) > 1:
+            out.warn(f"GPU{g.index} power limit {limit / 1000:.0f} W, profile expects {want_w} W")
+    out.value = top
+    return out
+
+
+def persistence_mode(ctx: Ctx) -> Outcome:
+    out = Outcome()
+    m = ctx.nvml.mod
+    for g in _gpus(ctx):
+        mode = ctx.nvml.get("nvmlDeviceGetPersistenceMode", g.handle)
+        if mode is not None and mode != m.NVML_FEATURE_ENABLED:
+            out.fail(f"GPU{g.index} persistence mode off")
+    return out
+
+
+def driver_version(ctx: Ctx) -> Outcome:
+    out = Outcome()
+    have = ctx.nvml.driver_version
+    want = ctx.cfg.driver_version
+    if have != want:
+        out.fail(f"driver {have}, site baseline {want}")
+    out.note = have
+    return out
+
+
+def gpu_processes(ctx: Ctx) -> Outcome:
+    """Processes still holding GPUs after a job. Slurm has just killed the job, so give them a
+    moment (within the check's time limit) to go before calling them leftovers."""
+    out = Outcome()
+    nv = ctx.nvml
+    deadline = time.monotonic() + min(3.0, ctx.cfg.check_timeout_s / 2)
+    while True:
+        held = {}
+        for g in _gpus(ctx):
+            procs = list(nv.get("nvmlDeviceGetComputeRunningProcesses", g.handle) or [])
+            procs += list(nv.get("nvmlDeviceGetGraphicsRunningProcesses", g.handle) or [])
+            if procs:
+                held[g.index] = sorted({p.pid for p in procs})
+        if not held or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    for index, pids in held.items():
+        out.fail(f"GPU{index} held by pid {','.join(map(str, pids))}")
+    out.value = sum(len(p) for p in held.values())
+    return out
+
+
+def nccl_allreduce(ctx: Ctx) -> Outcome:
+    from . import nccl
+
+    return nccl.check(ctx)
+
+
+CHECKS: list[CheckSpec] = [
+    CheckSpec("gpu-count", "GPU count and model match the node profile", gpu_count),
+    CheckSpec("ecc-uncorrected", "no uncorrected ECC errors (volatile or aggregate)", ecc_uncorrected),
+    CheckSpec("row-remap", "no pending or failed row remapping", row_remap),
+    CheckSpec("xid", "no serious XID in the kernel log within the window", xid, needs_nvml=False),
+    CheckSpec("nvlink", "every NVLink active, error counters not rising", nvlink),
+    CheckSpec("pcie-link", "PCIe link at full width and generation", pcie_link),
+    CheckSpec("thermal", "GPU and HBM temperature below limits, no thermal or HW slowdown", thermal),
+    CheckSpec("ecc-corrected", "corrected ECC errors below the threshold", ecc_corrected, severity="warning"),
+    CheckSpec("retired-pages", "retired pages below the threshold, none pending", retired_pages),
+    CheckSpec("power", "power draw within the enforced limit", power, severity="warning"),
+    CheckSpec("driver-version", "driver matches the site baseline", driver_version, severity="warning"),
+    CheckSpec("persistence-mode", "persistence mode on", persistence_mode, severity="warning", on_fail="warn"),
+    CheckSpec("gpu-processes", "no process holds a GPU after the job", gpu_processes, contexts=("epilog",)),
+    CheckSpec("nccl-allreduce", "8-GPU all-reduce bus bandwidth above the model's floor", nccl_allreduce,
+              contexts=("prolog", "epilog"), slow=True),
+]
+BY_ID: dict[str, CheckSpec] = {c.id: c for c in CHECKS}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A check's effective action table entry for one site."""
+
+    spec: CheckSpec
+    severity: str
+    on_fail: str
+    on_error: str
+    contexts: tuple[str, ...]
+    timeout_s: float
+
+
+def policy(spec: CheckSpec, cfg: HealthConfig) -> Policy:
+    over = cfg.policies.get(spec.id, {})
+    default_timeout = cfg.nccl_timeout_s if spec.slow else cfg.check_timeout_s
+    return Policy(
+        spec=spec,
+        severity=over.get("severity", spec.severity),
+        on_fail=over.get("on_fail", spec.on_fail),
+        on_error=over.get("on_error", cfg.on_error),
+        contexts=tuple(over.get("contexts", spec.contexts)),
+        timeout_s=float(over.get("timeout_s", default_timeout)),
+    )
+
+
+def select(cfg: HealthConfig, context: str, only: list[str] | None = None) -> list[Policy]:
+    """The checks to run: those whose contexts include `context`, or exactly `only`."""
+    from ..errors import UsageError
+
+    if only:
+        unknown = [c for c in only if c not in BY_ID]
+        if unknown:
+            raise UsageError(f"--checks: unknown check id(s) {', '.join(unknown)} (known: {', '.join(BY_ID)})")
+        return [policy(BY_ID[c], cfg) for c in BY_ID if c in only]
+    return [p for p in (policy(c, cfg) for c in CHECKS) if context in p.contexts]

@@ -1,0 +1,156 @@
+"""What one node's health run needs from the site, as plain data, with a cache for the prolog.
+
+Parsing and validating site.toml (pydantic) costs ~150 ms of interpreter time; a prolog runs for
+every job. So the first run on a node writes the node's resolved settings as JSON to
+`$SLURMADM_CACHE_DIR` (default /var/cache/slurmadm), keyed by the site file's SHA-256 and
+slurmadm's version; later runs whose site file is unchanged read that JSON and never import the
+site model. A cache that cannot be written only costs speed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import __version__
+from ..sitefile import site_path
+
+ENV_CACHE_DIR = "SLURMADM_CACHE_DIR"
+DEFAULT_CACHE_DIR = "/var/cache/slurmadm"
+
+
+@dataclass(frozen=True)
+class GpuExpect:
+    count: int
+    model: str
+    nvml_name: str
+    nvlinks: int
+    pcie_gen: int
+    pcie_width: int
+    power_limit_w: int
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    nccl_busbw_floor_gbps: float
+    max_gpu_temp_c: int
+    max_memory_temp_c: int
+    ecc_corrected_volatile_max: int
+    retired_pages_max: int
+    power_over_limit_factor: float
+    nvlink_error_rise_max: int
+
+
+@dataclass(frozen=True)
+class HealthConfig:
+    node: str
+    site_path: str
+    site_sha256: str
+    gpu: GpuExpect
+    thresholds: Thresholds
+    driver_version: str
+    store_path: str
+    audit_log: str | None
+    # [health] scalars (timeouts, windows, policies)
+    check_timeout_s: float
+    timeouts: dict[str, float]  # context -> whole-run limit
+    on_error: str
+    nccl_fresh_hours: float
+    nccl_timeout_s: float
+    nccl_size_mib: int
+    nccl_iters: int
+    xid_window_minutes: int
+    xid_source: str
+    xid_actions: dict[str, str]
+    resume_after_clean_runs: int
+    drain_cap_fraction: float
+    results_log: str
+    policies: dict[str, dict] = field(default_factory=dict)  # check id -> overrides given
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "HealthConfig":
+        data = json.loads(text)
+        data["gpu"] = GpuExpect(**data["gpu"])
+        data["thresholds"] = Thresholds(**data["thresholds"])
+        return cls(**data)
+
+
+def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthConfig":
+    """Resolve one node's settings from a loaded `Site` (the slow path)."""
+    from ..errors import UsageError
+
+    if node not in site.node_group_of:
+        raise UsageError(f"--node: {node!r} is not one of the site's nodes {site.all_nodes}")
+    gpus = site.node_profile(node).gpus
+    h = site.health
+    t = site.thresholds(gpus.model)
+    return HealthConfig(
+        node=node,
+        site_path=site_path,
+        site_sha256=site_sha256,
+        gpu=GpuExpect(gpus.count, gpus.model, gpus.nvml_name, gpus.nvlinks, gpus.pcie_gen, gpus.pcie_width,
+                      gpus.power_limit_w),
+        thresholds=Thresholds(**{f.name: getattr(t, f.name) for f in dataclasses.fields(Thresholds)}),
+        driver_version=site.software.driver_version,
+        store_path=site.store.path,
+        audit_log=site.store.audit_log,
+        check_timeout_s=h.check_timeout_s,
+        timeouts={"prolog": h.prolog_timeout_s, "epilog": h.epilog_timeout_s,
+                  "periodic": h.periodic_timeout_s, "run": h.run_timeout_s},
+        on_error=h.on_error,
+        nccl_fresh_hours=h.nccl_fresh_hours,
+        nccl_timeout_s=h.nccl_timeout_s,
+        nccl_size_mib=h.nccl_size_mib,
+        nccl_iters=h.nccl_iters,
+        xid_window_minutes=h.xid_window_minutes,
+        xid_source=h.xid_source.replace("{node}", node),
+        xid_actions=dict(h.xid_actions),
+        resume_after_clean_runs=h.resume_after_clean_runs,
+        drain_cap_fraction=h.drain_cap_fraction,
+        results_log=h.results_log,
+        policies={cid: p.model_dump(exclude_none=True) for cid, p in h.checks.items()},
+    )
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get(ENV_CACHE_DIR) or DEFAULT_CACHE_DIR)
+
+
+def _cache_file(node: str, sha: str) -> Path:
+    return cache_dir() / f"health-{node}-{__version__}-{sha[:20]}.json"
+
+
+def load(node: str, site_file: str | None = None) -> HealthConfig:
+    """The node's settings: from the cache when the site file is unchanged, else from the site."""
+    path = site_path(site_file)
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        raw = None  # let load_site produce the proper one-line error
+    sha = hashlib.sha256(raw).hexdigest() if raw is not None else ""
+    cached = _cache_file(node, sha)
+    if raw is not None:
+        try:
+            return HealthConfig.from_json(cached.read_text())
+        except (OSError, ValueError, TypeError, KeyError):
+            pass
+    from ..site import load_site
+    from . import sitecheck  # noqa: F401  (registers the check-id validation)
+
+    site = load_site(path)
+    cfg = from_site(site, node, site_path=str(path), site_sha256=sha)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(cfg.to_json())
+        tmp.replace(cached)
+    except OSError:
+        pass
+    return cfg

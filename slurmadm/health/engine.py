@@ -1,0 +1,181 @@
+"""One health run: select checks for the context, run them under time limits, record the
+results, decide and (unless dry-run) act. The hooks (`python -m slurmadm.health prolog`) and the
+CLI (`slurmadm health run ...`) both call `execute`.
+
+Time budget of a run (site.health.<context>_timeout_s): checks get 75 %, recording and the Slurm
+calls the rest; a watchdog ends the process at the full limit whatever is still running.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from .checks import Ctx, select
+from .config import HealthConfig
+from .record import NodeState, Recorder, last_pass, open_store
+from .runner import Plan, Result, first_drain, run_checks, stuck_threads
+
+CHECK_SHARE = 0.75
+
+
+@dataclass
+class Report:
+    node: str
+    context: str
+    run_id: str
+    results: list[Result]
+    plan: Plan
+    applied: bool
+    exit_code: int
+    duration_ms: float
+    problems: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "node": self.node, "context": self.context, "run_id": self.run_id,
+            "results": [r.to_dict() for r in self.results],
+            "plan": {"action": self.plan.action, "reason": self.plan.reason, "blocks_job": self.plan.blocks_job,
+                     "check_id": self.plan.check_id},
+            "applied": self.applied, "exit_code": self.exit_code, "duration_ms": self.duration_ms,
+            "problems": self.problems,
+        }
+
+
+def _exit_code(context: str, results: list[Result], plan: Plan) -> int:
+    if context in ("prolog", "epilog"):
+        return 1 if plan.blocks_job else 0
+    if context == "periodic":
+        return 0  # Slurm ignores it; the drain is the signal
+    return 1 if any(r.status in ("fail", "error") for r in results) else 0
+
+
+def start_watchdog(limit_s: float, on_expiry, *, exit_code: int) -> threading.Timer:
+    """At the run's hard limit: report and leave with os._exit, whatever is still hanging."""
+    def fire() -> None:
+        try:
+            on_expiry()
+        finally:
+            os._exit(exit_code)
+
+    timer = threading.Timer(limit_s, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, act: bool = True,
+            backend=None, use_syslog: bool = True, started: float | None = None) -> Report:
+    started = time.monotonic() if started is None else started
+    limit = cfg.timeouts[context]
+    run_id = uuid.uuid4().hex[:12]
+    check_deadline = started + limit * CHECK_SHARE
+    store, store_problem = open_store(cfg.store_path, cfg.audit_log, timeout_s=min(5.0, limit * 0.1))
+    rec = Recorder(node=cfg.node, context=context, run_id=run_id, results_log=cfg.results_log, store=store,
+                   use_syslog=use_syslog)
+    if store_problem:
+        rec.problems.append(store_problem)
+    policies = select(cfg, context, only)
+    state, last_nccl = None, None
+    if store is not None:
+        try:
+            state = NodeState(store, cfg.node)
+            if any(p.spec.id == "nccl-allreduce" for p in policies):
+                last_nccl = last_pass(store, cfg.node, "nccl-allreduce")
+        except Exception as exc:  # noqa: BLE001 - sqlite3.OperationalError (locked too long)
+            rec.problems.append(f"store: {exc}")
+    ctx = Ctx(cfg=cfg, context=context, now=time.time(), state=state, nccl_last_pass=last_nccl)
+    results = run_checks(policies, ctx, deadline=check_deadline)
+    rec.results(results)
+
+    plan, applied = _act(cfg, context, results, rec, state, act=act, backend=backend,
+                         deadline=started + limit)
+    if state is not None and act:
+        try:
+            state.flush()
+        except Exception as exc:  # noqa: BLE001
+            rec.problems.append(f"store: {exc}")
+    report = Report(cfg.node, context, run_id, results, plan, applied, _exit_code(context, results, plan),
+                    round((time.monotonic() - started) * 1000, 1), rec.problems)
+    if store is not None:
+        store.close()
+    return report
+
+
+def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, state: NodeState | None, *,
+         act: bool, backend, deadline: float) -> tuple[Plan, bool]:
+    if context != "periodic" and first_drain(results) is None:
+        return Plan("none", "clean"), False  # a healthy node's prolog never calls Slurm
+    from . import actions
+
+    prev = int(state.get(actions.CLEAN_RUNS_KEY) or 0) if state is not None else 0
+    try:
+        backend = backend or _backend(deadline)
+        with actions.drain_lock(cfg.store_path, timeout_s=max(0.5, (deadline - time.monotonic()) / 4)):
+            everyone = backend.nodes()
+            node = next((n for n in everyone if n.name == cfg.node), None)
+            plan = actions.decide(context=context, results=results, node=node, everyone=everyone,
+                                  fraction=cfg.drain_cap_fraction, resume_after=cfg.resume_after_clean_runs,
+                                  prev_clean=prev)
+            if not act:
+                return plan, False
+            if plan.action == "drain":
+                backend.drain([cfg.node], plan.reason)
+                rec.event("drain", plan.reason, check_id=plan.check_id)
+                after = backend.nodes()
+                me = next((n for n in after if n.name == cfg.node), None)
+                why = actions.over_cap(me, after, cfg.drain_cap_fraction) if me is not None else ""
+                if why and me is not None and actions.is_ours(me):
+                    backend.resume([cfg.node])
+                    rec.event("resume", f"undo drain: {why}", check_id=plan.check_id)
+                    plan = Plan("alert", f"breaker: drain undone ({plan.reason}): {why}",
+                                        clean_runs=plan.clean_runs, check_id=plan.check_id)
+            elif plan.action == "resume":
+                backend.resume([cfg.node])
+                rec.event("resume", plan.reason)
+            if plan.action == "alert":
+                rec.event("alert", plan.reason, check_id=plan.check_id)
+    except Exception as exc:  # noqa: BLE001 - UnreachableError/CommandFailed from Slurm, all alike here
+        rec.problems.append(f"slurm: {exc}")
+        # Fail-safe: a fault we could not act on still keeps the job off this node.
+        plan = Plan("alert", f"could not reach Slurm to act ({exc})",
+                            blocks_job=first_drain(results) is not None)
+        if act:
+            rec.event("alert", plan.reason)
+        return plan, False
+    if state is not None and plan.clean_runs is not None:
+        state.set(actions.CLEAN_RUNS_KEY, str(plan.clean_runs))
+    return plan, True
+
+
+def _backend(deadline: float):
+    from ..slurm import get_backend
+    from ..slurm.cli_backend import CliBackend
+
+    backend = get_backend()
+    if isinstance(backend, CliBackend):
+        backend.timeout = max(1.0, min(backend.timeout, (deadline - time.monotonic()) / 3))
+    return backend
+
+
+def summary_line(report: Report) -> str:
+    bad = [r for r in report.results if r.status not in ("pass", "skip")]
+    parts = [f"slurmadm health {report.context} {report.node}: {len(report.results)} checks"]
+    parts.append("; ".join(f"{r.check_id} {r.status}: {r.detail}" for r in bad) if bad else "all clean")
+    if report.plan.action != "none":
+        parts.append(f"{report.plan.action}: {report.plan.reason}")
+    parts += [f"problem: {p}" for p in report.problems]
+    return " | ".join(parts)
+
+
+def leave(code: int) -> None:
+    """Exit now; with os._exit when a worker thread is stuck in a hung call (so nothing waits)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if any(t.is_alive() for t in stuck_threads):
+        os._exit(code)
+    sys.exit(code)

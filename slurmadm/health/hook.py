@@ -1,0 +1,79 @@
+"""The lean entry point Slurm runs on compute nodes: `python -m slurmadm.health prolog|epilog|periodic`.
+
+It imports only what a run needs (no click, no rich, and no site model while the node's cached
+settings match the site file), so a healthy 8-GPU node's prolog stays in the tens of
+milliseconds. `slurmadm health prolog` (the CLI) runs the same code for people.
+
+Exit codes: prolog/epilog 0 = the node may take the job, 1 = it must not (Slurm requeues the
+job; slurmadm has already drained the node with its own reason); 2 = bad usage.
+A site file that cannot be read is an admin's error, not the node's: the hook logs it to syslog
+and stderr and lets the job run (exit 0) rather than have Slurm drain every node at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import syslog
+import time
+
+CONTEXTS = ("prolog", "epilog", "periodic", "run")
+
+
+def local_node(explicit: str | None) -> str:
+    if explicit:
+        # act as that Slurm node, as slurmd would tell us (the dev cluster's stand-in NVML reads it)
+        os.environ["SLURMD_NODENAME"] = explicit
+        return explicit
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def main(argv: list[str] | None = None) -> None:
+    started = time.monotonic()
+    ap = argparse.ArgumentParser(prog="python -m slurmadm.health", description=__doc__.splitlines()[0])
+    ap.add_argument("context", choices=CONTEXTS)
+    ap.add_argument("--node", help="act as this Slurm node (default: $SLURMD_NODENAME, then the host name)")
+    ap.add_argument("--site", help="site file (default: $SLURMADM_SITE, then /etc/slurmadm/site.toml)")
+    ap.add_argument("--checks", help="comma-separated check ids (default: the context's checks)")
+    ap.add_argument("--dry-run", action="store_true", help="report what would be drained/resumed; change nothing")
+    ap.add_argument("--json", action="store_true", help="the full report as JSON on stdout")
+    args = ap.parse_args(argv)
+
+    from ..errors import SlurmadmError
+    from . import config, engine
+
+    node = local_node(args.node)
+    try:
+        cfg = config.load(node, args.site)
+    except SlurmadmError as exc:
+        msg = f"slurmadm health {args.context}: cannot load the site: {exc}"
+        syslog.openlog("slurmadm-health", syslog.LOG_PID, syslog.LOG_DAEMON)
+        syslog.syslog(syslog.LOG_ALERT, msg)
+        print(f"slurmadm: error: {msg}", file=sys.stderr)
+        sys.exit(0 if args.context in ("prolog", "epilog", "periodic") else exc.exit_code)
+
+    limit = cfg.timeouts[args.context]
+    # at the hard limit, fail-safe for the job unless the site said otherwise
+    expiry_code = 1 if cfg.on_error == "fail" and args.context in ("prolog", "epilog") else 0
+
+    def expired() -> None:
+        msg = f"slurmadm health {args.context} {node}: gave up at the run's limit of {limit:g} s"
+        syslog.openlog("slurmadm-health", syslog.LOG_PID, syslog.LOG_DAEMON)
+        syslog.syslog(syslog.LOG_ALERT, msg)
+        print(msg, file=sys.stderr, flush=True)
+
+    engine.start_watchdog(limit - (time.monotonic() - started), expired, exit_code=expiry_code)
+    try:
+        only = [c.strip() for c in args.checks.split(",") if c.strip()] if args.checks else None
+        report = engine.execute(cfg, args.context, only=only, act=not args.dry_run, started=started)
+    except SlurmadmError as exc:
+        print(f"slurmadm: error: {exc}", file=sys.stderr)
+        engine.leave(exc.exit_code)
+        return
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str))
+    print(engine.summary_line(report), file=sys.stderr)
+    engine.leave(report.exit_code)

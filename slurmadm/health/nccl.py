@@ -1,0 +1,98 @@
+"""The `nccl-allreduce` check: single-node all-reduce bus bandwidth against the model's floor.
+
+Two ways to measure, the same formula (nccl-tests' PERFORMANCE.md):
+  algbw = bytes / time,  busbw = algbw x 2(n-1)/n  for n ranks.
+- nccl-tests' `all_reduce_perf` when it is on PATH (one process driving every GPU, `-g N`);
+- else slurmadm's own torch.distributed run (`python -m slurmadm.health.allreduce`, NCCL
+  backend, one process per GPU), when torch with CUDA is installed (the `burnin` extra).
+With neither, the check cannot run and says so (status "error", the site's on_error policy).
+
+In prolog and epilog it runs only when the node has no passing result fresher than
+`nccl_fresh_hours`, and never while a process holds a GPU (other jobs on a shared node).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+
+from ..errors import SlurmadmError
+from ..proc import run
+from .checks import CannotRun, Ctx, Outcome
+
+AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.]+)", re.M)
+
+
+def busbw(nbytes: int, seconds: float, ranks: int) -> float:
+    """Bus bandwidth in GB/s (1e9 bytes) of one all-reduce of `nbytes` that took `seconds`."""
+    algbw = nbytes / seconds / 1e9
+    return algbw * 2 * (ranks - 1) / ranks
+
+
+def parse_all_reduce_perf(text: str) -> tuple[float, int]:
+    """(average bus bandwidth GB/s, number of wrong results) from all_reduce_perf's output."""
+    m = AVG_RE.search(text)
+    if not m:
+        tail = text.strip().splitlines()[-1:] or ["no output"]
+        raise CannotRun(f"all_reduce_perf printed no 'Avg bus bandwidth' line ({tail[0][:120]})")
+    wrong = 0
+    for line in text.splitlines():
+        fields = line.split()
+        # data rows: size count type redop root time algbw busbw #wrong time algbw busbw #wrong
+        if len(fields) >= 13 and fields[0].isdigit():
+            for col in (8, 12):
+                if fields[col].isdigit():
+                    wrong += int(fields[col])
+    return float(m.group(1)), wrong
+
+
+def measure(gpus: int, size_mib: int, iters: int, timeout_s: float) -> tuple[float, int, str]:
+    """(busbw GB/s, wrong results, how) on this node's GPUs."""
+    nbytes = size_mib << 20
+    exe = shutil.which("all_reduce_perf")
+    try:
+        if exe:
+            proc = run([exe, "-b", str(nbytes), "-e", str(nbytes), "-f", "2", "-g", str(gpus),
+                        "-n", str(iters), "-w", "5", "-c", "1"], timeout=timeout_s)
+            bw, wrong = parse_all_reduce_perf(proc.stdout)
+            return bw, wrong, "all_reduce_perf"
+        if not _torch_cuda():
+            raise CannotRun("no all_reduce_perf on PATH and no torch with CUDA (pip install 'slurmadm[burnin]')")
+        proc = run([sys.executable, "-m", "slurmadm.health.allreduce", "--backend", "nccl", "--world", str(gpus),
+                    "--size-mib", str(size_mib), "--iters", str(iters)], timeout=timeout_s)
+        data = json.loads(proc.stdout.strip().splitlines()[-1])
+        return data["busbw_gbps"], data["wrong"], "torch.distributed/nccl"
+    except SlurmadmError as exc:  # timed out, or the benchmark itself failed
+        raise CannotRun(str(exc)) from None
+
+
+def _torch_cuda() -> bool:
+    proc = run([sys.executable, "-c", "import torch, torch.distributed as d; "
+                "print(torch.cuda.is_available() and d.is_nccl_available())"], timeout=60, check=False)
+    return proc.returncode == 0 and proc.stdout.strip().endswith("True")
+
+
+def check(ctx: Ctx) -> Outcome:
+    cfg = ctx.cfg
+    out = Outcome()
+    last = ctx.nccl_last_pass
+    if ctx.context in ("prolog", "epilog") and last is not None:
+        if ctx.now - last < cfg.nccl_fresh_hours * 3600:
+            out.skip = f"passed {(ctx.now - last) / 3600:.1f} h ago (fresh for {cfg.nccl_fresh_hours:g} h)"
+            return out
+    if ctx.nvml is not None:
+        for g in ctx.nvml.usable:
+            if ctx.nvml.get("nvmlDeviceGetComputeRunningProcesses", g.handle):
+                out.skip = f"GPU{g.index} is in use; all-reduce needs every GPU idle"
+                return out
+    bw, wrong, how = measure(cfg.gpu.count, cfg.nccl_size_mib, cfg.nccl_iters, cfg.nccl_timeout_s)
+    floor = cfg.thresholds.nccl_busbw_floor_gbps
+    out.value = bw
+    out.note = f"busbw {bw:.1f} GB/s >= floor {floor:g} ({how}, {cfg.nccl_size_mib} MiB x {cfg.gpu.count} GPUs)"
+    if wrong:
+        out.fail(f"{wrong} wrong all-reduce results ({how})")
+    if bw < floor:
+        out.fail(f"busbw {bw:.1f} GB/s < floor {floor:g} GB/s ({how})")
+    return out

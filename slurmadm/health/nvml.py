@@ -1,0 +1,74 @@
+"""NVML through nvidia-ml-py (`pynvml`), as the checks use it.
+
+Every call here may hang (a GPU that fell off the bus, a wedged driver): the runner only ever
+calls into this module from worker threads with a deadline (ctypes releases the GIL, so the
+main thread keeps its clock). Nothing here waits on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot be used at all (library missing, driver not loaded, init failed)."""
+
+
+@dataclass
+class Gpu:
+    index: int
+    handle: Any = None
+    error: str = ""  # why this GPU has no handle (lost, unknown error)
+    bus_id: str = ""
+
+
+@dataclass
+class Nvml:
+    """An initialised NVML session with a handle per GPU."""
+
+    mod: Any = None
+    gpus: list[Gpu] = field(default_factory=list)
+    driver_version: str = ""
+
+    @classmethod
+    def open(cls) -> "Nvml":
+        try:
+            import pynvml
+        except ImportError as exc:  # nvidia-ml-py is a dependency; a broken install still must not crash
+            raise NvmlUnavailable(f"pynvml not importable ({exc})") from None
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise NvmlUnavailable(f"nvmlInit failed: {exc}") from None
+        self = cls(pynvml)
+        self.driver_version = _text(pynvml.nvmlSystemGetDriverVersion())
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            gpu = Gpu(i)
+            try:
+                gpu.handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+                gpu.bus_id = _text(pynvml.nvmlDeviceGetPciInfo(gpu.handle).busId)
+            except pynvml.NVMLError as exc:
+                gpu.error = str(exc)
+            self.gpus.append(gpu)
+        return self
+
+    @property
+    def usable(self) -> list[Gpu]:
+        return [g for g in self.gpus if g.handle is not None]
+
+    def get(self, fn_name: str, *args: Any) -> Any:
+        """Call `pynvml.<fn_name>(*args)`; None when the GPU or driver does not support it."""
+        fn = getattr(self.mod, fn_name, None)
+        if fn is None:
+            return None
+        try:
+            return fn(*args)
+        except self.mod.NVMLError_NotSupported:
+            return None
+        except self.mod.NVMLError_FunctionNotFound:
+            return None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

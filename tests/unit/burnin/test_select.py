@@ -1,0 +1,120 @@
+"""Node selection: named, re-qualification, idle in the window; the cap; what is never touched."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from slurmadm.burnin.select import IDLE, NAMED, REQUALIFY, in_window, select
+from slurmadm.errors import UsageError
+from slurmadm.site import load_site, parse_site
+from slurmadm.slurm import NodeInfo
+
+pytestmark = pytest.mark.unit
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "site.example.toml"
+NIGHT = dt.datetime(2026, 11, 30, 2, 0)
+NOON = dt.datetime(2026, 11, 30, 12, 0)
+
+
+@pytest.fixture(scope="module")
+def site():
+    return load_site(EXAMPLE)  # max_nodes 8, window 01:00-05:00, partition gpu
+
+
+def node(name, state="IDLE", flags=(), reason="", user="", parts=("gpu",)):
+    return NodeInfo(name=name, state=state, flags=frozenset(flags), reason=reason, reason_user=user,
+                    partitions=parts)
+
+
+def fleet(n=16, **overrides):
+    nodes = {f"b200-{i:03d}": node(f"b200-{i:03d}") for i in range(1, n + 1)}
+    for name, info in overrides.items():
+        nodes[name.replace("_", "-")] = info
+    return list(nodes.values())
+
+
+@pytest.mark.parametrize("now,start,end,inside", [
+    ("02:00", "01:00", "05:00", True), ("05:00", "01:00", "05:00", False), ("00:59", "01:00", "05:00", False),
+    ("23:30", "22:00", "04:00", True), ("03:00", "22:00", "04:00", True), ("12:00", "22:00", "04:00", False),
+    ("12:00", "00:00", "00:00", True),
+])
+def test_window(now, start, end, inside):
+    assert in_window(dt.time.fromisoformat(now), start, end) is inside
+
+
+def test_idle_nodes_in_window_up_to_the_cap_oldest_tested_first(site):
+    tested = {f"b200-{i:03d}": 1000.0 + i for i in range(1, 17)}
+    tested["b200-016"] = 1.0  # tested longest ago
+    del tested["b200-015"]  # never tested
+    sel = select(site, fleet(), now=NIGHT, last_tested=tested)
+    assert list(sel.chosen)[:2] == ["b200-015", "b200-016"]
+    assert len(sel.chosen) == 8 and set(sel.chosen.values()) == {IDLE}
+    assert "max_nodes (8) reached" in sel.skipped["b200-008"]
+
+
+def test_outside_the_window_only_requalification(site):
+    ours = node("b200-003", flags={"DRAIN"}, reason="slurmadm: xid: GPU1 XID 79 [prolog]")
+    sel = select(site, fleet(b200_003=ours), now=NOON)
+    assert sel.chosen == {"b200-003": REQUALIFY}
+    assert "outside the burn-in window 01:00-05:00" in sel.skipped["b200-001"]
+
+
+def test_never_touched(site):
+    nodes = fleet(
+        b200_001=node("b200-001", flags={"DRAIN"}, reason="admin: replace PSU", user="alice"),
+        b200_002=node("b200-002", state="ALLOCATED"),
+        b200_003=node("b200-003", flags={"REBOOT_REQUESTED"}),
+        b200_004=node("b200-004", flags={"MAINTENANCE", "RESERVED"}),
+        b200_005=node("b200-005", state="DOWN", flags={"NOT_RESPONDING"}),
+        b200_006=node("b200-006", parts=("debug",)),
+        b200_007=node("b200-007", state="MIXED"),
+    )
+    sel = select(site, nodes, now=NIGHT)
+    assert not {f"b200-00{i}" for i in range(1, 8)} & set(sel.chosen)
+    assert "drained by alice" in sel.skipped["b200-001"] and "never touches" in sel.skipped["b200-001"]
+    assert "busy (ALLOCATED)" in sel.skipped["b200-002"]
+    assert "REBOOT_REQUESTED" in sel.skipped["b200-003"]
+    assert "MAINTENANCE+RESERVED" in sel.skipped["b200-004"]
+    assert "DOWN" in sel.skipped["b200-005"]
+    assert "not in partition gpu" in sel.skipped["b200-006"]
+
+
+def test_requalification_comes_before_idle_nodes(site):
+    drained = {f"b200-{i:03d}": node(f"b200-{i:03d}", flags={"DRAIN"}, reason=f"slurmadm: burnin-stress: x{i} [burnin]")
+               for i in (12, 13)}
+    nodes = [drained.get(n.name, n) for n in fleet()]
+    sel = select(site, nodes, now=NIGHT)
+    assert list(sel.chosen)[:2] == ["b200-012", "b200-013"]
+    assert sel.chosen["b200-012"] == REQUALIFY and len(sel.chosen) == 8
+
+
+def test_named_nodes_any_time_and_drained_ones_requalify(site):
+    ours = node("b200-002", flags={"DRAIN"}, reason="slurmadm: ecc-uncorrected: GPU5 [prolog]")
+    sel = select(site, fleet(b200_002=ours), now=NOON, named="b200-[001-002]")
+    assert sel.chosen == {"b200-001": NAMED, "b200-002": REQUALIFY}
+    assert sel.skipped == {}
+
+
+def test_named_nodes_over_the_cap_or_unknown_are_refused(site):
+    with pytest.raises(UsageError, match="more than burnin.max_nodes"):
+        select(site, fleet(), now=NIGHT, named="b200-[001-009]")
+    with pytest.raises(UsageError, match="not in the site"):
+        select(site, fleet(), now=NIGHT, named="b200-200")
+
+
+def test_without_a_reservation_drained_nodes_cannot_be_requalified(site):
+    ours = node("b200-002", flags={"DRAIN"}, reason="slurmadm: ecc-uncorrected: GPU5 [prolog]")
+    sel = select(site, fleet(b200_002=ours), now=NIGHT, reservation_enabled=False)
+    assert "b200-002" not in sel.chosen
+    assert "needs burnin.reservation" in sel.skipped["b200-002"]
+
+
+def test_default_partition_when_burnin_names_none():
+    text = EXAMPLE.read_text().replace('partition = "gpu"           # partition the burn-in jobs run in\n', "")
+    site = parse_site(text)
+    assert site.burnin.partition is None
+    sel = select(site, fleet(4), now=NIGHT)
+    assert len(sel.chosen) == 4  # the default partition is gpu

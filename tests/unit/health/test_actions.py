@@ -1,0 +1,131 @@
+"""Drain/resume/alert decisions on plain data: ownership, the breaker, clean-run counting."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurmadm.health.actions import breaker, decide, drain_reason, over_cap
+from slurmadm.health.runner import Result
+from slurmadm.slurm.model import NodeInfo
+
+pytestmark = pytest.mark.unit
+
+
+def res(check_id, status, action, severity="critical", detail="x"):
+    return Result(check_id, status, severity, action, detail, None, 1.0)
+
+
+BAD = [res("gpu-count", "pass", "none"), res("ecc-uncorrected", "fail", "drain", detail="GPU5 volatile uncorrected ECC=2"),
+       res("power", "fail", "drain", severity="warning", detail="GPU1 draws 1200 W")]
+CLEAN = [res("gpu-count", "pass", "none"), res("persistence-mode", "fail", "warn", severity="warning")]
+
+
+def node(name, *, flags=(), reason="", state="IDLE", parts=("gpu",)):
+    return NodeInfo(name=name, state=state, flags=frozenset(flags), reason=reason, partitions=tuple(parts))
+
+
+def fleet(n=10, drained_by_us=0, parts=("gpu",)):
+    return [node(f"b200-{i:03d}", flags=("DRAIN",) if i <= drained_by_us else (),
+                 reason="slurmadm: xid: GPU0 XID 79 [periodic]" if i <= drained_by_us else "", parts=parts)
+            for i in range(1, n + 1)]
+
+
+def plan(context, results, me, everyone, *, fraction=0.5, resume_after=3, prev=0):
+    return decide(context=context, results=results, node=me, everyone=everyone, fraction=fraction,
+                  resume_after=resume_after, prev_clean=prev)
+
+
+def test_reason_names_most_severe_check_and_counts_others():
+    check_id, reason = drain_reason(BAD, "prolog")
+    assert check_id == "ecc-uncorrected"
+    assert reason == "slurmadm: ecc-uncorrected: GPU5 volatile uncorrected ECC=2 (+1 more) [prolog]"
+    assert drain_reason(CLEAN, "prolog") is None
+
+
+def test_error_results_drain_only_after_real_faults():
+    results = [res("nvlink", "error", "drain", detail="cannot run: timed out"), res("xid", "fail", "drain")]
+    assert drain_reason(results, "prolog")[0] == "xid"
+
+
+def test_healthy_node_is_drained_and_job_blocked():
+    everyone = fleet()
+    p = plan("prolog", BAD, everyone[5], everyone)
+    assert (p.action, p.blocks_job) == ("drain", True)
+    assert p.reason.startswith("slurmadm: ecc-uncorrected:")
+
+
+def test_clean_prolog_needs_nothing():
+    p = plan("prolog", CLEAN, None, [])
+    assert (p.action, p.blocks_job, p.clean_runs) == ("none", False, None)
+
+
+@pytest.mark.parametrize("flags,reason", [
+    (("DRAIN",), "admin: bad DIMM"),
+    (("DRAIN",), "Kill task failed"),
+])
+def test_admin_drained_node_keeps_its_reason(flags, reason):
+    me = node("b200-003", flags=flags, reason=reason)
+    p = plan("prolog", BAD, me, [me])
+    assert p.action == "none" and "already drained by" in p.reason and reason in p.reason
+    assert p.blocks_job  # the node is drained anyway; Slurm keeps the admin's reason
+    # and a clean periodic run never resumes it
+    assert plan("periodic", CLEAN, me, [me], prev=99).action == "none"
+
+
+@pytest.mark.parametrize("flag", ["REBOOT_REQUESTED", "REBOOT_ISSUED", "RESERVED", "MAINTENANCE", "POWERING_UP"])
+def test_foreign_states_are_left_alone_with_an_alert(flag):
+    me = node("b200-003", flags=(flag,))
+    p = plan("prolog", BAD, me, [me])
+    assert p.action == "alert" and flag in p.reason and not p.blocks_job
+
+
+def test_breaker_caps_drains_per_partition():
+    everyone = fleet(10, drained_by_us=4)
+    me = everyone[7]
+    assert breaker(me, everyone, 0.5) == ""  # 4 + 1 <= 5
+    everyone = fleet(10, drained_by_us=5)
+    why = breaker(everyone[7], everyone, 0.5)
+    assert "partition gpu: 5 of 10 nodes already drained by slurmadm, cap is 5" in why
+    p = plan("periodic", BAD, everyone[7], everyone, fraction=0.5)
+    assert p.action == "alert" and p.reason.startswith("breaker: not draining (slurmadm: ecc-uncorrected")
+    assert not p.blocks_job
+
+
+def test_breaker_counts_only_slurmadm_drains_and_every_partition():
+    everyone = fleet(4)
+    everyone[0] = node("b200-001", flags=("DRAIN",), reason="admin: swap PSU")
+    assert breaker(everyone[1], everyone, 0.25) == ""  # the admin drain does not count
+    small = [node(f"d{i}", parts=("gpu", "debug") if i < 2 else ("gpu",)) for i in range(8)]
+    small[0] = node("d0", flags=("DRAIN",), reason="slurmadm: xid: x [prolog]", parts=("gpu", "debug"))
+    assert "partition debug" in breaker(small[1], small, 0.5)  # debug has 2 nodes: cap 1, already used
+
+
+def test_over_cap_detects_a_race_after_the_fact():
+    everyone = fleet(4, drained_by_us=3)
+    assert over_cap(everyone[2], everyone, 0.5) != ""
+    assert over_cap(everyone[1], fleet(4, drained_by_us=2), 0.5) == ""
+
+
+def test_resume_after_n_clean_periodic_runs():
+    me = node("b200-003", flags=("DRAIN",), reason="slurmadm: ecc-uncorrected: GPU5 volatile=2 [prolog]")
+    p1 = plan("periodic", CLEAN, me, [me], resume_after=3, prev=0)
+    assert (p1.action, p1.clean_runs) == ("none", 1)
+    p2 = plan("periodic", CLEAN, me, [me], resume_after=3, prev=1)
+    assert (p2.action, p2.clean_runs) == ("none", 2)
+    p3 = plan("periodic", CLEAN, me, [me], resume_after=3, prev=2)
+    assert (p3.action, p3.clean_runs) == ("resume", 0)
+    # a failing run resets the count
+    assert plan("periodic", BAD, me, [me], prev=2).clean_runs == 0
+    # prolog/epilog runs never count towards resuming
+    assert plan("prolog", CLEAN, me, [me], prev=2).action == "none"
+
+
+def test_resume_refused_in_foreign_state():
+    me = node("b200-003", flags=("DRAIN", "REBOOT_REQUESTED"), reason="slurmadm: xid: GPU0 XID 79 [periodic]")
+    p = plan("periodic", CLEAN, me, [me], resume_after=1)
+    assert p.action == "none" and "REBOOT_REQUESTED" in p.reason
+
+
+def test_unknown_node_still_blocks_the_job():
+    p = plan("prolog", BAD, None, [])
+    assert p.action == "alert" and p.blocks_job

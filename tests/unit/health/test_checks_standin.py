@@ -1,0 +1,199 @@
+"""Every check id against the stand-in NVML (compiled from C, loaded by the real pynvml in a
+child process, as on a node): healthy passes, each fault fails the right check with a detail
+naming the GPU, and nothing else fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from slurmadm.devcluster import gpus
+from slurmadm.site import BUILTIN_PROFILES
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[3]
+NODE = "b200-003"
+B200 = BUILTIN_PROFILES["hgx-b200"]
+DRIVER = "570.133.20"
+
+
+@pytest.fixture(scope="module")
+def lib_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("lib")
+    gpus.build_library(d)
+    return d
+
+
+@pytest.fixture()
+def node(tmp_path, lib_dir):
+    """A site file, a store, and healthy stand-in GPUs for NODE; returns a runner."""
+    data = tomllib.loads((REPO / "site.example.toml").read_text())
+    data["store"] = {"path": str(tmp_path / "slurmadm.db")}
+    data["health"].update(results_log=str(tmp_path / "health.jsonl"), xid_source=str(tmp_path / "gpus/{node}.kmsg"),
+                          check_timeout_s=1.0)
+    data["health"]["checks"]["nccl-allreduce"] = {"contexts": ["epilog"]}  # no GPUs to all-reduce on here
+    site = tmp_path / "site.toml"
+    site.write_text(tomli_w.dumps(data))
+    gdir = tmp_path / "gpus"
+    gpus.write_healthy(gdir, NODE, B200, driver_version=DRIVER)
+    env = {"PATH": "/usr/bin:/bin", "SLURMADM_SITE": str(site), "SLURMADM_CACHE_DIR": str(tmp_path / "cache"),
+           **gpus.env_for(gdir, lib_dir)}
+
+    def run(*checks: str, context: str = "run", dry_run: bool = True) -> dict:
+        argv = [sys.executable, "-I", "-m", "slurmadm.health", context, "--node", NODE, "--json"]
+        if checks:
+            argv += ["--checks", ",".join(checks)]
+        if dry_run:
+            argv.append("--dry-run")
+        p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert p.stdout, p.stderr
+        report = json.loads(p.stdout)
+        report["rc"] = p.returncode
+        report["by_id"] = {r["check_id"]: r for r in report["results"]}
+        return report
+
+    run.gdir = gdir
+    run.tmp = tmp_path
+    return run
+
+
+def test_healthy_node_passes_every_fast_check(node):
+    report = node()  # `run`: the fast checks, as periodic, but no Slurm needed when all is well
+    statuses = {cid: r["status"] for cid, r in report["by_id"].items()}
+    assert statuses == {
+        "gpu-count": "pass", "ecc-uncorrected": "pass", "row-remap": "pass", "xid": "pass", "nvlink": "pass",
+        "pcie-link": "pass", "thermal": "pass", "ecc-corrected": "pass", "retired-pages": "pass", "power": "pass",
+        "driver-version": "pass", "persistence-mode": "pass",
+    }
+    assert report["by_id"]["gpu-count"]["detail"] == "8 x NVIDIA B200"
+    assert report["by_id"]["thermal"]["value"] > 0 and report["by_id"]["power"]["value"] > 0  # really read
+    assert report["rc"] == 0 and report["plan"]["action"] == "none"
+
+
+FAULTS = [
+    # (kind, value, check id, status, substring of the detail)
+    ("ecc-uncorrected", "2", "ecc-uncorrected", "fail", "GPU5 volatile uncorrected ECC=2"),
+    ("ecc-corrected", None, "ecc-corrected", "fail", "GPU5 volatile corrected ECC=60000000 > 50000000"),
+    ("row-remap-pending", None, "row-remap", "fail", "GPU5 row remap pending"),
+    ("row-remap-failed", None, "row-remap", "fail", "GPU5 row remapping failed"),
+    ("retired-pages", "11", "retired-pages", "fail", "GPU5 11 retired pages > 10"),
+    ("xid", "79", "xid", "fail", "GPU5 XID 79 GPU_HAS_FALLEN_OFF_THE_BUS (RESTART_BM)"),
+    ("xid", "48", "xid", "fail", "GPU5 XID 48"),
+    ("xid", "63", "xid", "warn", "GPU5 XID 63"),
+    ("xid", "92", "xid", "warn", "GPU5 XID 92"),
+    ("xid", "13", "xid", "pass", "1 in the last 60 min"),
+    ("pcie-degraded", "3x8", "pcie-link", "fail", "GPU5 PCIe x8 < x16"),
+    ("nvlink-down", "2", "nvlink", "fail", "GPU5 2/18 NVLinks inactive (links 0,1)"),
+    ("thermal", "95", "thermal", "fail", "GPU5 95 C > 87 C"),
+    ("memory-thermal", "100", "thermal", "fail", "GPU5 HBM 100 C > 95 C"),
+    ("clocks-throttle", None, "thermal", "fail", "GPU5 clocks throttled: HW slowdown"),
+    ("power", "1200", "power", "fail", "GPU5 draws 1200 W > 1.1 x limit 1000 W"),
+    ("persistence-off", None, "persistence-mode", "fail", "GPU5 persistence mode off"),
+    ("missing-gpu", None, "gpu-count", "fail", "found 7 GPUs, profile expects 8"),
+    ("leftover-process", "4242", "gpu-processes", "fail", "GPU5 held by pid 4242"),
+]
+
+
+@pytest.mark.parametrize("kind,value,check_id,status,detail", FAULTS, ids=[f"{f[0]}-{f[1]}" for f in FAULTS])
+def test_fault_fails_its_check_only(node, kind, value, check_id, status, detail):
+    gpus.inject(node.gdir, NODE, 5, kind, value)
+    report = node(*(["gpu-processes"] if check_id == "gpu-processes" else []))
+    r = report["by_id"][check_id]
+    assert r["status"] == status and detail in r["detail"], r
+    others = {cid: x["status"] for cid, x in report["by_id"].items() if cid != check_id}
+    if kind != "missing-gpu":  # a GPU off the bus is also absent from every per-GPU check
+        assert all(s in ("pass", "skip") for s in others.values()), others
+
+
+def test_thermal_fault_also_reports_slowdown(node):
+    gpus.inject(node.gdir, NODE, 2, "thermal", "95")
+    detail = node("thermal")["by_id"]["thermal"]["detail"]
+    assert "GPU2 95 C > 87 C" in detail and "HW thermal slowdown" in detail
+
+
+def test_old_xids_age_out_of_the_window(node):
+    from datetime import datetime, timedelta, timezone
+
+    gpus.inject(node.gdir, NODE, 1, "xid", "79", now=datetime.now(timezone.utc) - timedelta(minutes=61))
+    r = node("xid")["by_id"]["xid"]
+    assert r["status"] == "pass" and "1 XID line(s) in the log, 0 in the last 60 min" in r["detail"]
+
+
+def test_repeated_xid_is_reported_once_with_a_count(node):
+    for _ in range(3):
+        gpus.inject(node.gdir, NODE, 4, "xid", "119")
+    r = node("xid")["by_id"]["xid"]
+    assert r["status"] == "fail" and r["detail"].count("XID 119") == 1 and "XID 119 x3 GSP_RPC_TIMEOUT" in r["detail"]
+
+
+def test_nvlink_error_counters_rising_between_runs(node):
+    first = node("nvlink", dry_run=False)  # records the counters' baseline in the store
+    assert first["by_id"]["nvlink"]["status"] == "pass"
+    gpus.inject(node.gdir, NODE, 6, "nvlink-errors", "60")  # replay +60 and CRC +60: rise 120 > 100
+    r = node("nvlink", dry_run=False)["by_id"]["nvlink"]
+    assert r["status"] == "fail" and "GPU6 NVLink errors rose by 120 (> 100)" in r["detail"], r
+    again = node("nvlink", dry_run=False)["by_id"]["nvlink"]
+    assert again["status"] == "pass"  # no further rise since the last run
+
+
+def test_driver_version_against_the_site_baseline(node):
+    gpus.write_healthy(node.gdir, NODE, B200, driver_version="565.57.01")
+    r = node("driver-version")["by_id"]["driver-version"]
+    assert r["status"] == "fail" and r["detail"] == "driver 565.57.01, site baseline 570.133.20"
+
+
+def test_hung_gpu_is_reported_as_cannot_run_within_the_check_limit(node):
+    gpus.inject(node.gdir, NODE, 3, "hang")
+    t0 = time.monotonic()
+    report = node("gpu-count", "ecc-uncorrected", "xid")
+    took = time.monotonic() - t0
+    assert took < 1.0 + 3.0, took  # one check limit (1 s) plus process start, not one per check
+    assert report["by_id"]["gpu-count"]["status"] == "error"
+    assert "cannot run: NVML did not answer within 1 s" in report["by_id"]["gpu-count"]["detail"]
+    assert report["by_id"]["ecc-uncorrected"]["status"] == "error"
+    assert report["by_id"]["xid"]["status"] == "pass"  # the kernel log does not need NVML
+    assert report["rc"] == 1
+
+
+def test_missing_library_is_cannot_run_not_a_fault(node, tmp_path):
+    env_lib = os.environ.get("LD_LIBRARY_PATH")  # the machine's own, without the stand-in
+    site = node.tmp / "site.toml"
+    p = subprocess.run([sys.executable, "-I", "-m", "slurmadm.health", "run", "--node", NODE, "--json", "--dry-run",
+                        "--checks", "gpu-count", "--site", str(site)],
+                       env={"PATH": "/usr/bin:/bin", "SLURMADM_CACHE_DIR": str(tmp_path / "c"),
+                            **({"LD_LIBRARY_PATH": env_lib} if env_lib else {})},
+                       capture_output=True, text=True, timeout=60)
+    r = json.loads(p.stdout)["results"][0]
+    assert r["status"] == "error" and "NVML Shared Library Not Found" in r["detail"]
+
+
+def test_concurrent_prologs_share_one_store(node, lib_dir):
+    """Eight nodes' prologs at the same moment, one store file and one JSON-lines file (as on the
+    dev cluster): every run succeeds and every result lands, none interleaved."""
+    names = [f"b200-{i:03d}" for i in range(1, 9)]
+    for n in names:
+        gpus.write_healthy(node.gdir, n, B200, driver_version=DRIVER)
+    env = {"PATH": "/usr/bin:/bin", "SLURMADM_SITE": str(node.tmp / "site.toml"),
+           "SLURMADM_CACHE_DIR": str(node.tmp / "cache"), **gpus.env_for(node.gdir, lib_dir)}
+    procs = [subprocess.Popen([sys.executable, "-I", "-m", "slurmadm.health", "prolog"],
+                              env={**env, "SLURMD_NODENAME": n}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for n in names]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, outs
+    lines = [json.loads(x) for x in (node.tmp / "health.jsonl").read_text().splitlines()]
+    per_node = {n: sum(1 for x in lines if x["node"] == n) for n in names}
+    assert len(set(per_node.values())) == 1 and per_node[names[0]] >= 10, per_node
+    from slurmadm.store import Store
+
+    with Store(node.tmp / "slurmadm.db") as store:
+        rows = store.db.execute("SELECT node, COUNT(*) AS n FROM check_results GROUP BY node").fetchall()
+    assert {r["node"]: r["n"] for r in rows} == per_node

@@ -1,0 +1,116 @@
+"""Time limits: a hung check is abandoned within its limit, later NVML checks do not wait on it,
+the run's deadline holds; the policy table turns statuses into actions."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from slurmadm.health import checks as C
+from slurmadm.health.config import GpuExpect, HealthConfig, Thresholds
+from slurmadm.health.runner import run_checks, verdict
+from slurmadm.health.nvml import Nvml
+
+pytestmark = pytest.mark.unit
+
+
+def cfg(**over) -> HealthConfig:
+    base = dict(
+        node="b200-001", site_path="", site_sha256="",
+        gpu=GpuExpect(8, "b200", "NVIDIA B200", 18, 5, 16, 1000),
+        thresholds=Thresholds(300.0, 87, 95, 50_000_000, 10, 1.1, 100), driver_version="570.133.20",
+        store_path="/nonexistent/x.db", audit_log=None, check_timeout_s=0.3,
+        timeouts={"prolog": 5, "epilog": 5, "periodic": 5, "run": 5}, on_error="fail", nccl_fresh_hours=24,
+        nccl_timeout_s=1, nccl_size_mib=1, nccl_iters=1, xid_window_minutes=60, xid_source="/nonexistent",
+        xid_actions={}, resume_after_clean_runs=3, drain_cap_fraction=0.1, results_log="", policies={},
+    )
+    base.update(over)
+    return HealthConfig(**base)
+
+
+RELEASE = threading.Event()
+
+
+def hangs(ctx):
+    RELEASE.wait(30)
+    return C.Outcome()
+
+
+def finds(ctx):
+    out = C.Outcome()
+    out.fail("GPU5 broken")
+    return out
+
+
+def spec(cid, fn, needs_nvml=True, **kw):
+    return C.CheckSpec(cid, cid, fn, needs_nvml=needs_nvml, **kw)
+
+
+def test_hung_check_is_abandoned_and_later_nvml_checks_do_not_wait():
+    c = cfg()
+    pols = [C.policy(spec("a-hangs", hangs), c), C.policy(spec("b-nvml", finds), c),
+            C.policy(spec("c-plain", finds, needs_nvml=False), c)]
+    t0 = time.monotonic()
+    results = run_checks(pols, C.Ctx(cfg=c, context="prolog", now=time.time()), deadline=t0 + 5,
+                         open_nvml=lambda: Nvml())
+    elapsed = time.monotonic() - t0
+    RELEASE.set()
+    assert elapsed < 0.3 + 0.25, elapsed
+    assert [(r.check_id, r.status) for r in results] == [("a-hangs", "error"), ("b-nvml", "error"), ("c-plain", "fail")]
+    assert "timed out after 0.3 s" in results[0].detail
+    assert "NVML hung in a-hangs" in results[1].detail
+    assert results[0].action == "drain"  # on_error=fail: fail-safe for the job
+
+
+def test_hung_nvml_init_errors_every_nvml_check_quickly():
+    c = cfg()
+    gate = threading.Event()
+    pols = [C.policy(spec("a", finds), c), C.policy(spec("b", finds), c)]
+    t0 = time.monotonic()
+    results = run_checks(pols, C.Ctx(cfg=c, context="prolog", now=time.time()), deadline=t0 + 5,
+                         open_nvml=lambda: gate.wait(30))
+    gate.set()
+    assert time.monotonic() - t0 < 0.6
+    assert all(r.status == "error" and "NVML did not answer" in r.detail for r in results)
+
+
+def test_run_deadline_stops_starting_checks():
+    c = cfg()
+    pols = [C.policy(spec(f"c{i}", lambda ctx: (time.sleep(0.1), C.Outcome())[1], needs_nvml=False), c)
+            for i in range(10)]
+    t0 = time.monotonic()
+    results = run_checks(pols, C.Ctx(cfg=c, context="prolog", now=time.time()), deadline=t0 + 0.35)
+    assert time.monotonic() - t0 < 0.6
+    assert [r.status for r in results].count("pass") in (3, 4)
+    assert results[-1].status == "error" and "time limit" in results[-1].detail
+
+
+@pytest.mark.parametrize("on_fail,on_error,status,action", [
+    ("drain", "fail", "fail", "drain"), ("warn", "fail", "fail", "warn"), ("ignore", "fail", "fail", "none"),
+    ("drain", "fail", "error", "drain"), ("drain", "warn", "error", "warn"), ("warn", "fail", "error", "warn"),
+    ("drain", "fail", "warn", "warn"), ("drain", "fail", "pass", "none"), ("drain", "fail", "skip", "none"),
+])
+def test_policy_table(on_fail, on_error, status, action):
+    c = cfg(policies={"ecc-uncorrected": {"on_fail": on_fail, "on_error": on_error}})
+    assert verdict(C.policy(C.BY_ID["ecc-uncorrected"], c), status) == action
+
+
+def test_contexts_select_checks_and_overrides_apply():
+    c = cfg(policies={"persistence-mode": {"contexts": ["periodic"]}})
+    prolog = [p.spec.id for p in C.select(c, "prolog")]
+    assert "persistence-mode" not in prolog and "gpu-processes" not in prolog and "nccl-allreduce" in prolog
+    assert "gpu-processes" in [p.spec.id for p in C.select(c, "epilog")]
+    periodic = [p.spec.id for p in C.select(c, "periodic")]
+    assert "nccl-allreduce" not in periodic and "persistence-mode" in periodic
+    assert [p.spec.id for p in C.select(c, "run", ["xid", "gpu-count"])] == ["gpu-count", "xid"]
+    with pytest.raises(Exception, match="unknown check id"):
+        C.select(c, "run", ["ecc"])
+
+
+def test_check_ids_are_stable_kebab_case():
+    import re
+
+    assert all(re.fullmatch(r"[a-z][a-z0-9]*(-[a-z0-9]+)*", c.id) for c in C.CHECKS)
+    assert len(C.BY_ID) == len(C.CHECKS)
