@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -152,6 +153,7 @@ class Bench:
             return self._run()
         finally:
             self.dc.down(purge=True)
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _run(self) -> dict:
         self.fresh()
