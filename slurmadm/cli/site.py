@@ -32,7 +32,7 @@ def validate(site_file: str | None, as_json: bool) -> None:
         "qos": [q.name for q in s.qos],
         "organizations": len(s.organizations),
         "projects": len(s.projects),
-        "users": len({m for p in s.projects for m in p.members}),
+        "users": len(s.memberships),
         "valid": True,
     }
     if as_json:

@@ -14,6 +14,7 @@ from ClusterShell.RangeSet import RangeSet
 
 from ..hostlist import compress, nodeset
 from ..site import NodeProfile, Site
+from ..site.accounts import priority_usage_settings
 
 Pairs = list[tuple[str, str]]
 
@@ -131,14 +132,8 @@ def slurm_settings(site: Site) -> list[Section]:
         ("SchedulerParameters", ",".join([NOHOLD, *s.scheduler_parameters])),
         ("PriorityType", "priority/multifactor"),
     ]
-    if site.accounting.budget_mode == "reset":
-        # GPU-hour budgets as hard allowances: no decay, usage reset every period.
-        scheduling += [
-            ("PriorityDecayHalfLife", "0"),
-            ("PriorityUsageResetPeriod", site.accounting.budget_reset_period),
-        ]
-    else:
-        scheduling.append(("PriorityDecayHalfLife", prio.decay_half_life))
+    # How GPU-hour budgets refill (decay, reset per period, lifetime): site/accounts.py decides.
+    scheduling += list(priority_usage_settings(site).items())
     scheduling += [
         ("PriorityMaxAge", prio.max_age),
         ("PriorityWeightFairshare", str(prio.weight_fairshare)),

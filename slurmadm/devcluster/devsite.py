@@ -166,6 +166,9 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
             for key in keys:
                 if key in entry and entry[key] > total:
                     entry[key] = total
+    for entry in data.get("projects", []):
+        caps = entry.get("member_gpu_caps") or {}
+        entry["member_gpu_caps"] = {user: min(cap, total) for user, cap in caps.items()}
     data["burnin"]["max_nodes"] = min(data["burnin"]["max_nodes"], nodes)
 
     d = str(state_dir)

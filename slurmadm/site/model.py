@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from ..hostlist import compress, expand
-from .accounts import AccountingSettings, Organization, Project, Qos, SlurmName, SlurmTime
+from .accounts import AccountingSettings, Organization, Project, Qos, SlurmName, SlurmTime, User, memberships
 from .burnin import BurninSection
 from .fleet import BmcSection, SoftwareBaseline
 from .health import HealthSection, ModelThresholds
@@ -180,6 +180,7 @@ class Site(Strict):
     qos: list[Qos] = []
     organizations: list[Organization] = []
     projects: list[Project] = []
+    users: list[User] = []
     accounting: AccountingSettings = AccountingSettings()
     health: HealthSection = HealthSection()
     bmc: BmcSection = BmcSection()
@@ -266,3 +267,8 @@ class Site(Strict):
 
     def account_names(self) -> set[str]:
         return {o.name for o in self.organizations} | {p.name for p in self.projects}
+
+    @cached_property
+    def memberships(self) -> dict[str, list[str]]:
+        """user -> the projects they are a member of, in site order."""
+        return memberships(self)

@@ -3,22 +3,18 @@ that starts with the key path (`partitions[1].nodes: ...`)."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from ClusterShell.NodeSet import NodeSet
 
 from ..errors import UsageError
-from .accounts import slurm_time_seconds
+from .accounts import account_problems, slurm_time_seconds
+from .accounts import dupes as _dupes
 from .model import Site
 
 # Capabilities may add their own site checks (e.g. health check ids) without the site package
 # importing them: each returns problem lines.
 EXTRA_CHECKS: list[Callable[[Site], list[str]]] = []
-
-
-def _dupes(names: Iterable[str]) -> list[str]:
-    return [n for n, c in Counter(names).items() if c > 1]
 
 
 def _ns(pattern: str, path: str, problems: list[str]) -> NodeSet | None:
@@ -82,28 +78,13 @@ def check_site(site: Site) -> list[str]:
         if len(missing) and not any("topology.units" in x for x in problems):
             p(f"topology.units: nodes {missing} are in no scalable unit")
 
-    # ---- QOS ----
+    # ---- QOS, organisations, projects, users (site/accounts.py) ----
+    problems.extend(account_problems(site))
     qos_names = {q.name for q in site.qos}
-    for name in _dupes(q.name for q in site.qos):
-        p(f"qos: QOS {name!r} is defined twice")
-    total = site.total_gpus
-
-    def quota(value: int | None, path: str) -> None:
-        if value is not None and value > total:
-            p(f"{path}: {value} GPUs is above the cluster's {total} GPUs")
 
     def known_qos(name: str | None, path: str) -> None:
         if name is not None and name not in qos_names:
             p(f"{path}: QOS {name!r} is not defined in [[qos]]")
-
-    for i, q in enumerate(site.qos):
-        for j, target in enumerate(q.preempt):
-            known_qos(target, f"qos[{i}].preempt[{j}]")
-            if target == q.name:
-                p(f"qos[{i}].preempt[{j}]: QOS {q.name!r} cannot preempt itself")
-        quota(q.max_gpus_per_user, f"qos[{i}].max_gpus_per_user")
-        quota(q.max_gpus_per_job, f"qos[{i}].max_gpus_per_job")
-        quota(q.grp_gpus, f"qos[{i}].grp_gpus")
 
     # ---- partitions ----
     for name in _dupes(x.name for x in site.partitions):
@@ -118,30 +99,6 @@ def check_site(site: Site) -> list[str]:
         known_qos(part.qos, f"partitions[{i}].qos")
         for j, name in enumerate(part.allow_qos):
             known_qos(name, f"partitions[{i}].allow_qos[{j}]")
-
-    # ---- accounts ----
-    org_names = [o.name for o in site.organizations]
-    for name in _dupes(org_names + [x.name for x in site.projects]):
-        p(f"organizations/projects: account name {name!r} is used twice")
-    if "root" in org_names or "root" in {x.name for x in site.projects}:
-        p("organizations/projects: 'root' is Slurm's own top account and cannot be declared")
-    for i, org in enumerate(site.organizations):
-        quota(org.gpu_quota, f"organizations[{i}].gpu_quota")
-    for i, proj in enumerate(site.projects):
-        path = f"projects[{i}]"
-        if proj.organization not in org_names:
-            p(f"{path}.organization: {proj.organization!r} is not a defined organization")
-        known_qos(proj.default_qos, f"{path}.default_qos")
-        for j, name in enumerate(proj.qos):
-            known_qos(name, f"{path}.qos[{j}]")
-        if proj.default_qos not in proj.qos:
-            p(f"{path}.default_qos: {proj.default_qos!r} is not in the project's qos list {proj.qos}")
-        quota(proj.gpu_quota, f"{path}.gpu_quota")
-        quota(proj.user_gpu_cap, f"{path}.user_gpu_cap")
-        if proj.user_gpu_cap and proj.gpu_quota and proj.user_gpu_cap > proj.gpu_quota:
-            p(f"{path}.user_gpu_cap: {proj.user_gpu_cap} is above the project's gpu_quota {proj.gpu_quota}")
-        for name in _dupes(proj.members):
-            p(f"{path}.members: user {name!r} is listed twice")
 
     # ---- burn-in ----
     if site.qos:

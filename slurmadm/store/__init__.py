@@ -135,29 +135,34 @@ class Store:
 
     def audit(self, action: str, target: str, reason: str, **detail: Any) -> int:
         """Record who did what to which target and why. Returns the event id."""
+        return self.audit_many([(action, target, reason, detail)])[0]
+
+    def audit_many(self, events: list[tuple[str, str, str, dict[str, Any]]]) -> list[int]:
+        """Several events (action, target, reason, detail) in one transaction: one row each,
+        the same as audit() would write, for a change that touched many targets at once."""
         ts = time.time()
         who = actor()
-        payload = json.dumps(detail, sort_keys=True, default=str)
+        ids: list[int] = []
         with self.transaction() as db:
-            cur = db.execute(
-                "INSERT INTO events (ts, actor, action, target, reason, detail) VALUES (?,?,?,?,?,?)",
-                (ts, who, action, target, reason, payload),
-            )
-            event_id = int(cur.lastrowid)
-        if self.audit_log:
-            line = json.dumps(
-                {"id": event_id, "ts": ts, "actor": who, "action": action, "target": target,
-                 "reason": reason, "detail": detail},
-                sort_keys=True,
-                default=str,
+            for action, target, reason, detail in events:
+                cur = db.execute(
+                    "INSERT INTO events (ts, actor, action, target, reason, detail) VALUES (?,?,?,?,?,?)",
+                    (ts, who, action, target, reason, json.dumps(detail, sort_keys=True, default=str)),
+                )
+                ids.append(int(cur.lastrowid))
+        if self.audit_log and events:
+            lines = "".join(
+                json.dumps({"id": event_id, "ts": ts, "actor": who, "action": action, "target": target,
+                            "reason": reason, "detail": detail}, sort_keys=True, default=str) + "\n"
+                for event_id, (action, target, reason, detail) in zip(ids, events)
             )
             try:
                 Path(self.audit_log).parent.mkdir(parents=True, exist_ok=True)
                 with open(self.audit_log, "a", encoding="utf-8") as fh:
-                    fh.write(line + "\n")
+                    fh.write(lines)
             except OSError:
-                pass  # the store row is the record; the JSON-lines copy is best effort
-        return event_id
+                pass  # the store rows are the record; the JSON-lines copy is best effort
+        return ids
 
     def events(self, *, since: float | None = None, action: str | None = None,
                target: str | None = None, limit: int = 1000) -> list[Event]:

@@ -171,10 +171,15 @@ def test_small_dev_node_gets_no_cpu_per_gpu_default():
     assert "defcpupergpu" not in part and "defmempergpu" in part
 
 
-def test_budget_reset_mode_stops_decay():
-    site = make_site(lambda d: d["accounting"].update(budget_mode="reset", budget_reset_period="MONTHLY"))
+@pytest.mark.parametrize("mode,period,half_life,reset", [
+    ("reset", "MONTHLY", "0", "MONTHLY"),  # hard allowance per period
+    ("lifetime", "NONE", "0", "NONE"),  # spent once
+    ("decay", "NONE", "14-0", "NONE"),  # rolling: usage decays with the half-life
+])
+def test_budget_mode_sets_decay_and_reset(mode, period, half_life, reset):
+    site = make_site(lambda d: d["accounting"].update(budget_mode=mode, budget_reset_period=period))
     text = render(site, (22, 5))["slurm.conf"]
-    assert setting(text, "PriorityDecayHalfLife") == ["0"] and setting(text, "PriorityUsageResetPeriod") == ["MONTHLY"]
+    assert setting(text, "PriorityDecayHalfLife") == [half_life] and setting(text, "PriorityUsageResetPeriod") == [reset]
 
 
 def test_linuxproc_tracking_drops_contain_and_cgroup_gathering():

@@ -51,6 +51,8 @@ def test_quotas_are_clipped_to_the_dev_cluster(tmp_path):
     quotas = [p.gpu_quota for p in site.projects if p.gpu_quota] + [q.max_gpus_per_user for q in site.qos
                                                                     if q.max_gpus_per_user]
     assert quotas and max(quotas) <= 16
+    caps = [c for p in site.projects for c in p.member_gpu_caps.values()]
+    assert caps and max(caps) <= 16  # per-member caps too (the example gives bob 32)
     assert {p.name for p in site.partitions} == {"gpu", "debug"}  # debug clipped to b200-[001-002]
     assert site.burnin.max_nodes == 2
 

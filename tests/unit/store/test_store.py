@@ -53,3 +53,14 @@ def test_filters(tmp_path):
         store.audit("accounts.add", "p1", "z")
         assert [e.action for e in store.events(action="node.*")] == ["node.resume", "node.drain"]
         assert [e.target for e in store.events(target="p1")] == ["p1"]
+
+
+def test_audit_many_is_one_event_per_target(tmp_path):
+    log = tmp_path / "audit.jsonl"
+    with Store(tmp_path / "s.db", audit_log=str(log)) as store:
+        ids = store.audit_many([("accounts.add-user", f"user:u{i}@p", "site", {"n": i}) for i in range(3)])
+        events = store.events(action="accounts.*")
+    assert len(ids) == 3 and sorted(e.id for e in events) == ids
+    assert {e.target: e.detail["n"] for e in events} == {"user:u0@p": 0, "user:u1@p": 1, "user:u2@p": 2}
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [line["id"] for line in lines] == ids and lines[2]["target"] == "user:u2@p"

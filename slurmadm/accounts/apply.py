@@ -1,0 +1,414 @@
+"""Carrying out a plan: one lock, a backup, batched sacctmgr calls, an audit event per change, and
+a re-read that must show nothing left to do.
+
+Batching. slurmdbd commits each sacctmgr call separately and a commit costs ~0.3-0.6 s whatever
+it holds (50 adds in one call 0.65 s, one add 0.5 s), so entities that get the same change go in
+one call (`modify account where name=a,b,c set GrpTRES=gres/gpu=8`), and every new account and
+user association goes into one `sacctmgr load` file: one commit for 500 accounts and 2,000 users.
+
+The load file only ever adds. A load that both modifies existing associations and changes a
+user's default account silently drops the association changes while printing them as done (seen
+on 22.05.8 and 24.11.5; tests/integration/test_accounts.py shows it), so every change
+to something that exists goes through `sacctmgr modify`, and a new user's default account is
+only set by the load line that creates the user.
+
+Order matters where Slurm refuses otherwise: default accounts move before the old association
+goes ("can not remove the default account of a user"), QOS leave the projects' lists before the
+QOS is deleted ("Associations ... have these as their Default QOS").
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import EXIT_PROBLEMS, LockBusy, SlurmadmError, UnreachableError
+from ..site import Site
+from ..slurm.accounting import AccountingState, JobReader, Sacctmgr
+from ..store import Store
+from .desired import Desired, desired_state
+from .plan import KINDS, Op, Plan, make_plan, mark_blocked
+
+CHUNK = 500  # names per sacctmgr call (argv stays far below its limit)
+
+
+class NotConverged(SlurmadmError):
+    """The apply ran, but slurmdbd still differs from the site afterwards."""
+
+    exit_code = EXIT_PROBLEMS
+
+
+@dataclass
+class Batch:
+    """One sacctmgr call and the plan operations it carries out."""
+
+    argv: list[str]  # sacctmgr arguments after `-i`; for a load, ["load", "file=..."]
+    ops: list[Op]
+    load_text: str = ""  # the load file's content (written next to the backup)
+    stage: int = 0  # calls of one stage touch disjoint entities and run at once
+
+
+@dataclass
+class ApplyResult:
+    plan: Plan
+    done: list[Op] = field(default_factory=list)
+    skipped: list[Op] = field(default_factory=list)  # deletions without --prune, blocked ones
+    backups: list[str] = field(default_factory=list)
+    calls: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "cluster": self.plan.cluster,
+            "applied": [op.to_json() for op in self.done],
+            "skipped": [op.to_json() for op in self.skipped],
+            "backups": self.backups,
+            "sacctmgr_calls": self.calls,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+# ------------------------------------------------------------------------------------ locking
+
+
+def lock_path(site: Site) -> Path:
+    return Path(site.store.path).parent / f"accounts-apply-{site.cluster.name}.lock"
+
+
+@contextmanager
+def apply_lock(path: Path) -> Iterator[None]:
+    """One apply at a time per cluster (flock: released by the kernel if the process dies)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise LockBusy(f"another `accounts apply` is running (lock {path} held by pid {holder})") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------------------------ backups
+
+
+def backup_dir(site: Site) -> Path:
+    if site.accounting.backup_dir:
+        return Path(site.accounting.backup_dir)
+    return Path(site.store.path).parent / "accounts-backups"
+
+
+def backup_paths(cluster: str, directory: Path) -> tuple[Path, Path]:
+    """Where this apply's `sacctmgr dump` and QOS table go (a new pair per apply)."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
+    return directory / f"{cluster}-{stamp}.cfg", directory / f"{cluster}-{stamp}-qos.txt"
+
+
+def save_dump(sacctmgr: Sacctmgr, path: Path) -> None:
+    """`sacctmgr dump`: accounts, users and their limits (not QOS)."""
+    sacctmgr.dump(str(path))
+    if not path.exists():
+        raise UnreachableError(f"sacctmgr dump wrote no {path}")
+
+
+def rotate(directory: Path, cluster: str, keep: int) -> None:
+    for pattern in (f"{cluster}-*[0-9].cfg", f"{cluster}-*-qos.txt", f"{cluster}-*-load.cfg"):
+        old = sorted(directory.glob(pattern))
+        for path in old[: max(0, len(old) - keep)]:
+            path.unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------------------------ batches
+
+
+def _chunks(names: list[str]) -> Iterator[list[str]]:
+    for i in range(0, len(names), CHUNK):
+        yield names[i : i + CHUNK]
+
+
+def _grouped(ops: list[Op], key: Callable[[Op], tuple]) -> list[tuple[tuple, list[Op]]]:
+    groups: dict[tuple, list[Op]] = {}
+    for op in ops:
+        groups.setdefault(key(op), []).append(op)
+    return list(groups.items())
+
+
+def _args(op: Op, *, skip: tuple[str, ...] = ()) -> tuple[str, ...]:
+    return tuple(c.arg for c in op.changes if c.field not in skip and c.arg)
+
+
+def _named(prefix: list[str], ops: list[Op], where: list[str], tail: list[str]) -> list[Batch]:
+    """`<prefix> name=a,b,c <where> <tail>` calls, at most CHUNK names each; an op's name may
+    repeat (one user, several associations) and is named once."""
+    names = list(dict.fromkeys(op.name for op in ops))
+    out = []
+    for chunk in _chunks(names):
+        chosen = set(chunk)
+        out.append(Batch([*prefix, f"name={','.join(chunk)}", *where, *tail], [op for op in ops if op.name in chosen]))
+    return out
+
+
+def _user_calls(verb: str, ops: list[Op], have: AccountingState, cluster: str, tail: list[str]) -> list[Batch]:
+    """`<verb> user where name=U account=A`: sacctmgr takes every existing association in U x A,
+    so one call serves all of `ops` when that is exactly their associations (200 members of 50
+    projects getting the same cap: one call, not 50); otherwise one call per account."""
+    if not ops:
+        return []
+    users = sorted({op.name for op in ops})
+    accounts = sorted({op.account for op in ops})
+    if len(accounts) > 1 and len(users) <= CHUNK and len(accounts) <= CHUNK:
+        uset, aset = set(users), set(accounts)
+        matched = {(a, u) for (a, u) in have.assocs if u in uset and a in aset}
+        if matched == {(op.account, op.name) for op in ops}:
+            return [Batch([verb, "user", "where", f"name={','.join(users)}", f"account={','.join(accounts)}",
+                           cluster, *tail], list(ops))]
+    return [b for (account,), group in _grouped(ops, lambda o: (o.account,))
+            for b in _named([verb, "user", "where"], group, [f"account={account}", cluster], tail)]
+
+
+def _load_opts(changes) -> str:
+    """`:Key='value'` options of a load line from the changes' sacctmgr arguments."""
+    out = ""
+    for c in changes:
+        if c.field in ("Parent", "DefaultAccount") or not c.arg:
+            continue
+        key, _, value = c.arg.partition("=")
+        out += f":{key}='{value}'"
+    return out
+
+
+def load_text(cluster: str, ops: list[Op]) -> str:
+    """A `sacctmgr load` file that adds the new accounts (parents first) and user associations.
+    It names only new things, so load has nothing to modify."""
+    lines = [f"Cluster - '{cluster}'"]
+    children: dict[str, list[Op]] = {}
+    for op in sorted((o for o in ops if o.kind == "add-account"), key=lambda o: (o.depth, o.name)):
+        children.setdefault(op.account, []).append(op)
+    for parent, accounts in children.items():  # parents were added (or existed) before
+        lines.append(f"Parent - '{parent}'")
+        lines += [f"Account - '{op.name}'{_load_opts(op.changes)}" for op in accounts]
+    defaults = {op.name: c.new for op in ops if op.kind == "add-user" for c in op.changes
+                if c.field == "DefaultAccount"}
+    current = None
+    for op in sorted((o for o in ops if o.kind == "add-user"), key=lambda o: (o.account, o.name)):
+        if op.account != current:
+            lines.append(f"Parent - '{op.account}'")
+            current = op.account
+        default = f":DefaultAccount='{defaults[op.name]}'" if op.new_user and op.name in defaults else ""
+        lines.append(f"User - '{op.name}'{_load_opts(op.changes)}{default}")
+    return "\n".join(lines) + "\n"
+
+
+def batches(plan_ops: list[Op], cluster: str, have: AccountingState) -> list[Batch]:
+    """The sacctmgr calls for runnable operations, in plan order. Calls with the same `stage`
+    touch disjoint entities and may run at once (a commit costs latency more than work: four
+    QOS adds take 1.4 s one after another, 0.36 s at once); moves and deletions, which reshape
+    the tree, run one at a time."""
+    c = f"cluster={cluster}"
+    by_kind: dict[str, list[Op]] = {}
+    for op in plan_ops:
+        by_kind.setdefault(op.kind, []).append(op)
+    out: list[Batch] = []
+
+    def emit(calls: list[Batch], *, together: bool) -> None:
+        stage = out[-1].stage + 1 if out else 0
+        for i, batch in enumerate(calls):
+            batch.stage = stage if together else stage + i
+            out.append(batch)
+
+    # QOS: add (without Preempt: its targets may be added in the same stage), then Preempt and
+    # every other change, grouped by identical settings.
+    adds = by_kind.get("add-qos", [])
+    emit([b for args, ops in _grouped(adds, lambda o: _args(o, skip=("Preempt",)))
+          for b in _named(["add", "qos"], ops, [], list(args))], together=True)
+    preempts = [op for op in adds if any(ch.field == "Preempt" for ch in op.changes)]
+    changes = [  # Preempt of new QOS: carried out for the add-qos operations, no second event
+        Batch(b.argv, []) for args, ops in _grouped(
+            preempts, lambda o: tuple(c.arg for c in o.changes if c.field == "Preempt"))
+        for b in _named(["modify", "qos", "where"], ops, [], ["set", *args])]
+    changes += [b for args, ops in _grouped(by_kind.get("modify-qos", []), _args)
+                for b in _named(["modify", "qos", "where"], ops, [], ["set", *args])]
+    # New accounts and user associations: one load, at the same time as the QOS changes (it
+    # only needs the QOS to exist).
+    new = by_kind.get("add-account", []) + by_kind.get("add-user", [])
+    if new:
+        changes.append(Batch(["load"], new, load_text(cluster, new)))
+    emit(changes, together=True)
+
+    emit([b for (_depth, parent), ops in sorted(_grouped(by_kind.get("move-account", []), lambda o: (o.depth, o.account)))
+          for b in _named(["modify", "account", "where"], ops, [c], ["set", f"Parent={parent}"])], together=False)
+    emit([b for args, ops in _grouped(by_kind.get("modify-account", []), _args)
+          for b in _named(["modify", "account", "where"], ops, [c], ["set", *args])], together=True)
+    emit([b for args, ops in _grouped(by_kind.get("modify-user", []), _args)
+          for b in _user_calls("modify", ops, have, c, ["set", *args])], together=True)
+    emit([b for (account,), ops in _grouped(by_kind.get("default-account", []), lambda o: (o.account,))
+          for b in _named(["modify", "user", "where"], ops, [c], ["set", f"DefaultAccount={account}"])], together=True)
+
+    # Deletions. Slurm refuses to remove a user's default association while the user keeps
+    # others, also when one call mixes such users with others. Default accounts have moved
+    # already, so: users losing every association in one call (the user goes with them), then
+    # accounts deepest first (their remaining user associations go with them), then the rest.
+    deletes = by_kind.get("delete-user", [])
+    gone = {op.name for op in by_kind.get("delete-account", [])}
+    kept: dict[str, set[str]] = {}
+    for account, user in have.assocs:
+        if user:
+            kept.setdefault(user, set()).add(account)
+    for rec in have.partition_assocs:
+        kept.setdefault(rec.user, set()).add(f"{rec.account}:{rec.partition}")
+    for op in by_kind.get("add-user", []):  # added earlier in this run
+        kept.setdefault(op.name, set()).add(op.account)
+    for op in deletes:
+        kept.get(op.name, set()).discard(op.account)
+    leaving = [op for op in deletes if not kept.get(op.name)]
+    emit(_named(["delete", "user", "where"], leaving, [c], []), together=False)
+    with_account: dict[str, list[Op]] = {}
+    for op in deletes:
+        if op.account in gone and kept.get(op.name):
+            with_account.setdefault(op.account, []).append(op)
+    for (_depth,), ops in sorted(_grouped(by_kind.get("delete-account", []), lambda o: (o.depth,)), reverse=True):
+        calls = _named(["delete", "account", "where"], ops, [c], [])
+        for b in calls:
+            b.ops += [u for op in b.ops for u in with_account.get(op.name, [])]
+        emit(calls, together=False)
+    rest = [op for op in deletes if kept.get(op.name) and op.account not in gone]
+    emit(_user_calls("delete", rest, have, c, []), together=False)
+    emit(_named(["delete", "qos", "where"], by_kind.get("delete-qos", []), [], []), together=False)
+    return out
+
+
+# --------------------------------------------------------------------------------------- apply
+
+PARALLEL = 8  # sacctmgr calls at once within a stage
+
+
+def _stages(calls: list[Batch]) -> list[list[Batch]]:
+    out: list[list[Batch]] = []
+    for batch in calls:
+        if out and out[-1][0].stage == batch.stage:
+            out[-1].append(batch)
+        else:
+            out.append([batch])
+    return out
+
+
+def _run_stage(sacctmgr: Sacctmgr, stage: list[Batch]) -> tuple[list[Batch], list[Exception]]:
+    """Run one stage's calls (at once when there are several); every call finishes before the
+    next stage starts. Returns the calls slurmdbd took and the errors of the others."""
+
+    def one(batch: Batch) -> None:
+        if batch.argv[0] == "load":
+            sacctmgr.load(batch.argv[1].removeprefix("file="))
+        else:
+            sacctmgr.execute(batch.argv)
+
+    if len(stage) == 1:
+        try:
+            one(stage[0])
+        except SlurmadmError as exc:
+            return [], [exc]
+        return stage, []
+    done, failed = [], []
+    with ThreadPoolExecutor(max_workers=min(PARALLEL, len(stage))) as pool:
+        futures = [(batch, pool.submit(one, batch)) for batch in stage]
+        for batch, future in futures:
+            try:
+                future.result()
+                done.append(batch)
+            except SlurmadmError as exc:
+                failed.append(exc)
+    return done, failed
+
+
+
+def plan_for(site: Site, sacctmgr: Sacctmgr, *, jobs: JobReader | None = None) -> tuple[Desired, AccountingState, Plan]:
+    """Read slurmdbd and plan. With `jobs`, deletions that would touch jobs are marked blocked."""
+    want = desired_state(site)
+    have = sacctmgr.read_state()
+    if ("root", "") not in have.assocs:
+        raise UnreachableError(
+            f"slurmdbd has no cluster {want.cluster!r} (site cluster.name): add it with "
+            f"`sacctmgr add cluster {want.cluster}` or start its slurmctld once"
+        )
+    plan = make_plan(want, have)
+    if jobs is not None and any(op.is_delete for op in plan.ops):
+        plan = mark_blocked(plan, have, jobs.active_jobs())
+    return want, have, plan
+
+
+def apply_site(
+    site: Site,
+    sacctmgr: Sacctmgr,
+    store: Store,
+    *,
+    prune: bool,
+    reason: str,
+    jobs: JobReader | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ApplyResult:
+    """Make slurmdbd match the site. Idempotent; safe to re-run after an interruption."""
+    started = time.monotonic()
+    say = progress or (lambda _msg: None)
+    with apply_lock(lock_path(site)):
+        _want, have, plan = plan_for(site, sacctmgr, jobs=jobs if prune else None)
+        todo = plan.runnable(prune)
+        chosen = {id(op) for op in todo}
+        result = ApplyResult(plan=plan, skipped=[op for op in plan.ops if id(op) not in chosen])
+        if not todo:
+            result.seconds = time.monotonic() - started
+            return result
+        # Backup: the QOS table as just read; the dump (no QOS in it) runs while QOS are added and
+        # must be written before anything touches an association.
+        directory = backup_dir(site)
+        dump, qos = backup_paths(plan.cluster, directory)
+        qos.write_text(have.qos_table)
+        result.backups = [str(dump), str(qos)]
+        say(f"backup: {dump}")
+        load_path = dump.with_name(dump.stem + "-load.cfg")
+        with ThreadPoolExecutor(max_workers=1) as background:
+            dumping = background.submit(save_dump, sacctmgr, dump)
+            for stage in _stages(batches(todo, plan.cluster, have)):
+                if dumping is not None and any(b.argv[1:2] != ["qos"] for b in stage):
+                    dumping.result()
+                    dumping = None
+                for batch in stage:
+                    if batch.load_text:
+                        load_path.write_text(batch.load_text)
+                        batch.argv = ["load", f"file={load_path}"]
+                done, failed = _run_stage(sacctmgr, stage)
+                for batch in done:  # an audit event per change that slurmdbd took
+                    result.calls += 1
+                    command = "sacctmgr -i " + " ".join(batch.argv)
+                    store.audit_many([
+                        (f"accounts.{op.kind}", op.target, reason,
+                         {"cluster": plan.cluster, "changes": [c.__dict__ for c in op.changes], "command": command[:2000]})
+                        for op in batch.ops])
+                    result.done += batch.ops
+                    kinds = sorted({op.kind for op in batch.ops}, key=KINDS.index) or ["add-qos (Preempt)"]
+                    say(f"{len(batch.ops):>5} {'+'.join(kinds)}: {command[:110]}")
+                if failed:
+                    raise failed[0]
+            if dumping is not None:
+                dumping.result()
+        rotate(directory, plan.cluster, site.accounting.backup_keep)
+        # Re-read: what should have happened must now be absent from a fresh plan.
+        _w, _h, after = plan_for(site, sacctmgr, jobs=jobs if prune else None)
+        left = after.runnable(prune)
+        result.seconds = time.monotonic() - started
+        if left:
+            raise NotConverged(
+                f"slurmdbd still differs after apply: {len(left)} change(s) left, first: "
+                f"{left[0].kind} {left[0].target} {left[0].describe()}".strip()
+            )
+        return result

@@ -1,0 +1,217 @@
+"""How a plan becomes sacctmgr calls: few calls, many names each; one load file for everything new;
+deletions in the order slurmdbd accepts; one apply at a time. (Against real slurmdbd:
+tests/integration/test_accounts.py.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+
+from slurmadm.accounts import (
+    apply_lock,
+    apply_site,
+    batches,
+    desired_state,
+    load_text,
+    lock_path,
+    make_plan,
+)
+from slurmadm.errors import LockBusy, UnreachableError
+from slurmadm.slurm.accounting import AssocRecord, QosRecord
+from slurmadm.store import Store
+from tests.unit.accounts.states import as_stored, empty_slurmdbd, site_with
+
+pytestmark = pytest.mark.unit
+
+
+def calls(plan, live):
+    return [b.argv for b in batches(plan.runnable(prune=True), plan.cluster, live)]
+
+
+def test_from_empty_one_load_carries_every_new_account_and_user():
+    site = site_with()
+    live = empty_slurmdbd()
+    plan = make_plan(desired_state(site), live)
+    argvs = calls(plan, live)
+    assert [a[0:2] for a in argvs].count(["load"]) == 1
+    assert sum(1 for a in argvs if a[:2] == ["add", "qos"]) == 4  # each new QOS has its own settings
+    assert ["modify", "qos", "where", "name=burnin,high", "set", "Preempt=low"] in argvs  # after the adds
+    assert len(argvs) == 4 + 1 + 1 + 1  # adds, Preempt, normal's changes, the load
+    text = next(b.load_text for b in batches(plan.runnable(True), plan.cluster, live) if b.load_text)
+    lines = text.splitlines()
+    assert lines[0] == "Cluster - 'b200'"
+    pos = {line: i for i, line in enumerate(lines)}
+    parent_line = lambda name: pos[f"Parent - '{name}'"]
+    account_line = lambda name: next(i for i, ln in enumerate(lines) if ln.startswith(f"Account - '{name}'"))
+    assert account_line("ml") < parent_line("ml") < account_line("ml-students") < parent_line("ml-students") < account_line("ml-thesis")
+    assert "Account - 'phys-lattice':Description='lattice QCD':Organization='physics':Fairshare='20':" \
+           "GrpTRES='gres/gpu=256':GrpTRESMins='gres/gpu=30000000':QOS='high,low,normal':DefaultQOS='normal'" in lines
+    alice = [ln for ln in lines if ln.startswith("User - 'alice'")]
+    assert alice == ["User - 'alice':Fairshare='parent':DefaultAccount='ml-llm'",
+                     "User - 'alice':GrpTRES='gres/gpu=128':DefaultAccount='ml-llm'"]
+    assert "User - 'root'" in lines  # root exists: no DefaultAccount, so load modifies nothing
+
+
+def test_same_change_on_many_entities_is_one_call():
+    site = site_with()
+    live = as_stored(site)
+    for name in ("ml-llm", "bio-fold", "phys-astro"):
+        live.assocs[(name, "")] = dataclasses.replace(live.assocs[(name, "")], grp_tres={"gres/gpu": "1"})
+    for user in ("dave", "erin"):
+        live.assocs[("bio-fold", user)] = dataclasses.replace(live.assocs[("bio-fold", user)], grp_tres={})
+    plan = make_plan(desired_state(site), live)
+    argvs = calls(plan, live)
+    assert ["modify", "user", "where", "name=dave,erin", "account=bio-fold", "cluster=b200", "set",
+            "GrpTRES=gres/gpu=64"] in argvs
+    modify_accounts = [a for a in argvs if a[:2] == ["modify", "account"]]
+    # three different quotas: three calls, each naming the cluster
+    assert len(modify_accounts) == 3 and all("cluster=b200" in a for a in modify_accounts)
+
+
+def test_members_of_many_projects_getting_the_same_change_is_one_call():
+    def caps(data):
+        for p in data["projects"]:
+            if p["name"] in ("bio-fold", "ml-thesis", "phys-astro"):
+                p["user_gpu_cap"] = 2
+    site, live = site_with(caps), as_stored(site_with())
+    argvs = calls(make_plan(desired_state(site), live), live)
+    assert argvs == [["modify", "user", "where", "name=carol,dave,erin,ivan,judy",
+                      "account=bio-fold,ml-thesis,phys-astro", "cluster=b200", "set", "GrpTRES=gres/gpu=2"]]
+
+
+def test_a_shared_member_splits_the_call_per_account():
+    """alice is in phys-lattice and ml-llm; only her ml-llm association changes, so a call naming
+    both projects and alice would change too much."""
+    def caps(data):
+        for p in data["projects"]:
+            if p["name"] in ("ml-llm", "phys-astro"):
+                p["user_gpu_cap"] = 2
+    site, live = site_with(caps), as_stored(site_with())
+    live.assocs[("phys-astro", "alice")] = AssocRecord("phys-astro", "alice", grp_tres={"gres/gpu": "2"})
+    live.assocs[("ml-llm", "carol")] = AssocRecord("ml-llm", "carol")  # not in the site: left alone here
+    argvs = [a for a in calls(make_plan(desired_state(site), live), live) if a[:2] == ["modify", "user"]]
+    assert sorted(argvs) == [
+        ["modify", "user", "where", "name=alice,frank,grace", "account=ml-llm", "cluster=b200", "set", "GrpTRES=gres/gpu=2"],
+        ["modify", "user", "where", "name=carol", "account=phys-astro", "cluster=b200", "set", "GrpTRES=gres/gpu=2"],
+    ]
+
+
+def test_deletions_go_in_the_order_slurmdbd_accepts():
+    site = site_with()
+    live = as_stored(site)
+    def drop(data):
+        data["projects"] = [p for p in data["projects"] if p["name"] != "ml-vision"]
+        data["users"] = []
+        for p in data["projects"]:
+            if p["name"] == "bio-fold":
+                p["members"] = ["erin"]
+            if p["name"] == "phys-astro":
+                p["members"] = ["carol", "dave"]
+    plan = make_plan(desired_state(site_with(drop)), live)
+    argvs = calls(plan, live)
+    i_default = argvs.index(["modify", "user", "where", "name=dave", "cluster=b200", "set", "DefaultAccount=phys-astro"])
+    # heidi loses every association: removed as a user, alone (mixing her with grace is refused)
+    i_heidi = argvs.index(["delete", "user", "where", "name=heidi", "cluster=b200"])
+    # grace keeps ml-llm: her ml-vision association goes with the account
+    i_account = argvs.index(["delete", "account", "where", "name=ml-vision", "cluster=b200"])
+    i_dave = argvs.index(["delete", "user", "where", "name=dave", "account=bio-fold", "cluster=b200"])
+    assert i_default < i_heidi < i_account < i_dave
+    carried = next(b for b in batches(plan.runnable(True), plan.cluster, live) if b.argv[:2] == ["delete", "account"])
+    assert {op.target for op in carried.ops} == {"account:ml-vision", "user:grace@ml-vision"}
+
+
+def test_names_are_chunked():
+    site = site_with()
+    live = as_stored(site)
+    for i in range(1200):
+        live.assocs[(f"old{i:04d}", "")] = AssocRecord(f"old{i:04d}", parent="root")
+    plan = make_plan(desired_state(site), live)
+    deletes = [a for a in calls(plan, live) if a[:2] == ["delete", "account"]]
+    assert [len(a[3].split(",")) for a in deletes] == [500, 500, 200]
+
+
+def test_load_text_quotes_values():
+    plan = make_plan(desired_state(site_with()), empty_slurmdbd())
+    text = load_text("b200", [op for op in plan.ops if op.kind == "add-account" and op.name == "ops"])
+    assert text == ("Cluster - 'b200'\nParent - 'root'\n"
+                    "Account - 'ops':Description='cluster operations (burn-in, tests)':Organization='ops'\n")
+
+
+# ------------------------------------------------------------------------ lock and backups
+
+
+def _hold(path: str, ready, release) -> None:
+    with apply_lock(Path(path)):
+        ready.set()
+        release.wait(10)
+
+
+def test_second_apply_is_refused_while_one_runs(tmp_path):
+    path = tmp_path / "accounts.lock"
+    ctx = multiprocessing.get_context("fork")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold, args=(str(path), ready, release))
+    holder.start()
+    try:
+        assert ready.wait(10)
+        with pytest.raises(LockBusy, match=f"held by pid {holder.pid}"), apply_lock(path):
+            pass
+    finally:
+        release.set()
+        holder.join(10)
+    with apply_lock(path):  # free again once the holder is gone
+        pass
+
+
+class NoSlurm:
+    cluster = "b200"
+
+    def __getattr__(self, name):
+        raise AssertionError(f"sacctmgr touched ({name}) although the lock was busy")
+
+
+def test_apply_takes_the_lock_before_touching_slurmdbd(tmp_path):
+    site = site_with(lambda d: d["store"].update(path=str(tmp_path / "s.db")))
+    with apply_lock(lock_path(site)), Store(tmp_path / "s.db") as store, pytest.raises(LockBusy):
+        apply_site(site, NoSlurm(), store, prune=False, reason="test")
+
+
+class DumpOnly:
+    cluster = "b200"
+
+    def dump(self, path):
+        Path(path).write_text("Cluster - 'b200'\n")
+
+
+def test_backups_keep_the_newest(tmp_path, monkeypatch):
+    mod = importlib.import_module("slurmadm.accounts.apply")
+    stamps = iter(f"2026010{i}T000000" for i in range(1, 8))
+    monkeypatch.setattr(mod.time, "strftime", lambda _fmt: next(stamps))
+    for _ in range(5):
+        dump, qos = mod.backup_paths("b200", tmp_path / "b")
+        qos.write_text("Name|Priority\nnormal|0\n")
+        mod.save_dump(DumpOnly(), dump)
+        mod.rotate(tmp_path / "b", "b200", keep=3)
+    kept = sorted(p.name for p in (tmp_path / "b").iterdir())
+    pid = os.getpid()
+    assert kept == [f"b200-2026010{i}T000000-{pid}{s}" for i in (3, 4, 5) for s in ("-qos.txt", ".cfg")]
+    assert (tmp_path / "b").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_dump_that_writes_nothing_stops_the_apply(tmp_path):
+    class Silent:
+        def dump(self, path):
+            pass
+
+    mod = importlib.import_module("slurmadm.accounts.apply")
+    with pytest.raises(UnreachableError, match="sacctmgr dump wrote no"):
+        mod.save_dump(Silent(), tmp_path / "x.cfg")
+
+
+def test_qos_record_equality_is_by_value():
+    assert QosRecord("x", max_tres_per_user={"gres/gpu": "8"}) == QosRecord("x", max_tres_per_user={"gres/gpu": "8"})
