@@ -22,7 +22,7 @@ busy cluster:
    node in QOS `burnin.qos` and account `burnin.account` (so it is scheduled and accounted like
    any job): the GPU stress (stress.py: torch on every GPU, `dcgmi diag` where DCGM is
    installed, a clearly labelled CPU stand-in where there is no GPU), the single-node all-reduce
-   (collective.py), then the health suite (`slurmadm health run --dry-run --json`) on the node
+   (slurmadm.health.allreduce), then the health suite (`slurmadm health run --dry-run --json`) on the node
    fresh from the load (the prolog checked it idle). srun brings the jobs' output back to the
    head node: no shared filesystem is needed.
 5. **Across nodes** (pairs.py): two-node all-reduces launched with srun, first pairs inside a

@@ -25,7 +25,8 @@ from typing import Any
 
 from ..errors import SlurmadmError
 from ..proc import run
-from . import collective, stress
+from ..health import allreduce
+from . import stress
 from .model import TestResult
 
 # The health suite through the health capability's CLI (one narrow boundary): every check of its
@@ -101,7 +102,7 @@ def health_suite(timeout: float) -> TestResult:
 
 def single_node_allreduce(spec: dict[str, Any]) -> TestResult:
     backend = spec["collective"]
-    torch = collective.import_torch()
+    torch = allreduce.import_torch()
     if torch is None:
         return TestResult("allreduce-node", "skip", "torch is not installed (pip install 'slurmadm[burnin]')")
     if backend == "nccl":
@@ -115,7 +116,7 @@ def single_node_allreduce(spec: dict[str, Any]) -> TestResult:
         return TestResult("allreduce-node", "skip", "one GPU: nothing to all-reduce between")
     port = spec["rendezvous_port"] + int(os.environ.get("SLURM_JOB_ID", "0")) % 100
     start = time.monotonic()
-    res = collective.run_local(backend, ranks, mib=spec["allreduce_mib"], iters=spec["allreduce_iters"],
+    res = allreduce.run_local(backend, ranks, mib=spec["allreduce_mib"], iters=spec["allreduce_iters"],
                                port=port, timeout=spec["step_timeout"])
     took = time.monotonic() - start
     if "error" in res:

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import SlurmadmError
 from ..proc import run
-from .collective import import_torch
+from ..health.allreduce import import_torch
 from .model import TestResult
 
 SLOW_FRACTION = 0.80

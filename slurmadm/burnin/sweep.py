@@ -28,7 +28,7 @@ from ..slurm.model import NodeInfo
 from ..slurm.ownership import format_reason, is_ours, may_drain, may_resume, reason_check_id
 from ..store import Store, actor
 from . import history, report
-from .collective import last_result
+from ..health.allreduce import last_result
 from .model import PairResult, TestResult, is_failure
 from .pairs import PairPlan
 from .select import Selection, burnin_partition, named_nodes, select
@@ -334,7 +334,7 @@ class Sweep:
 
     def _pair_request(self, a: str, b: str, rnd: int) -> sjobs.JobRequest:
         ranks = min(self.site.node_profile(n).gpus.count for n in (a, b)) if self.b.collective == "nccl" else 1
-        argv = [self.python, "-m", "slurmadm.burnin.collective", "--backend", self.b.collective,
+        argv = [self.python, "-m", "slurmadm.health.allreduce", "--backend", self.b.collective,
                 "--mib", str(self.b.allreduce_mib), "--iters", str(self.b.allreduce_iters),
                 "--timeout", str(self._step_timeout()), "--port-base", str(self.b.rendezvous_port)]
         for n in (a, b):

@@ -13,7 +13,6 @@ In prolog and epilog it runs only when the node has no passing result fresher th
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import sys
@@ -23,12 +22,6 @@ from ..proc import run
 from .checks import CannotRun, Ctx, Outcome
 
 AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.]+)", re.M)
-
-
-def busbw(nbytes: int, seconds: float, ranks: int) -> float:
-    """Bus bandwidth in GB/s (1e9 bytes) of one all-reduce of `nbytes` that took `seconds`."""
-    algbw = nbytes / seconds / 1e9
-    return algbw * 2 * (ranks - 1) / ranks
 
 
 def parse_all_reduce_perf(text: str) -> tuple[float, int]:
@@ -60,10 +53,12 @@ def measure(gpus: int, size_mib: int, iters: int, timeout_s: float) -> tuple[flo
             return bw, wrong, "all_reduce_perf"
         if not _torch_cuda():
             raise CannotRun("no all_reduce_perf on PATH and no torch with CUDA (pip install 'slurmadm[burnin]')")
-        proc = run([sys.executable, "-m", "slurmadm.health.allreduce", "--backend", "nccl", "--world", str(gpus),
-                    "--size-mib", str(size_mib), "--iters", str(iters)], timeout=timeout_s)
-        data = json.loads(proc.stdout.strip().splitlines()[-1])
-        return data["busbw_gbps"], data["wrong"], "torch.distributed/nccl"
+        from .allreduce import run_local
+
+        data = run_local("nccl", gpus, mib=size_mib, iters=iters, timeout=timeout_s)
+        if "error" in data:
+            raise CannotRun(f"all-reduce failed: {data['error']}")
+        return data["busbw_gbps"], data["wrong_elements"], "torch.distributed/nccl"
     except SlurmadmError as exc:  # timed out, or the benchmark itself failed
         raise CannotRun(str(exc)) from None
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from slurmadm.burnin import history
-from slurmadm.burnin.collective import import_torch
+from slurmadm.health.allreduce import import_torch
 from slurmadm.devcluster.daemons import wait_for
 from slurmadm.store import Store
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from slurmadm.burnin import collective
+from slurmadm.health import allreduce as collective
 from slurmadm.burnin.node import parse_health
 from slurmadm.burnin.stress import cpu_stand_in, judge_gpus, parse_dcgm
 
