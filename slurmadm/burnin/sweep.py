@@ -25,7 +25,7 @@ from ..site.accounts import slurm_time_seconds
 from ..slurm import SlurmBackend, get_backend
 from ..slurm import jobs as sjobs
 from ..slurm.model import NodeInfo
-from ..slurm.ownership import format_reason, is_ours, may_drain, may_resume, reason_check_id
+from ..slurm.ownership import format_reason, is_ours, may_drain, may_resume, reason_check_id, reason_detail
 from ..store import Store, actor
 from . import history, report
 from ..health.allreduce import last_result
@@ -514,7 +514,7 @@ class Sweep:
             node = self._ours_stripped(actual[name])
             if node.drained:  # drained during the sweep (a prolog found a fault, an admin): keep it
                 if is_ours(node) and node.reason != run.prior_reason and run.verdict != "fail":
-                    run.verdict, run.detail = "fail", node.reason
+                    run.verdict, run.detail = "fail", reason_detail(node.reason)
                     run.failed_test = reason_check_id(node.reason) or "job"
                 run.action, run.reason = "already drained", node.reason
             elif run.verdict == "fail":

@@ -166,7 +166,7 @@ class DevCluster:
 
         rec = {
             "nodes": nodes, "node_names": node_names, "port_base": port_base, "source_site": source,
-            "hostname": hostname, "slurm_release": ".".join(map(str, release)),
+            "hostname": hostname, "slurm_release": f"{release[0]}.{release[1]:02d}.{release[2]}",
             "cluster_name": site.cluster.name, "started": old.get("started") or time.time(),
         }
         self.record_path.write_text(json.dumps(rec, indent=2) + "\n")

@@ -36,6 +36,17 @@ def reason_check_id(reason: str) -> str | None:
     return rest.split(":", 1)[0].strip() or None
 
 
+def reason_detail(reason: str) -> str:
+    """The detail of a slurmadm reason: `slurmadm: xid: GPU2 XID 79 [prolog]` -> `GPU2 XID 79`."""
+    if not reason.startswith(OWNER_PREFIX):
+        return reason
+    rest = reason[len(OWNER_PREFIX):].strip()
+    detail = rest.split(":", 1)[1].strip() if ":" in rest else rest
+    if detail.endswith("]") and " [" in detail:
+        detail = detail[: detail.rindex(" [")]
+    return detail
+
+
 @dataclass(frozen=True)
 class Verdict:
     act: bool

@@ -147,7 +147,7 @@ def test_drains_made_during_the_sweep_are_kept(site, tmp_path):
     assert sw.runs["b200-001"].action == "already drained"
     # the prolog of the burn-in job found a fault: that is this node's verdict
     r = sw.runs["b200-002"]
-    assert (r.verdict, r.failed_test, r.detail) == ("fail", "xid", "slurmadm: xid: GPU3 XID 79 [prolog]")
+    assert (r.verdict, r.failed_test, r.detail) == ("fail", "xid", "GPU3 XID 79")
 
 
 def test_job_outcomes_become_verdicts(site, tmp_path):

@@ -6,7 +6,7 @@ import pytest
 
 from slurmadm.slurm import NodeInfo, choose_backend
 from slurmadm.errors import UsageError
-from slurmadm.slurm.ownership import format_reason, is_ours, may_drain, may_resume, reason_check_id
+from slurmadm.slurm.ownership import format_reason, is_ours, may_drain, may_resume, reason_check_id, reason_detail
 
 pytestmark = pytest.mark.unit
 
@@ -22,6 +22,9 @@ def test_reason_format_is_stable_and_bounded():
     long = format_reason("xid", "x" * 1000, "periodic")
     assert len(long) <= 240 and long.endswith("... [periodic]")
     assert reason_check_id("admin: PSU") is None
+    assert reason_detail(r) == "GPU5 volatile DBE=2"
+    assert reason_detail("slurmadm: xid: GPU2 XID 79: fell off [periodic]") == "GPU2 XID 79: fell off"
+    assert reason_detail("admin: PSU") == "admin: PSU"
 
 
 def test_healthy_node_may_be_drained():
