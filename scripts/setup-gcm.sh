@@ -5,8 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv-gcm
-if [ ! -x "$venv/bin/health_checks" ]; then
-  "${PYTHON:-python3}" -m venv "$venv"
+if ! "$venv/bin/health_checks" --help >/dev/null 2>&1; then   # missing, or built elsewhere
+  "${PYTHON:-python3}" -m venv --clear "$venv"
   "$venv/bin/pip" install --quiet gpucm >&2
 fi
 echo "$(pwd)/$venv/bin/health_checks"

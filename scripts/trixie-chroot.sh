@@ -29,7 +29,7 @@ set -euo pipefail
 ROOT=${TRIXIE_ROOT:-/srv/trixie}
 MIRROR=${TRIXIE_MIRROR:-http://deb.debian.org/debian}
 SRC=$(cd "${TRIXIE_SRC:-$(dirname "$0")/..}" && pwd)
-OWN_DIRS=(.venv build)        # per-release build outputs inside the checkout
+OWN_DIRS=(.venv .venv-gcm build)  # per-release build outputs inside the checkout
 DONE="$ROOT/.slurmadm-chroot-complete"
 HOST_CA=/etc/ssl/certs/ca-certificates.crt
 HOST_CA_INSIDE=/etc/ssl/host-ca-certificates.crt

@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Load first, then the health suite: the prolog already checked the idle node before this job
     # started; what burn-in adds is whether the node is still healthy after hours-long load.
     steps = [
-        ("stress", lambda: stress.stress(spec["stress_seconds"])),
+        ("stress", lambda: stress.stress(spec["stress_seconds"], cpu_only=spec["collective"] == "gloo")),
         ("dcgm", lambda: stress.dcgm_diag(spec["dcgm_level"], spec["dcgm_timeout"])),
         ("allreduce-node", lambda: single_node_allreduce(spec)),
         ("health", lambda: health_suite(spec["step_timeout"])),

@@ -137,7 +137,11 @@ def cpu_stand_in(seconds: float, reason: str) -> TestResult:
     )
 
 
-def stress(seconds: float) -> TestResult:
+def stress(seconds: float, *, cpu_only: bool = False) -> TestResult:
+    """`cpu_only`: the site runs burn-in on CPUs (burnin.collective = "gloo", the dev cluster),
+    so no GPU is expected whatever build of torch is installed."""
+    if cpu_only:
+        return cpu_stand_in(seconds, "the site runs burn-in on the CPU (burnin.collective = gloo)")
     torch = import_torch()
     if torch is None:
         return cpu_stand_in(seconds, "torch is not installed")
