@@ -103,6 +103,13 @@ def main() -> None:
         gcm_argv = [gcm, "check-nvidia-smi", "bench", "nagios", "-c", "gpu_num", "--gpu_num", "8",
                     "-c", "ecc_uncorrected_volatile_total", "--log-folder", str(tmp / "gcm-logs")]
 
+        # The peer must really check: a fault it cannot see would make it fast for nothing.
+        gpus.inject(tmp / "gpus", NODE, 5, "ecc-uncorrected")
+        wall, rss, rc, out = timed([*gcm_argv, "--verbose-out"], gcm_env)
+        assert rc == 2 and "GPU 5 has ECC uncorrected: 1 above the threshold of 0" in out, out
+        wall, rss, rc, out = timed(ours_argv, ours_env)
+        assert rc != 0 and "ecc-uncorrected" in out, out
+        gpus.clear(tmp / "gpus", NODE)
         cold = timed(ours_argv, ours_env)
         assert cold[2] == 0, cold[3]
         ours, theirs = [], []
@@ -113,7 +120,8 @@ def main() -> None:
             wall, rss, rc, out = timed(gcm_argv, gcm_env)
             assert rc == 0 and out.startswith("OK"), out
             theirs.append((wall, rss))
-        checks = sum(1 for line in open(tmp / "health.jsonl")) // (args.runs + 1)
+        rows = [json.loads(line) for line in open(tmp / "health.jsonl")]
+        checks = sum(1 for r in rows if r.get("run_id") == rows[-1].get("run_id"))  # the last run's
 
     result = {
         "runs": args.runs,

@@ -531,36 +531,3 @@ def test_two_processes_can_build_at_once(tmp_path, child_processes):
     assert sorted(f.name for f in out.iterdir()) == ["libnvidia-ml.so", "libnvidia-ml.so.1", "libnvidia-ml.so.1.sha256"]
     d = write_nodes(tmp_path / "gpus")
     assert pynvml_json(child_env(d, out, "node-a"), INIT_ERROR) == "initialised"
-
-
-# ------------------------------------------------------------------------------ Meta GCM
-
-GCM_CHECKS = ["-c", "gpu_num", "--gpu_num", "8", "-c", "ecc_uncorrected_volatile_total"]
-
-
-@pytest.fixture(scope="session")
-def gcm_health_checks() -> str:
-    """GCM's `health_checks` from its own venv (scripts/setup-gcm.sh creates it when missing)."""
-    r = subprocess.run([str(REPO / "scripts" / "setup-gcm.sh")], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    return r.stdout.strip()
-
-
-def test_gcm_check_nvidia_smi_runs_against_the_stand_in(state_dir, fake_nvml_lib, gcm_health_checks, tmp_path):
-    env = child_env(state_dir, fake_nvml_lib, "node-a")
-    argv = [gcm_health_checks, "check-nvidia-smi", "devcluster", "nagios", *GCM_CHECKS,
-            "--log-folder", str(tmp_path / "gcm-logs"), "--verbose-out"]
-
-    def gcm() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
-
-    r = gcm()
-    assert r.returncode == 0 and r.stdout.startswith("OK - nvidia smi"), r.stdout + r.stderr
-    gpus.inject(state_dir, "node-a", 5, "ecc-uncorrected")
-    r = gcm()
-    assert r.returncode == 2 and r.stdout.startswith("CRITICAL"), r.stdout + r.stderr
-    assert "GPU 5 has ECC uncorrected: 1 above the threshold of 0" in r.stdout
-    gpus.clear(state_dir, "node-a")
-    gpus.inject(state_dir, "node-a", 1, "missing-gpu")
-    r = gcm()
-    assert r.returncode == 2 and "Number of GPUs present, 7, is different than expected, 8" in r.stdout
