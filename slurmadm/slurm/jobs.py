@@ -22,7 +22,7 @@ from pathlib import Path
 from ..errors import CommandFailed, UnreachableError
 from ..hostlist import compress
 from ..proc import run
-from .parse import parse_kv_line
+from .parse import Reservation, parse_reservations
 
 
 @dataclass(frozen=True)
@@ -171,24 +171,9 @@ def accounted_jobs(job_ids: Sequence[str], *, timeout: float = 20.0) -> dict[str
 # ------------------------------------------------------------------------------ reservations
 
 
-@dataclass(frozen=True)
-class Reservation:
-    name: str
-    nodes: str
-    users: str
-    flags: frozenset[str]
-    state: str
-
-
 def parse_reservation(text: str, name: str) -> Reservation | None:
     """Reservation `name` from `scontrol show reservation -o` output (one line per reservation)."""
-    for line in text.splitlines():
-        kv = parse_kv_line(line.strip())
-        if kv.get("ReservationName") == name:
-            return Reservation(name=name, nodes=kv.get("Nodes", ""), users=kv.get("Users", ""),
-                               flags=frozenset(f for f in kv.get("Flags", "").split(",") if f),
-                               state=kv.get("State", ""))
-    return None
+    return next((r for r in parse_reservations(text) if r.name == name), None)
 
 
 def reservation(name: str, *, timeout: float = 20.0) -> Reservation | None:

@@ -80,6 +80,19 @@ class JobInfo:
     extra: dict = field(default_factory=dict, compare=False)
 
 
+@dataclass(frozen=True)
+class Reservation:
+    name: str
+    nodes: str  # hostlist
+    users: str
+    flags: frozenset[str]
+    state: str  # ACTIVE, INACTIVE
+
+    @property
+    def maintenance(self) -> bool:
+        return self.state == "ACTIVE" and "MAINT" in self.flags
+
+
 @runtime_checkable
 class SlurmBackend(Protocol):
     """What capabilities may ask of Slurm. Two implementations: `cli` and `pyslurm`."""

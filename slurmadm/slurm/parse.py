@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from ..errors import UnreachableError
-from .model import BASE_STATES, NodeInfo, SlurmdHardware
+from .model import BASE_STATES, NodeInfo, Reservation, SlurmdHardware
 
 VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
@@ -227,3 +227,18 @@ def parse_slurmd_c(text: str) -> SlurmdHardware:
         )
     except (KeyError, ValueError):
         raise UnreachableError(f"slurmd -C: unexpected output {text.strip()[:120]!r}") from None
+
+
+def parse_reservations(text: str) -> list[Reservation]:
+    """`scontrol show reservation -o` (every release): one line per reservation."""
+    out = []
+    for line in text.splitlines():
+        kv = parse_kv_line(line.strip())
+        if "ReservationName" not in kv:
+            continue
+        nodes = kv.get("Nodes", "")
+        out.append(Reservation(name=kv["ReservationName"], nodes="" if nodes == "(null)" else nodes,
+                               users=kv.get("Users", ""),
+                               flags=frozenset(f for f in kv.get("Flags", "").split(",") if f),
+                               state=kv.get("State", "")))
+    return out

@@ -55,3 +55,23 @@ def test_json_and_text_forms_agree(backend, dev_cluster):
 def test_unknown_node_is_one_clear_error(backend):
     with pytest.raises(UnreachableError, match="does not know node.*b200-999"):
         backend.nodes(["b200-999"])
+
+
+def test_a_node_in_an_active_maintenance_reservation_is_foreign_at_once(backend, dev_cluster):
+    """slurmctld sets MAINTENANCE/RESERVED on the node only at its next reservation pass (seconds
+    later on 24.11); the adapter reports them from the moment the reservation is active, so no
+    health check drains a node someone holds for maintenance."""
+    from slurmadm.slurm.ownership import may_drain
+
+    env = {"SLURM_CONF": str(dev_cluster.slurm_conf)}
+    run(["scontrol", "create", "reservation", "ReservationName=maint_test", "StartTime=now",
+         "Duration=UNLIMITED", f"Nodes={NODE}", "Users=root", "Flags=MAINT,IGNORE_JOBS"], env=env)
+    try:
+        node = backend.nodes([NODE])[0]
+        assert {"MAINTENANCE", "RESERVED"} <= node.flags
+        assert not may_drain(node).act and "MAINTENANCE" in may_drain(node).why
+        assert not {"MAINTENANCE", "RESERVED"} & backend.nodes(["b200-001"])[0].flags
+    finally:
+        run(["scontrol", "delete", "ReservationName=maint_test"], env=env)
+    # ...and the node is free again once it ends (slurmctld may clear its own flags a pass later)
+    assert wait_for(lambda: not {"MAINTENANCE"} & backend.nodes([NODE])[0].flags, 30, interval=0.5)

@@ -168,3 +168,26 @@ def test_wrapped_numbers_of_2411():
     assert unwrap_number(part["maximums"]["nodes"]) is None  # {"set": false, "infinite": true}
     assert unwrap_number(part["defaults"]["time"]) is None  # {"set": false}: no DefaultTime
     assert unwrap_number(5) == 5
+
+
+RESERVATIONS = (
+    "ReservationName=slurmadm_burnin StartTime=2026-11-29T20:31:57 EndTime=2027-11-29T20:31:57 "
+    "Duration=365-00:00:00 Nodes=b200-[001-002] NodeCnt=2 CoreCnt=4 Features=(null) PartitionName=(null) "
+    "Flags=MAINT,IGNORE_JOBS,SPEC_NODES TRES=cpu=4 Users=root Groups=(null) Accounts=(null) "
+    "Licenses=(null) State=ACTIVE BurstBuffer=(null) MaxStartDelay=(null)\n"
+    "ReservationName=training StartTime=2026-12-01T08:00:00 EndTime=2026-12-01T18:00:00 Duration=10:00:00 "
+    "Nodes=b200-[010-013] NodeCnt=4 CoreCnt=8 Features=(null) PartitionName=gpu Flags=SPEC_NODES "
+    "TRES=cpu=8 Users=(null) Groups=(null) Accounts=ml-llm Licenses=(null) State=INACTIVE "
+    "BurstBuffer=(null) MaxStartDelay=(null)\n"
+)
+
+
+def test_reservations():
+    from slurmadm.slurm.parse import parse_reservations
+
+    burnin, training = parse_reservations(RESERVATIONS)
+    assert (burnin.name, burnin.nodes, burnin.users, burnin.state) == ("slurmadm_burnin", "b200-[001-002]",
+                                                                       "root", "ACTIVE")
+    assert burnin.maintenance and "IGNORE_JOBS" in burnin.flags
+    assert not training.maintenance  # not a maintenance reservation, and not active yet
+    assert parse_reservations("No reservations in the system\n") == []
