@@ -11,6 +11,7 @@ from typing import Any
 
 import jinja2
 
+from ..files import write_atomic
 from ..resources import templates_dir
 
 CHART_W = 760
@@ -131,19 +132,13 @@ def render_html(summary: dict[str, Any]) -> str:
     return env.get_template("burnin/report.html.j2").render(s=summary, view=view, colors=COLORS)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def write(summary: dict[str, Any], root: Path) -> dict[str, Path]:
     out = root / summary["sweep_id"]
     out.mkdir(parents=True, exist_ok=True)
     html, js = out / "report.html", out / "summary.json"
     summary = {**summary, "report": str(html)}
-    _atomic_write(js, json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
-    _atomic_write(html, render_html(summary))
+    write_atomic(js, json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
+    write_atomic(html, render_html(summary))
     latest = root / "latest"
     tmp = root / ".latest.tmp"
     tmp.unlink(missing_ok=True)

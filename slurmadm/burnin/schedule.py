@@ -12,6 +12,7 @@ from pathlib import Path
 import jinja2
 
 from ..errors import UsageError
+from ..files import write_atomic
 from ..resources import templates_dir
 from ..site import Site
 from ..site.accounts import slurm_time_seconds
@@ -104,16 +105,13 @@ def plan(site: Site, site_file: str, *, kind: str, dest: str | None = None) -> l
 
 
 def install(files: list[PlannedFile], store: Store, *, reason: str) -> list[tuple[Path, str]]:
-    """Write what changed (temp file + rename, mode 0644) and record one audit event per file."""
+    """Write what changed (temp file + rename, a new file 0644) and record one audit event per file."""
     done = []
     for f in files:
         status = f.status()
         if status != "unchanged":
             f.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = f.path.with_name(f".{f.path.name}.tmp")
-            tmp.write_text(f.text)
-            os.chmod(tmp, 0o644)
-            tmp.replace(f.path)
+            write_atomic(f.path, f.text)
             store.audit("burnin.install-schedule", str(f.path), reason, status=status)
         done.append((f.path, status))
     return done

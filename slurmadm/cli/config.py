@@ -12,6 +12,7 @@ from ..config import apply as apply_mod
 from ..config import diff as diff_mod
 from ..config import fmt, node, render, resolve_release
 from ..errors import EXIT_PROBLEMS, UnreachableError, UsageError
+from ..files import write_atomic
 from ..site import Site, site_path
 from .common import (
     Group,
@@ -68,7 +69,7 @@ def render_cmd(site_file, release, out_dir, as_json) -> None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
-            apply_mod.write_atomic(out / name, text)
+            write_atomic(out / name, text)
     if as_json:
         print_json({"release": fmt(rel), "site_digest": site.digest, "out": out_dir,
                     "files": {n: {"sha256": hashlib.sha256(t.encode()).hexdigest(), **({} if out_dir else {"text": t})}

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LockBusy, SlurmadmError, UnreachableError, UsageError
+from ..files import write_atomic
 from ..proc import run
 from ..site import Site
 from ..store import Store
@@ -97,35 +98,6 @@ def _backup_dir(target: Path) -> Path:
     while path.exists():
         path, n = base.with_name(f"{stamp}-{n}"), n + 1
     return path
-
-
-def write_atomic(path: Path, text: str, *, mode: int = 0o644) -> None:
-    """Write through a temporary file in the same directory, then rename over `path`. An existing
-    file keeps its mode and owner."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        st = None
-    tmp = path.with_name(f".{path.name}.slurmadm-{os.getpid()}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, st.st_mode & 0o7777 if st else mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if st is not None:
-            os.chmod(tmp, st.st_mode & 0o7777)
-            if os.geteuid() == 0:
-                os.chown(tmp, st.st_uid, st.st_gid)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"{path}: cannot write ({exc.strerror})") from None
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def check_partition_qos(site: Site, slurm_conf_text: str, *, timeout: float = 30.0) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from .. import config
 from ..errors import UnreachableError, UsageError
+from ..files import write_atomic
 from ..proc import run
 from ..resources import example_site, prolog_epilog_dir
 from ..site import Site, load_site
@@ -201,11 +202,7 @@ class DevCluster:
             if path.exists() and path.read_text() == text:
                 continue
             changed = True
-            tmp = path.with_suffix(".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if name == "slurmdbd.conf" else 0o644)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-            tmp.replace(path)
+            write_atomic(path, text, mode=0o600 if name == "slurmdbd.conf" else 0o644)
         return changed
 
     def _make_gpu_devices(self, site: Site) -> None:

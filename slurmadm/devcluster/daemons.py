@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UnreachableError
+from ..files import write_atomic
 
 
 def start_time(pid: int) -> str | None:
@@ -79,9 +80,7 @@ class Daemon:
                 break
         if start is None:
             raise UnreachableError(f"{self.name} exited at once: {self.tail()}")
-        tmp = self.pidfile.with_suffix(".tmp")
-        tmp.write_text(f"{proc.pid} {start}\n")
-        tmp.replace(self.pidfile)
+        write_atomic(self.pidfile, f"{proc.pid} {start}\n")
         self._popen = proc  # keep the handle so the zombie is reaped while we live
         return proc.pid
 

@@ -19,6 +19,7 @@ import tomli_w
 
 from ..config.release import CGROUP_DISABLED_FROM, Release, fmt
 from ..errors import UnreachableError, UsageError
+from ..files import write_atomic
 from ..hostlist import compress, expand
 from ..site import Site, parse_site
 from ..site.model import SlurmSection
@@ -245,7 +246,5 @@ def write(data: dict[str, Any], path: Path, *, source: str) -> Site:
         + tomli_w.dumps(data)
     )
     site = parse_site(text, source=str(path))
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_atomic(path, text)
     return site

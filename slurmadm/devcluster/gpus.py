@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..files import write_atomic
 from ..proc import run
 from ..site import NodeProfile
 
@@ -117,7 +118,7 @@ def build_library(out_dir: str | os.PathLike[str]) -> Path:
         link_tmp.unlink()
     link_tmp.symlink_to(LIB_NAME)
     os.replace(link_tmp, out_dir / "libnvidia-ml.so")
-    _atomic_write(stamp, digest + "\n")
+    write_atomic(stamp, digest + "\n")
     return lib
 
 
@@ -603,21 +604,8 @@ def _load(d: Path, node: str) -> dict[str, Any]:
 
 def _save(d: Path, node: str, state: dict[str, Any]) -> None:
     text = render(state)  # a fault that cannot apply fails here, before anything is written
-    _atomic_write(d / f"{node}.json", json.dumps(state, indent=1) + "\n")
-    _atomic_write(d / f"{node}.state", text)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    write_atomic(d / f"{node}.json", json.dumps(state, indent=1) + "\n")
+    write_atomic(d / f"{node}.state", text)
 
 
 @contextlib.contextmanager

@@ -146,11 +146,12 @@ def load(node: str, site_file: str | None = None) -> HealthConfig:
 
     site = load_site(path)
     cfg = from_site(site, node, site_path=str(path), site_sha256=sha)
+    from ..errors import UsageError
+    from ..files import write_atomic
+
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(cfg.to_json())
-        tmp.replace(cached)
-    except OSError:
+        write_atomic(cached, cfg.to_json())
+    except (OSError, UsageError):
         pass
     return cfg

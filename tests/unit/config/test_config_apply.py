@@ -10,7 +10,7 @@ import stat
 import pytest
 
 from slurmadm.config import render
-from slurmadm.config.apply import BACKUP_DIR, LOCK_NAME, apply, write_atomic
+from slurmadm.config.apply import BACKUP_DIR, LOCK_NAME, apply
 from slurmadm.errors import LockBusy
 from slurmadm.store import Store
 
@@ -100,11 +100,3 @@ def test_a_second_apply_at_the_same_time_is_refused(site_at, tmp_path):
     finally:
         os.close(fd)
     assert not (tmp_path / "etc" / "slurm.conf").exists()
-
-
-def test_write_atomic_replaces_in_one_step(tmp_path):
-    path = tmp_path / "f.conf"
-    write_atomic(path, "one\n")
-    inode = path.stat().st_ino
-    write_atomic(path, "two\n")
-    assert path.read_text() == "two\n" and path.stat().st_ino != inode
