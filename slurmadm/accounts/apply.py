@@ -19,16 +19,16 @@ QOS is deleted ("Associations ... have these as their Default QOS").
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import EXIT_PROBLEMS, LockBusy, SlurmadmError, UnreachableError
+from ..errors import EXIT_PROBLEMS, SlurmadmError, UnreachableError
+from ..files import exclusive_lock
 from ..site import Site
 from ..slurm.accounting import AccountingState, JobReader, Sacctmgr
 from ..store import Store
@@ -81,22 +81,9 @@ def lock_path(site: Site) -> Path:
     return Path(site.store.path).parent / f"accounts-apply-{site.cluster.name}.lock"
 
 
-@contextmanager
-def apply_lock(path: Path) -> Iterator[None]:
-    """One apply at a time per cluster (flock: released by the kernel if the process dies)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            raise LockBusy(f"another `accounts apply` is running (lock {path} held by pid {holder})") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
-    finally:
-        os.close(fd)
+def apply_lock(path: Path) -> AbstractContextManager[None]:
+    """One apply at a time per cluster."""
+    return exclusive_lock(path, lambda holder: f"another `accounts apply` is running (lock {path} held by {holder})")
 
 
 # ------------------------------------------------------------------------------------ backups

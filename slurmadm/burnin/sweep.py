@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import fcntl
 import getpass
 import json
 import os
@@ -12,12 +11,13 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import LockBusy, SlurmadmError
+from ..errors import SlurmadmError
+from ..files import exclusive_lock
 from ..health.actions import breaker
 from ..hostlist import compress
 from ..site import Site, site_path
@@ -85,27 +85,11 @@ def new_sweep_id(now: dt.datetime) -> str:
     return now.strftime("%Y%m%d-%H%M%S")
 
 
-@contextmanager
-def sweep_lock(site: Site) -> Iterator[None]:
-    """One sweep at a time per store (an flock, released by the kernel if the process dies)."""
+def sweep_lock(site: Site) -> AbstractContextManager[None]:
+    """One sweep at a time per store."""
     path = Path(site.store.path).parent / "burnin.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fh = open(path, "a+")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.seek(0)
-        holder = fh.read().strip() or "unknown"
-        fh.close()
-        raise LockBusy(f"another burn-in sweep holds {path} ({holder}); not starting a second one") from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"pid {os.getpid()} on {socket.gethostname()} since {dt.datetime.now().isoformat(timespec='seconds')}\n")
-    fh.flush()
-    try:
-        yield
-    finally:
-        fh.close()
+    return exclusive_lock(path, lambda holder: f"another burn-in sweep holds {path} ({holder}); "
+                                               "not starting a second one")
 
 
 @contextmanager

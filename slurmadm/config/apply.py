@@ -13,19 +13,15 @@ A second apply with the same site changes nothing.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
-import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import LockBusy, SlurmadmError, UnreachableError, UsageError
-from ..files import write_atomic
+from ..errors import SlurmadmError, UnreachableError, UsageError
+from ..files import exclusive_lock, write_atomic
 from ..proc import run
 from ..site import Site
 from ..store import Store
@@ -70,23 +66,6 @@ class ApplyResult:
         }
 
 
-@contextlib.contextmanager
-def locked(target: Path) -> Iterator[None]:
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-        fd = os.open(target / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as exc:
-        raise UsageError(f"{target}: cannot lock ({exc.strerror})") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise LockBusy(f"another `slurmadm config apply` is writing {target}; try again when it is done") from None
-        yield
-    finally:
-        os.close(fd)
-
-
 def _sha(text: str | None) -> str | None:
     return None if text is None else hashlib.sha256(text.encode()).hexdigest()
 
@@ -129,7 +108,8 @@ def apply(site: Site, rendered: dict[str, str], *, reason: str, dry_run: bool = 
     target = Path(target or site.slurm.config_dir)
     if dry_run:
         return ApplyResult(plan(rendered, target), dry_run=True)
-    with locked(target):
+    busy = f"another `slurmadm config apply` is writing {target}; try again when it is done"
+    with exclusive_lock(target / LOCK_NAME, lambda _holder: busy):
         the_plan = plan(rendered, target)  # re-read under the lock
         result = ApplyResult(the_plan, dry_run=False)
         if not the_plan.files:
