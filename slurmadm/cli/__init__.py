@@ -4,25 +4,40 @@ the CLI noun is the package name (`slurmadm health ...` lives in slurmadm/health
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
 
 from .. import __version__
 from .common import Group
 
-# (module under slurmadm.cli, attribute) for each command group, in help order.
-GROUPS = [
-    ("site", "site"),
-    ("dev_cluster", "dev_cluster"),
-    ("config", "config"),
-    ("accounts", "accounts"),
-    ("health", "health"),
-    ("burnin", "burnin"),
-    ("audit", "audit"),
-]
+# CLI name -> the module under slurmadm.cli that defines the group (an attribute of the same name).
+GROUPS = {
+    "site": "site",
+    "dev-cluster": "dev_cluster",
+    "config": "config",
+    "accounts": "accounts",
+    "health": "health",
+    "burnin": "burnin",
+    "audit": "audit",
+}
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class LazyGroup(Group):
+    """Imports a command group's module only when the group is used (or listed by --help and
+    completion), so `slurmadm site validate` does not pay for burn-in, accounts or dev-cluster."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *GROUPS])
+
+    def get_command(self, ctx: click.Context, name: str) -> Any:
+        module = GROUPS.get(name)
+        if module is None:
+            return super().get_command(ctx, name)
+        return getattr(importlib.import_module(f"{__name__}.{module}"), module)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="slurmadm")
 def cli() -> None:
     """Slurm-integrated admin toolkit for large GPU clusters.
@@ -31,10 +46,6 @@ def cli() -> None:
     /etc/slurmadm/site.toml). Exit codes: 0 all good, 1 problems found, 2 bad usage or site
     file, 3 an outside system was unreachable.
     """
-
-
-for _module, _attr in GROUPS:
-    cli.add_command(getattr(importlib.import_module(f"{__name__}.{_module}"), _attr))
 
 
 @cli.command()

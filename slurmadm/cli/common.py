@@ -11,7 +11,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from .. import config  # noqa: F401  (adds the config rules to every site check, `site validate` too)
 from ..errors import EXIT_USAGE, SiteError, SlurmadmError
+from ..health import sitecheck  # noqa: F401  (adds the health check-id rules likewise)
 from ..site import Site, load_site
 
 # Human output goes to stdout through rich; errors and progress to stderr.
