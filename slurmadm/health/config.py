@@ -141,10 +141,11 @@ def load(node: str, site_file: str | None = None) -> HealthConfig:
             return HealthConfig.from_json(cached.read_text())
         except (OSError, ValueError, TypeError, KeyError):
             pass
-    from ..site import load_site
+    from ..site import load_site, parse_site
     from . import sitecheck  # noqa: F401  (registers the check-id validation)
 
-    site = load_site(path)
+    # the bytes just hashed, not a second read: the cache key must match what was parsed
+    site = parse_site(raw, source=str(path)) if raw is not None else load_site(path)
     cfg = from_site(site, node, site_path=str(path), site_sha256=sha)
     from ..errors import UsageError
     from ..files import write_atomic
