@@ -5,16 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
+from ClusterShell.RangeSet import RangeSetException
 
 from .errors import UsageError
+
+# What ClusterShell raises for a pattern it cannot read (it asserts on a range too large).
+_BAD_PATTERN = (NodeSetException, RangeSetException, ValueError, AssertionError)
 
 
 def expand(pattern: str, *, what: str = "hostlist") -> list[str]:
     """Expand a hostlist to its names, in NodeSet order. Raises UsageError on bad syntax."""
-    try:
-        return list(NodeSet(pattern))
-    except (NodeSetException, ValueError) as exc:  # ClusterShell's parse errors
-        raise UsageError(f"{what}: {pattern!r} is not a valid hostlist ({exc})") from None
+    return list(nodeset(pattern, what=what))
 
 
 def nodeset(pattern: str | Iterable[str], *, what: str = "hostlist") -> NodeSet:
@@ -22,7 +23,7 @@ def nodeset(pattern: str | Iterable[str], *, what: str = "hostlist") -> NodeSet:
         if isinstance(pattern, str):
             return NodeSet(pattern)
         return NodeSet.fromlist(list(pattern))
-    except (NodeSetException, ValueError) as exc:
+    except _BAD_PATTERN as exc:
         raise UsageError(f"{what}: {pattern!r} is not a valid hostlist ({exc})") from None
 
 

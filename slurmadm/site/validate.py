@@ -8,9 +8,11 @@ from collections.abc import Callable
 from ClusterShell.NodeSet import NodeSet
 
 from ..errors import UsageError
+from ..hostlist import nodeset
 from .accounts import account_problems, slurm_time_seconds
 from .accounts import dupes as _dupes
 from .model import Site
+from .profiles import BUILTIN_PROFILES
 
 # Capabilities may add their own site checks (e.g. health check ids) without the site package
 # importing them: each returns problem lines.
@@ -19,9 +21,9 @@ EXTRA_CHECKS: list[Callable[[Site], list[str]]] = []
 
 def _ns(pattern: str, path: str, problems: list[str]) -> NodeSet | None:
     try:
-        return NodeSet(pattern)
-    except Exception as exc:  # ClusterShell raises several parse error types
-        problems.append(f"{path}: {pattern!r} is not a valid hostlist ({exc})")
+        return nodeset(pattern, what=path)
+    except UsageError as exc:
+        problems.append(str(exc))
         return None
 
 
@@ -33,7 +35,7 @@ def check_site(site: Site) -> list[str]:
     defined = NodeSet()
     for i, group in enumerate(site.nodes):
         if not site.has_profile(group.profile):
-            known = sorted(set(site.profiles) | {"hgx-b200", "hgx-h200", "hgx-h100"})
+            known = sorted(set(site.profiles) | set(BUILTIN_PROFILES))
             p(f"nodes[{i}].profile: {group.profile!r} is not a defined profile (known: {', '.join(known)})")
         ns = _ns(group.names, f"nodes[{i}].names", problems)
         if ns is None:
@@ -143,9 +145,7 @@ def _check_burnin_times(site: Site, p: Callable[[str], None]) -> None:
 
 def require_nodes(site: Site, pattern: str, *, what: str = "--nodes") -> list[str]:
     """Expand a hostlist given on the command line and insist every node is in the site."""
-    ns = _ns(pattern, what, problems := [])
-    if ns is None:
-        raise UsageError(problems[0])
+    ns = nodeset(pattern, what=what)
     unknown = ns - NodeSet.fromlist(site.node_names)
     if len(unknown):
         raise UsageError(f"{what}: {unknown} not in the site's nodes {site.all_nodes}")
