@@ -28,7 +28,6 @@ from ..slurm.model import NodeInfo
 from ..slurm.ownership import format_reason, is_ours, may_drain, may_resume, reason_check_id, reason_detail
 from ..store import Store, actor
 from . import history, report
-from ..health.allreduce import last_result
 from .model import PairResult, TestResult, is_failure
 from .pairs import PairPlan
 from .select import Selection, burnin_partition, named_nodes, select
@@ -442,8 +441,9 @@ class Sweep:
         if not res.started:
             pr.detail = "did not start" + (f" ({res.stopped})" if res.stopped else f": {_tail(res.stderr)}")
             return pr
-        result = last_result(res.stdout)
-        errors = [e["error"] for e in _events(res.stdout, "result") if "error" in e]
+        lines = _events(res.stdout, "result")
+        result = lines[-1] if lines else None
+        errors = [e["error"] for e in lines if "error" in e]
         if res.stopped == "time-limit":
             pr.detail = "cut short by the sweep time limit"
         elif errors or result is None:
