@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ from typing import Any
 from ..errors import SlurmadmError
 from ..proc import run
 from ..health import allreduce
+from ..health.hook import local_node
 from . import stress
 from .model import TestResult
 
@@ -137,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m slurmadm.burnin.node")
     ap.add_argument("--spec", required=True, help="JSON: what to run (written by `burnin run`)")
     spec = json.loads(ap.parse_args(argv).spec)
-    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    node = local_node(None)
     _emit({"event": "started", "node": node, "job_id": os.environ.get("SLURM_JOB_ID", ""), "pid": os.getpid()})
     # Load first, then the health suite: the prolog already checked the idle node before this job
     # started; what burn-in adds is whether the node is still healthy after hours-long load.
