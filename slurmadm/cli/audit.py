@@ -9,7 +9,7 @@ import click
 
 from ..errors import UsageError
 from ..store import Store
-from .common import Group, console, get_site, json_option, print_json, site_option, table
+from .common import Group, console, get_site, json_option, print_json, site_option, table, when
 
 
 def parse_since(text: str | None) -> float | None:
@@ -47,7 +47,7 @@ def log(site_file, as_json, since, action, target, limit) -> None:
         print_json([e.__dict__ for e in events])
         return
     rows = [
-        (dt.datetime.fromtimestamp(e.ts).strftime("%Y-%m-%d %H:%M:%S"), e.actor, e.action, e.target, e.reason)
+        (when(e.ts), e.actor, e.action, e.target, e.reason)
         for e in events
     ]
     console.print(table(None, ["when", "who", "what", "target", "why"], rows))

@@ -10,7 +10,7 @@ from ..burnin import history, schedule
 from ..burnin.sweep import Sweep
 from ..site import site_path
 from ..store import Store
-from .common import (Group, console, dry_run_option, err_console, get_site, info, json_option, print_json,
+from .common import (Group, console, dry_run_option, get_site, info, json_option, print_json, progress,
                      reason_option, site_option, table)
 
 
@@ -30,8 +30,7 @@ def burnin() -> None:
 def run(site_file, nodes, report_dir, dry_run, as_json) -> None:
     """Run one sweep. Exit 1 when a node (or link) failed."""
     s = get_site(site_file)
-    sweep = Sweep(s, site_file=site_file, report_dir=report_dir,
-                  progress=lambda m: err_console.print(f"[dim]·[/dim] {m}"))
+    sweep = Sweep(s, site_file=site_file, report_dir=report_dir, progress=progress)
     if dry_run:
         plan = sweep.dry_run(nodes)
         if as_json:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -72,6 +73,16 @@ def warn(message: str) -> None:
 
 def info(message: str) -> None:
     err_console.print(message)
+
+
+def progress(message: str) -> None:
+    """One step of a long command (bring-up, a sweep), on stderr."""
+    err_console.print(f"[dim]·[/dim] {message}")
+
+
+def when(ts: float) -> str:
+    """A store timestamp for people: local time to the second."""
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def report_error(exc: BaseException) -> int:

@@ -9,7 +9,8 @@ import threading
 import click
 
 from ..devcluster.cluster import DEFAULT_PORT_BASE, DevCluster, default_state_dir
-from .common import Group, console, err_console, json_option, print_json, table
+from ..errors import UsageError
+from .common import Group, console, json_option, print_json, progress, table
 
 
 def state_dir_option(fn):
@@ -23,6 +24,14 @@ def state_dir_option(fn):
 
 def _cluster(state_dir: str | None) -> DevCluster:
     return DevCluster(state_dir or default_state_dir())
+
+
+def _recorded_cluster(state_dir: str | None) -> DevCluster:
+    """The dev cluster in the state directory; UsageError when `up` never ran there."""
+    dc = _cluster(state_dir)
+    if dc.record() is None:
+        raise UsageError(f"no dev cluster in {dc.state_dir} (run `slurmadm dev-cluster up`)")
+    return dc
 
 
 @click.group("dev-cluster", cls=Group)
@@ -49,7 +58,7 @@ def up(nodes, site_file, state_dir, port_base, timeout, foreground, as_json) -> 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     status = dc.up(nodes=nodes, site_file=site_file, port_base=port_base, timeout=timeout,
-                   progress=lambda m: err_console.print(f"[dim]·[/dim] {m}"))
+                   progress=progress)
     if as_json:
         print_json(status)
     else:
@@ -58,7 +67,7 @@ def up(nodes, site_file, state_dir, port_base, timeout, foreground, as_json) -> 
                       + (f" --state-dir {shlex.quote(str(dc.state_dir))}" if state_dir else "") + ')"')
     if foreground:
         stop.wait()
-        dc.down(progress=lambda m: err_console.print(f"[dim]·[/dim] {m}"))
+        dc.down(progress=progress)
 
 
 @dev_cluster.command()
@@ -79,11 +88,7 @@ def status(state_dir, as_json) -> None:
 @state_dir_option
 def env(state_dir) -> None:
     """Print `export SLURM_CONF=...` and friends for eval."""
-    dc = _cluster(state_dir)
-    if dc.record() is None:
-        from ..errors import UsageError
-
-        raise UsageError(f"no dev cluster in {dc.state_dir} (run `slurmadm dev-cluster up`)")
+    dc = _recorded_cluster(state_dir)
     for key, value in dc.env().items():
         click.echo(f"export {key}={shlex.quote(value)}")
 
@@ -95,7 +100,7 @@ def env(state_dir) -> None:
 def down(state_dir, purge, as_json) -> None:
     """Stop every process of this dev cluster (and only those)."""
     dc = _cluster(state_dir)
-    stopped = dc.down(purge=purge, progress=lambda m: err_console.print(f"[dim]·[/dim] {m}"))
+    stopped = dc.down(purge=purge, progress=progress)
     if as_json:
         print_json({"stopped": stopped, "state_dir": str(dc.state_dir), "purged": purge})
     else:
@@ -129,16 +134,13 @@ def gpu_fault(node, gpu, kind, value, clear, help_kinds, state_dir, as_json) -> 
     """Inject a fault into a stand-in GPU of NODE, or --clear faults; without --kind or --clear,
     list NODE's faults. Every change is an audit event."""
     from ..devcluster import gpus
-    from ..errors import UsageError
     from ..store import Store
 
     if help_kinds:
         rows = [(k.name, k.value or "-", k.help) for k in gpus.FAULT_KINDS.values()]
         console.print(table(None, ["kind", "value", "what"], rows))
         return
-    dc = _cluster(state_dir)
-    if dc.record() is None:
-        raise UsageError(f"no dev cluster in {dc.state_dir} (run `slurmadm dev-cluster up`)")
+    dc = _recorded_cluster(state_dir)
     if node not in dc.nodes():
         raise UsageError(f"NODE: {node!r} is not a node of this dev cluster ({', '.join(dc.nodes())})")
     gdir = dc.p("gpus")

@@ -6,7 +6,6 @@ prolog_epilog/*.sh); these commands are for people and scripts.
 
 from __future__ import annotations
 
-import datetime as dt
 import statistics
 import time
 
@@ -20,7 +19,7 @@ from ..health.checks import BY_ID, CHECKS, policy
 from ..health.hook import local_node
 from ..store import Store
 from .audit import parse_since
-from .common import Group, console, dry_run_option, get_site, json_option, print_json, site_option, table
+from .common import Group, console, dry_run_option, get_site, json_option, print_json, site_option, table, when
 
 STATUS_STYLE = {"pass": "green", "skip": "dim", "warn": "yellow", "fail": "red", "error": "magenta"}
 
@@ -107,10 +106,6 @@ def checks_cmd(site_file, as_json) -> None:
                           f"{r['timeout_s']:g}", r["title"]) for r in rows]))
 
 
-def _when(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
-
-
 @health.command("status")
 @site_option
 @json_option
@@ -131,7 +126,7 @@ def status_cmd(site_file, as_json, nodes) -> None:
     else:
         console.print(table(None, ["node", "check", "status", "context", "when", "detail"],
                             [(r["node"], r["check_id"], f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]",
-                              r["context"], _when(r["ts"]), escape(r["detail"])) for r in out]))
+                              r["context"], when(r["ts"]), escape(r["detail"])) for r in out]))
     if any(r["status"] in ("fail", "error") for r in out):
         raise SystemExit(1)
 
@@ -166,7 +161,7 @@ def history_cmd(site_file, as_json, node, check_id, status, since, limit) -> Non
         print_json(out)
         return
     console.print(table(None, ["when", "node", "context", "check", "status", "detail"],
-                        [(_when(r["ts"]), r["node"], r["context"], r["check_id"],
+                        [(when(r["ts"]), r["node"], r["context"], r["check_id"],
                           f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]", escape(r["detail"])) for r in out]))
 
 
