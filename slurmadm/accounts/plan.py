@@ -273,7 +273,7 @@ def make_plan(want: Desired, have: AccountingState) -> Plan:
                           changes=(Change("DefaultAccount", current, target, f"DefaultAccount={target}"),)))
 
     # ---- deletions, bottom-up ----
-    for (account, user), current in have.assocs.items():
+    for account, user in have.assocs:
         if not user or (account, user) in want.assocs:
             continue
         if account in want.protected_accounts or user in want.protected_users:

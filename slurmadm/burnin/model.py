@@ -4,12 +4,11 @@ store and the report read it)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 # pass: fine. fail: the node (or link) is faulty. warn: worth a look, not a fault.
 # skip: did not run (tool absent, nothing to test). error: could not run though it should have
 # (crash, timeout); treated as a failure when health.on_error is "fail" (the default).
-Status = Literal["pass", "fail", "warn", "skip", "error"]
 STATUSES = ("pass", "fail", "warn", "skip", "error")
 
 # Test ids: stable, they appear in drain reasons as `slurmadm: burnin-<test>: ...`.

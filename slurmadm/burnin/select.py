@@ -31,9 +31,6 @@ class Selection:
     skipped: dict[str, str] = field(default_factory=dict)  # node -> why not
     in_window: bool = False
 
-    def nodes(self) -> list[str]:
-        return list(self.chosen)
-
 
 def in_window(now: dt.time, start: str, end: str) -> bool:
     s = dt.time.fromisoformat(start)

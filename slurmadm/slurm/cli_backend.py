@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from functools import cached_property
 
@@ -82,8 +81,3 @@ class CliBackend:
 
     def set_reason(self, nodes: list[str], reason: str) -> None:
         self._update(nodes, f"Reason={reason}")
-
-
-def conf_env() -> dict[str, str] | None:
-    conf = os.environ.get("SLURM_CONF")
-    return {"SLURM_CONF": conf} if conf else None
