@@ -1,7 +1,7 @@
 """What a health run does about its results: drain, resume, alert, or nothing.
 
 `decide()` is pure (results + what Slurm says about the nodes -> a Plan) so every rule is tested
-on plain data; `apply()` carries a plan out through the Slurm adapter.
+on plain data; engine.py carries a plan out through the Slurm adapter (under `drain_lock`).
 
 Rules:
 - Drain only through slurmadm's own reason (`slurmadm: <check-id>: <detail> [<context>]`) and

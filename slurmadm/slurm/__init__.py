@@ -1,7 +1,7 @@
 """The Slurm adapter. Capabilities ask for a `SlurmBackend` and never know which one they got:
 
 - `pyslurm` when `import pyslurm` works and its release matches the running Slurm;
-- `cli` (scontrol/sinfo/sacctmgr) otherwise, the default and the one tested against real Slurm.
+- `cli` (scontrol/sinfo) otherwise, the default and the one tested against real Slurm.
 
 $SLURMADM_SLURM_BACKEND=cli|pyslurm|auto overrides the choice (auto is the default).
 """

@@ -1,8 +1,9 @@
 """slurmadm's store: one SQLite file for audit events, check results and burn-in history.
 
 WAL mode, a busy timeout so concurrent writers (prologs on many nodes sharing one store file,
-a sweep, an admin's apply) wait instead of failing. Each capability declares its tables in
-SCHEMA below; the store creates what is missing on open.
+a sweep, an admin's apply) wait instead of failing. The shared tables are SCHEMA below; a
+capability appends its own to EXTRA_SCHEMA (burnin/history.py); the store creates what is missing
+on open.
 """
 
 from __future__ import annotations
