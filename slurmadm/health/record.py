@@ -56,13 +56,7 @@ class NodeState:
     def flush(self) -> None:
         if not self.pending:
             return
-        now = time.time()
-        with self.store.transaction() as db:
-            db.executemany(
-                "INSERT INTO node_state (node, key, value, ts) VALUES (?,?,?,?) "
-                "ON CONFLICT(node, key) DO UPDATE SET value=excluded.value, ts=excluded.ts",
-                [(self.node, STATE_PREFIX + k, v, now) for k, v in self.pending.items()],
-            )
+        self.store.set_node_states(self.node, {STATE_PREFIX + k: v for k, v in self.pending.items()})
         self.values.update(self.pending)
         self.pending.clear()
 

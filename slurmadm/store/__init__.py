@@ -192,11 +192,16 @@ class Store:
         return None if row is None else row["value"]
 
     def set_node_state(self, node: str, key: str, value: str) -> None:
+        self.set_node_states(node, {key: value})
+
+    def set_node_states(self, node: str, values: dict[str, str]) -> None:
+        """Several keys of one node in one transaction."""
+        now = time.time()
         with self.transaction() as db:
-            db.execute(
+            db.executemany(
                 "INSERT INTO node_state (node, key, value, ts) VALUES (?,?,?,?) "
                 "ON CONFLICT(node, key) DO UPDATE SET value=excluded.value, ts=excluded.ts",
-                (node, key, value, time.time()),
+                [(node, key, value, now) for key, value in values.items()],
             )
 
     def delete_node_state(self, node: str, key: str) -> None:
