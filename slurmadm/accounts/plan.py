@@ -10,7 +10,7 @@ for protected accounts, users or QOS.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..slurm.accounting import (
@@ -347,5 +347,5 @@ def mark_blocked(plan: Plan, have: AccountingState, active: Iterable[tuple[str, 
             reason = "has pending or running jobs in it or below it"
         elif op.kind == "delete-qos" and op.name in busy_qos:
             reason = "pending or running jobs use it"
-        out.append(Op(op.kind, op.name, op.account, op.changes, op.depth, op.new_user, reason) if reason else op)
+        out.append(replace(op, blocked=reason) if reason else op)
     return Plan(plan.cluster, out)
