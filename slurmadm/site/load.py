@@ -73,6 +73,7 @@ _TYPE_WORDS = {
     "model_type": "a table",
     "model_attributes_type": "a table",
 }
+_BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
 
 
 def _path(parts: list[Any]) -> str:
@@ -169,10 +170,9 @@ def _message(err: dict, parts: list[Any]) -> str:
         return f"expected {_TYPE_WORDS[kind]}, got {_describe(value)}"
     if kind == "string_pattern_mismatch":
         return f"{_describe(value)} is not allowed here (must match {ctx.get('pattern')})"
-    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[kind]
+    if kind in _BOUNDS:
         bound = next(iter(ctx.values()), "?")
-        return f"must be {op} {bound}, got {_describe(value)}"
+        return f"must be {_BOUNDS[kind]} {bound}, got {_describe(value)}"
     if kind in ("too_short", "too_long"):
         return err["msg"].replace("List", "list").replace("Value", "value")
     if kind == "literal_error":
@@ -190,9 +190,8 @@ def _expected(err: dict) -> str:
         return _TYPE_WORDS[kind]
     if kind == "literal_error":
         return str(ctx.get("expected"))
-    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[kind]
-        return f"a value {op} {next(iter(ctx.values()), '?')}"
+    if kind in _BOUNDS:
+        return f"a value {_BOUNDS[kind]} {next(iter(ctx.values()), '?')}"
     if kind == "string_pattern_mismatch":
         return f"a string matching {ctx.get('pattern')}"
     return err["msg"]
