@@ -219,11 +219,12 @@ class Sweep:
         return {
             "reservation": res.nodes if res else None,
             "quarantined": {n: r for n, r in held.items() if r},
-            "jobs": self._leftovers_jobs(),
+            "jobs": self._queued(JOB_PREFIX + "."),
         }
 
-    def _leftovers_jobs(self) -> list[str]:
-        return [j.job_id for j in sjobs.queued_jobs(user=self.user) if j.name.startswith(JOB_PREFIX + ".")]
+    def _queued(self, prefix: str) -> list[str]:
+        """Ids of the sweep user's queued jobs whose name starts with `prefix`."""
+        return [j.job_id for j in sjobs.queued_jobs(user=self.user) if j.name.startswith(prefix)]
 
     def _recover(self) -> None:
         """Undo what an earlier sweep that died (SIGKILL, power loss) left behind: its jobs, its
@@ -237,7 +238,7 @@ class Sweep:
             self.store.audit("burnin.recover", ",".join(left["jobs"]), "cancelled jobs of a dead sweep")
             # their nodes count as busy until the jobs have completed: wait (bounded) for that
             deadline = time.monotonic() + RECOVER_WAIT_S
-            while self._leftovers_jobs() and time.monotonic() < deadline:
+            while self._queued(JOB_PREFIX + ".") and time.monotonic() < deadline:
                 time.sleep(POLL_S)
         if left["quarantined"]:
             nodes = {n.name: n for n in self.backend.nodes(list(left["quarantined"]))}
@@ -362,9 +363,7 @@ class Sweep:
 
     def _cancel_leftover_jobs(self) -> None:
         try:
-            prefix = f"{JOB_PREFIX}.{self.id}."
-            mine = [j.job_id for j in sjobs.queued_jobs(user=self.user) if j.name.startswith(prefix)]
-            sjobs.cancel(mine)
+            sjobs.cancel(self._queued(f"{JOB_PREFIX}.{self.id}."))
         except SlurmadmError as exc:
             self.progress(f"could not check for leftover jobs: {exc}")
 
