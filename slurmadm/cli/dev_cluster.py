@@ -88,9 +88,7 @@ def status(state_dir, as_json) -> None:
 @state_dir_option
 def env(state_dir) -> None:
     """Print `export SLURM_CONF=...` and friends for eval."""
-    dc = _recorded_cluster(state_dir)
-    for key, value in dc.env().items():
-        click.echo(f"export {key}={shlex.quote(value)}")
+    click.echo(_recorded_cluster(state_dir).exports(), nl=False)
 
 
 @dev_cluster.command()

@@ -119,6 +119,10 @@ class DevCluster:
             **gpus.env_for(self.p("gpus"), self.p("lib")),
         }
 
+    def exports(self) -> str:
+        """env() as shell `export` lines (what `slurmadm dev-cluster env` prints, and <state>/env)."""
+        return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.env().items())
+
     def _slurm_env(self) -> dict[str, str]:
         return {"SLURM_CONF": str(self.slurm_conf)}
 
@@ -367,7 +371,7 @@ class DevCluster:
             raise UnreachableError(f"nodes not ready after {timeout:g} s: {bad} (see {self.p('log')})")
 
     def _write_env_file(self) -> None:
-        self.p("env").write_text("".join(f"export {k}={v}\n" for k, v in self.env().items()))
+        self.p("env").write_text(self.exports())
 
     # ------------------------------------------------------------------ status and teardown
     def status(self) -> dict:
