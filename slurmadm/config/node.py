@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,23 +67,16 @@ def _nvml_gpus() -> list[GpuFacts]:
 
 
 def read_gpus(timeout: float = 20.0) -> list[GpuFacts]:
-    """The GPUs through NVML, in a worker thread so a hung driver cannot hang the command."""
-    box: dict[str, object] = {}
+    """The GPUs through NVML, under the health runner's deadline (a worker thread), so a hung
+    driver cannot hang the command."""
+    from ..health.runner import TimedOut, call_with_deadline
 
-    def work() -> None:
-        try:
-            box["gpus"] = _nvml_gpus()
-        except Exception as exc:  # NVMLError, or pynvml failing to load the library
-            box["error"] = exc
-
-    worker = threading.Thread(target=work, name="nvml", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise UnreachableError(f"NVML: no answer within {timeout:g} s")
-    if "error" in box:
-        raise UnreachableError(f"NVML: {box['error']}")
-    return box["gpus"]  # type: ignore[return-value]
+    try:
+        return call_with_deadline(_nvml_gpus, timeout)
+    except TimedOut:
+        raise UnreachableError(f"NVML: no answer within {timeout:g} s") from None
+    except Exception as exc:  # NVMLError, or pynvml failing to load the library
+        raise UnreachableError(f"NVML: {exc}") from None
 
 
 def cpu_sockets(sys_cpu: Path = SYS_CPU) -> dict[int, int]:
