@@ -6,7 +6,6 @@ prolog_epilog/*.sh); these commands are for people and scripts.
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import click
@@ -174,37 +173,26 @@ def history_cmd(site_file, as_json, node, check_id, status, since, limit) -> Non
               help="Suggested floor = fleet median x (1 - margin).")
 def calibrate_cmd(site_file, as_json, model, since, margin) -> None:
     """The fleet's NCCL all-reduce bus bandwidth: median per GPU model of each node's latest passing
-    result (a node below the floor is no yardstick) and a suggested `nccl_busbw_floor_gbps`.
-    Changes nothing."""
+    result (health checks and burn-in sweeps; a node below the floor is no yardstick) and a
+    suggested `nccl_busbw_floor_gbps`. Changes nothing."""
+    from ..health.calibrate import calibrate
+
     site = get_site(site_file)
-    model_of = {n: site.node_profile(n).gpus.model for n in site.node_names}
-    if model and model not in set(model_of.values()):
-        raise UsageError(f"--model: no node has GPU model {model!r} (site has: {', '.join(sorted(set(model_of.values())))})")
+    models = {site.node_profile(n).gpus.model for n in site.node_names}
+    if model and model not in models:
+        raise UsageError(f"--model: no node has GPU model {model!r} (site has: {', '.join(sorted(models))})")
     with Store.for_site(site) as store:
-        rows = store.db.execute(
-            "SELECT node, value, ts FROM check_results WHERE check_id='nccl-allreduce' AND status = 'pass' "
-            "AND value IS NOT NULL AND ts >= ? ORDER BY ts", (parse_since(since),)).fetchall()
-    latest: dict[str, float] = {}
-    for r in rows:
-        latest[r["node"]] = r["value"]
-    out = []
-    for m in sorted({model_of[n] for n in latest if n in model_of}):
-        if model and m != model:
-            continue
-        values = [v for n, v in latest.items() if model_of.get(n) == m]
-        median = statistics.median(values)
-        out.append({"model": m, "nodes": len(values), "median_gbps": round(median, 1),
-                    "min_gbps": round(min(values), 1), "max_gbps": round(max(values), 1),
-                    "current_floor_gbps": site.thresholds(m).nccl_busbw_floor_gbps,
-                    "suggested_floor_gbps": round(median * (1 - margin), 1)})
+        out = calibrate(site, store, parse_since(since), margin, model)
     if as_json:
         print_json(out)
         return
     if not out:
-        console.print("no NCCL all-reduce results yet (run `slurmadm health run --checks nccl-allreduce` on idle nodes)")
+        console.print("no NCCL all-reduce results yet (run `slurmadm burnin run`, or "
+                      "`slurmadm health run --checks nccl-allreduce` on idle nodes)")
         raise SystemExit(1)
-    console.print(table(None, ["model", "nodes", "median GB/s", "min", "max", "floor now", "suggested floor"],
-                        [(r["model"], r["nodes"], r["median_gbps"], r["min_gbps"], r["max_gbps"],
+    console.print(table(None, ["model", "nodes", "from burn-in", "median GB/s", "min", "max", "floor now",
+                               "suggested floor"],
+                        [(r["model"], r["nodes"], r["from_burnin"], r["median_gbps"], r["min_gbps"], r["max_gbps"],
                           r["current_floor_gbps"], r["suggested_floor_gbps"]) for r in out]))
     for r in out:
         console.print(f"set [health.models.{r['model']}] nccl_busbw_floor_gbps = {r['suggested_floor_gbps']}")

@@ -60,5 +60,5 @@ def get_backend(prefer: str | None = None) -> SlurmBackend:
     module = _import_pyslurm()
     choice = choose_backend(prefer, module, cli.version())
     if choice == "pyslurm":
-        return PyslurmBackend(module, cli.version())
+        return PyslurmBackend(module, cli.version(), cli.reservations)
     return cli

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import cached_property
 
 from ..errors import CommandFailed, UnreachableError
-from ..hostlist import compress, expand
+from ..hostlist import compress
 from ..proc import run
-from .model import NodeInfo, Reservation
+from .model import NodeInfo, Reservation, with_maintenance
 from .parse import nodes_from_json, nodes_from_scontrol_text, parse_reservations, parse_version
 
 
@@ -53,20 +52,10 @@ class CliBackend:
             missing = wanted - {n.name for n in found}
             if missing:
                 raise UnreachableError(f"Slurm does not know node(s) {compress(missing)}")
-        return self._with_maintenance(found)
+        return with_maintenance(found, self.reservations())
 
     def reservations(self) -> list[Reservation]:
         return parse_reservations(self._run(["scontrol", "show", "reservation", "-o"]).stdout)
-
-    def _with_maintenance(self, nodes: list[NodeInfo]) -> list[NodeInfo]:
-        """Mark nodes of an ACTIVE maintenance reservation MAINTENANCE+RESERVED at once: slurmctld
-        sets those node flags only at its next reservation pass (seconds later on 24.11), and
-        nobody may drain a node for a fault meanwhile as if it were free."""
-        held: set[str] = set()
-        for res in self.reservations():
-            if res.maintenance and res.nodes:
-                held.update(expand(res.nodes))
-        return [replace(n, flags=n.flags | {"MAINTENANCE", "RESERVED"}) if n.name in held else n for n in nodes]
 
     def _update(self, nodes: list[str], *fields: str) -> None:
         if not nodes:

@@ -4,14 +4,19 @@
 Written to pyslurm >= 22.5's object API:
   pyslurm.Node.load(name).modify(pyslurm.Node(state="DRAIN", reason=...))
   pyslurm.Nodes.load() -> mapping name -> Node (state "IDLE+DRAIN", reason, reason_user, ...)
+
+Reservations are read with `scontrol show reservation -o` (the same reader as the cli backend:
+scontrol is there wherever pyslurm is, and pyslurm's reservation API changed between releases),
+so nodes of an active maintenance reservation count as MAINTENANCE at once with either backend.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import UnreachableError
-from .model import NodeInfo
+from .model import NodeInfo, Reservation, with_maintenance
 from .parse import parse_version, split_state
 
 
@@ -27,9 +32,11 @@ def pyslurm_release(module: Any) -> tuple[int, int] | None:
 class PyslurmBackend:
     name = "pyslurm"
 
-    def __init__(self, module: Any, slurm_version: tuple[int, int, int]):
+    def __init__(self, module: Any, slurm_version: tuple[int, int, int],
+                 reservations: Callable[[], list[Reservation]] = list):
         self.pyslurm = module
         self._version = slurm_version
+        self.reservations = reservations
 
     def version(self) -> tuple[int, int, int]:
         return self._version
@@ -60,9 +67,10 @@ class PyslurmBackend:
 
     def nodes(self, names: list[str] | None = None) -> list[NodeInfo]:
         if names:
-            return [self._info(self._call("load node", self.pyslurm.Node.load, n)) for n in names]
-        everything = self._call("load nodes", self.pyslurm.Nodes.load)
-        return [self._info(n) for n in everything.values()]
+            found = [self._info(self._call("load node", self.pyslurm.Node.load, n)) for n in names]
+        else:
+            found = [self._info(n) for n in self._call("load nodes", self.pyslurm.Nodes.load).values()]
+        return with_maintenance(found, self.reservations())
 
     def _modify(self, nodes: list[str], **changes: str) -> None:
         for name in nodes:

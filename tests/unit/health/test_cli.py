@@ -89,6 +89,27 @@ def test_calibrate_median_of_each_nodes_latest_result(site):
     assert invoke("calibrate", "--model", "h100").exit_code == 2
 
 
+def test_calibrate_takes_burnin_sweeps_as_the_fleet_collection(site):
+    """On a cluster whose nodes keep local stores, the head node's store holds the nightly sweeps'
+    per-node all-reduce: calibrate counts those too, newest result per node whichever source."""
+    from slurmadm.burnin import history  # noqa: F401  (the burn-in tables)
+
+    now = time.time()
+    with Store(tomllib.loads(site.read_text())["store"]["path"]) as store, store.transaction() as db:
+        for node, verdict, bw, age in [("b200-010", "pass", 800.0, 20), ("b200-011", "pass", 820.0, 20),
+                                       ("b200-012", "fail", 100.0, 20), ("b200-001", "pass", 900.0, 10)]:
+            db.execute("INSERT INTO burnin_nodes (sweep_id, node, why, verdict, busbw, ts) VALUES (?,?,?,?,?,?)",
+                       ("20261129-013000", node, "idle", verdict, bw, now - age))
+    add(site, "b200-001", "nccl-allreduce", "pass", value=700.0, ts=now - 50)  # older than its sweep
+    add(site, "b200-002", "nccl-allreduce", "pass", value=780.0, ts=now - 5)
+    r = invoke("calibrate", "--json")
+    assert r.exit_code == 0, r.output
+    [row] = json.loads(r.output)
+    # b200-001 900 (burn-in, newer), 002 780 (health), 010 800, 011 820; 012 failed: left out
+    assert row["nodes"] == 4 and row["median_gbps"] == 810.0 and row["min_gbps"] == 780.0
+    assert row["from_burnin"] == 3 and row["from_health_checks"] == 1
+
+
 def test_calibrate_without_results_says_what_to_do(site):
     r = invoke("calibrate")
     assert r.exit_code == 1 and "no NCCL all-reduce results yet" in r.output

@@ -75,3 +75,20 @@ def test_rpc_errors_become_one_line():
     backend = PyslurmBackend(FakePyslurm(), (22, 5, 8))
     with pytest.raises(UnreachableError, match="pyslurm load node: Invalid node name specified"):
         backend.drain(["b200-999"], "slurmadm: x: y [run]")
+
+
+def test_active_maintenance_reservation_marks_nodes_at_once():
+    """slurmctld sets MAINTENANCE on a node only at its next reservation pass; until then the node
+    reads as plain IDLE. Both backends read reservations and mark its nodes themselves, so a health
+    run in that window does not drain a node that is under maintenance."""
+    from slurmadm.slurm.model import Reservation
+
+    mod = FakePyslurm()
+    mod.db["b200-002"] = dict(mod.db["b200-001"])
+    active = Reservation("admin_maint", "b200-002", "root", frozenset({"MAINT", "IGNORE_JOBS"}), "ACTIVE")
+    later = Reservation("next_week", "b200-001", "root", frozenset({"MAINT"}), "INACTIVE")
+    backend = PyslurmBackend(mod, (22, 5, 8), lambda: [active, later])
+    by_name = {n.name: n for n in backend.nodes()}
+    assert {"MAINTENANCE", "RESERVED"} <= by_name["b200-002"].flags
+    assert not by_name["b200-001"].flags  # an inactive reservation holds nothing yet
+    assert {"MAINTENANCE", "RESERVED"} <= backend.nodes(["b200-002"])[0].flags
