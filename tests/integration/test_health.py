@@ -155,6 +155,9 @@ def test_ecc_fault_drains_node_and_job_runs_elsewhere(dev_cluster, env):
 def test_cleared_fault_is_resumed_after_n_clean_periodic_runs(dev_cluster, env):
     n_clean = dev_cluster.site().health.resume_after_clean_runs
     assert node(env, "b200-003").drained
+    # a run of Slurm's own that read the GPUs before the clear and records after it would be a
+    # failing run inside the window below: clear right after one of its runs instead
+    just_after_slurms_periodic_run(dev_cluster, "b200-003")
     fault(env, "b200-003", "--clear")
     t0 = time.time()
     for _ in range(n_clean + 3):
