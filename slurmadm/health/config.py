@@ -70,6 +70,7 @@ class HealthConfig:
     drain_cap_fraction: float
     results_log: str
     policies: dict[str, dict] = field(default_factory=dict)  # check id -> overrides given
+    alert_repeat_minutes: int = 60
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -116,6 +117,7 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
         drain_cap_fraction=h.drain_cap_fraction,
         results_log=h.results_log,
         policies={cid: p.model_dump(exclude_none=True) for cid, p in h.checks.items()},
+        alert_repeat_minutes=h.alert_repeat_minutes,
     )
 
 

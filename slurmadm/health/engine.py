@@ -138,18 +138,38 @@ def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, 
                 backend.resume([cfg.node])
                 rec.event("resume", plan.reason)
             if plan.action == "alert":
-                rec.event("alert", plan.reason, check_id=plan.check_id)
+                _alert(cfg, rec, state, plan.reason, check_id=plan.check_id)
     except Exception as exc:  # noqa: BLE001 - UnreachableError/CommandFailed from Slurm, all alike here
         rec.problems.append(f"slurm: {exc}")
         # Fail-safe: a fault we could not act on still keeps the job off this node.
         plan = Plan("alert", f"could not reach Slurm to act ({exc})",
                             blocks_job=first_drain(results) is not None)
         if act:
-            rec.event("alert", plan.reason)
+            _alert(cfg, rec, state, plan.reason)
         return plan, False
     if state is not None and plan.clean_runs is not None:
         state.set(actions.CLEAN_RUNS_KEY, str(plan.clean_runs))
     return plan, True
+
+
+LAST_ALERT_KEY = "last_alert"  # node_state (health. prefix): "<unix time> <reason>"
+
+
+def _alert(cfg: HealthConfig, rec: Recorder, state: NodeState | None, reason: str, **detail) -> None:
+    """Record an alert, unless this node recorded the same one less than alert_repeat_minutes ago:
+    a fault on a node in maintenance, or one the breaker holds back, is seen by every periodic run
+    (every HealthCheckInterval) and would otherwise fill the audit trail and syslog."""
+    now = time.time()
+    if state is not None and cfg.alert_repeat_minutes > 0:
+        stamp, _, last = (state.get(LAST_ALERT_KEY) or "").partition(" ")
+        try:
+            recent = now - float(stamp) < cfg.alert_repeat_minutes * 60
+        except ValueError:
+            recent = False
+        if recent and last == reason:
+            return
+        state.set(LAST_ALERT_KEY, f"{now:.3f} {reason}")
+    rec.event("alert", reason, **detail)
 
 
 def _backend(deadline: float):

@@ -77,6 +77,9 @@ class HealthSection(Strict):
     # Never let automatic drains exceed this fraction of any partition (floor of
     # fraction x nodes); past it slurmadm alerts instead of draining.
     drain_cap_fraction: Annotated[float, Field(gt=0, le=1)] = 0.10
+    # An alert a periodic run cannot act on (a fault on a node in maintenance, the breaker) is
+    # recorded once, then again only when its text changes or this many minutes have passed.
+    alert_repeat_minutes: Annotated[int, Field(ge=0, le=10080)] = 60
     # JSON lines of every result (one line per check per run).
     results_log: str = "/var/log/slurmadm/health.jsonl"
     models: dict[str, ModelThresholds] = {

@@ -198,6 +198,13 @@ def test_breaker_never_drains_more_than_its_cap(dev_cluster, env):
     alerts = events_since(dev_cluster, t0, "health.alert")
     assert any("breaker: not draining" in a["reason"] for a in alerts), alerts
     assert node(env, "b200-004").reason == ADMIN_REASON
+    # the next periodic run sees the same fault and holds back again; the alert is not repeated
+    held = next(a["target"] for a in alerts if "breaker: not draining" in a["reason"])
+    t1 = time.time()
+    p, _ = hook(dev_cluster, "healthcheck.sh", held)
+    assert p.returncode == 0, p.stderr
+    assert [r["status"] for r in results_since(dev_cluster, t1, node=held, check_id="row-remap")][-1] == "fail"
+    assert not [a for a in events_since(dev_cluster, t1, "health.alert") if a["target"] == held]
     for n in dev_cluster.nodes():
         fault(env, n, "--clear")
     for n in ours:
