@@ -242,6 +242,15 @@ def batches(plan_ops: list[Op], cluster: str, have: AccountingState) -> list[Bat
     emit([b for (account,), ops in _grouped(by_kind.get("default-account", []), lambda o: (o.account,))
           for b in _named(["modify", "user", "where"], ops, [c], ["set", f"DefaultAccount={account}"])], together=True)
 
+    # Coordinators: `remove|add coordinator account=A,B names=U,V` takes A x B, so accounts that
+    # lose (or gain) the same users share a call. One call at a time, removals first: slurmdbd
+    # keeps a user's coordinator rows below each account it was added to, and a move from a
+    # project to its organisation must drop the old row before adding the new one.
+    emit([Batch([verb, "coordinator", f"account={','.join(a.name for a in chunk)}", f"names={users}"], chunk)
+          for verb, kind in (("remove", "remove-coordinators"), ("add", "add-coordinators"))
+          for (users,), ops in _grouped(by_kind.get(kind, []), lambda o: (o.changes[0].arg,))
+          for chunk in (ops[i:i + CHUNK] for i in range(0, len(ops), CHUNK))], together=False)
+
     # Deletions. Slurm refuses to remove a user's default association while the user keeps
     # others, also when one call mixes such users with others. Default accounts have moved
     # already, so: users losing every association in one call (the user goes with them), then

@@ -73,7 +73,8 @@ def desired_state(site: Site) -> Desired:
     for org in site.organizations:
         want.organizations.add(org.name)
         want.depth[org.name] = depth(org.name)
-        want.accounts[org.name] = AccountRecord(org.name, org.description or org.name, top(org.name))
+        want.accounts[org.name] = AccountRecord(org.name, org.description or org.name, top(org.name),
+                                                frozenset(org.coordinators))
         want.assocs[(org.name, "")] = AssocRecord(
             account=org.name,
             parent=org.parent or "root",
@@ -87,7 +88,8 @@ def desired_state(site: Site) -> Desired:
             members.setdefault(proj, []).append(user)
     for proj in site.projects:
         want.depth[proj.name] = depth(proj.organization) + 1
-        want.accounts[proj.name] = AccountRecord(proj.name, proj.description or proj.name, top(proj.organization))
+        want.accounts[proj.name] = AccountRecord(proj.name, proj.description or proj.name, top(proj.organization),
+                                                 frozenset(proj.coordinators))
         want.assocs[(proj.name, "")] = AssocRecord(
             account=proj.name,
             parent=proj.organization,

@@ -2,7 +2,9 @@
 
 Order (cheeto's, `ucdavis/cheeto` slurm.py, with moves and defaults added): QOS first (adds, then
 changes), then accounts parents before children (adds, moves, changes), then users (adds,
-changes, default accounts), then deletions bottom-up (users, accounts deepest first, QOS last).
+changes, default accounts), then coordinators (they must exist as users), then deletions
+bottom-up (users, accounts deepest first, QOS last). Coordinators are a declared property of an
+account: ones the site does not name are removed without --prune, like any other setting.
 Deletions run only with --prune, never for an association with pending or running jobs, never
 for protected accounts, users or QOS.
 """
@@ -31,6 +33,8 @@ KINDS = (
     "add-user",
     "modify-user",
     "default-account",
+    "remove-coordinators",
+    "add-coordinators",
     "delete-user",
     "delete-account",
     "delete-qos",
@@ -60,7 +64,7 @@ class Op:
     def target(self) -> str:
         if self.kind.endswith("-qos"):
             return f"qos:{self.name}"
-        if self.kind.endswith("-account") and self.kind != "default-account":
+        if (self.kind.endswith("-account") and self.kind != "default-account") or self.kind.endswith("-coordinators"):
             return f"account:{self.name}"
         if self.kind == "default-account":
             return f"user:{self.name}"
@@ -271,6 +275,15 @@ def make_plan(want: Desired, have: AccountingState) -> Plan:
         if target != current:
             ops.append(Op("default-account", user, account=target,
                           changes=(Change("DefaultAccount", current, target, f"DefaultAccount={target}"),)))
+
+    # ---- coordinators of the accounts the site declares ----
+    for name in sorted(want.depth, key=lambda n: (want.depth[n], n)):
+        old = have.accounts[name].coordinators if name in have.accounts else frozenset()
+        new = want.accounts[name].coordinators
+        for kind, users in (("remove-coordinators", old - new), ("add-coordinators", new - old)):
+            if users:
+                ops.append(Op(kind, name, depth=want.depth[name],
+                              changes=(Change("Coordinators", _list(old), _list(new), _list(users)),)))
 
     # ---- deletions, bottom-up ----
     for account, user in have.assocs:

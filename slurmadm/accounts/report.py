@@ -1,5 +1,5 @@
 """Per-project accounting report: quota, GPUs in use, GPU-hours used and left of the budget,
-fairshare, members. Reads slurmdbd (limits, members), squeue (GPUs held now), sshare (usage that
+fairshare, members and coordinators. Reads slurmdbd (limits, members), squeue (GPUs held now), sshare (usage that
 Slurm counts against the budget, fairshare) and, with --since, sacct (GPU-hours in a window)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from ..slurm.accounting import AccountingState, ShareRow, gpus_of
 COLUMNS = (
     "project", "organization", "gpu_quota", "gpus_in_use", "gpu_hours_budget", "gpu_hours_used",
     "gpu_hours_left", "gpu_hours_since", "level_fs", "effective_usage", "norm_shares", "members",
+    "coordinators",
 )
 
 
@@ -29,6 +30,7 @@ class ProjectReport:
     effective_usage: float | None
     norm_shares: float | None
     members: list[str] = field(default_factory=list)
+    coordinators: list[str] = field(default_factory=list)  # as slurmdbd has them
     in_slurmdbd: bool = True
 
     def to_json(self) -> dict:
@@ -74,6 +76,7 @@ def build_report(
                 effective_usage=share.effective_usage if share else None,
                 norm_shares=share.norm_shares if share else None,
                 members=sorted(members.get(proj.name, [])),
+                coordinators=sorted(state.accounts[proj.name].coordinators) if proj.name in state.accounts else [],
                 in_slurmdbd=assoc is not None,
             )
         )

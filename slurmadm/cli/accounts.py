@@ -149,7 +149,8 @@ def apply_cmd(site_file, as_json, dry_run, reason, prune) -> None:
 @click.option("--csv", "as_csv", is_flag=True, help="CSV on stdout.")
 @click.option("--since", help="Also GPU-hours per project since a date (2026-11-01) or an age (7d), from sacct.")
 def report_cmd(site_file, as_json, as_csv, since) -> None:
-    """Per project: GPU quota, GPUs in use now, GPU-hours used and left of the budget, fairshare, members."""
+    """Per project: GPU quota, GPUs in use now, GPU-hours used and left of the budget, fairshare,
+    members and coordinators."""
     if as_json and as_csv:
         raise click.UsageError("--json and --csv exclude each other")
     site = get_site(site_file)
@@ -169,7 +170,8 @@ def report_cmd(site_file, as_json, as_csv, since) -> None:
         writer.writerow(COLUMNS)
         for r in rows:
             d = r.to_json()
-            writer.writerow([" ".join(d[c]) if c == "members" else ("" if d[c] is None else d[c]) for c in COLUMNS])
+            writer.writerow([" ".join(d[c]) if c in ("members", "coordinators") else ("" if d[c] is None else d[c])
+                             for c in COLUMNS])
         return
 
     def num(v, fmt="{:,.1f}"):
@@ -178,7 +180,7 @@ def report_cmd(site_file, as_json, as_csv, since) -> None:
     cols = ["project", "org", "GPU quota", "in use", "budget GPU-h", "used GPU-h", "left GPU-h"]
     if since:
         cols.append(f"GPU-h since {since}")
-    cols += ["LevelFS", "members"]
+    cols += ["LevelFS", "members (* coordinator)"]
     out = []
     for r in rows:
         row = [r.project + ("" if r.in_slurmdbd else " (not in slurmdbd)"), r.organization,
@@ -186,6 +188,8 @@ def report_cmd(site_file, as_json, as_csv, since) -> None:
                num(r.gpu_hours_left)]
         if since:
             row.append(num(r.gpu_hours_since))
-        row += [num(r.level_fs, "{:.3g}"), ", ".join(r.members)]
+        row += [num(r.level_fs, "{:.3g}"),
+                ", ".join([m + ("*" if m in r.coordinators else "") for m in r.members]
+                          + [f"{c}* (not a member)" for c in r.coordinators if c not in r.members])]
         out.append(row)
     console.print(table(f"accounts report for cluster {site.cluster.name}", cols, out))

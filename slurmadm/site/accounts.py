@@ -104,6 +104,9 @@ class Organization(Strict):
     fairshare: Fairshare = 1
     gpu_quota: PositiveInt | None = None  # GrpTRES=gres/gpu=N for the whole organisation
     gpu_hours: PositiveInt | None = None  # GrpTRESMins=gres/gpu=N*60 for the whole organisation
+    # Slurm coordinators (sacctmgr add coordinator): may manage users, limits and jobs of this
+    # account and every account below it. Users the site declares (members of some project).
+    coordinators: list[UserName] = []
 
 
 class Project(Strict):
@@ -121,6 +124,9 @@ class Project(Strict):
     default_qos: SlurmName = "normal"
     qos: list[SlurmName] = ["normal"]
     members: list[UserName] = []
+    # Slurm coordinators of the project (the PI): may add and remove its members' associations,
+    # change their limits and hold or cancel their jobs. Users the site declares.
+    coordinators: list[UserName] = []
 
 
 class User(Strict):
@@ -291,6 +297,27 @@ def account_problems(site: Site) -> list[str]:
             quota(cap, f"{path}.member_gpu_caps.{user}")
             if proj.gpu_quota and cap > proj.gpu_quota:
                 p(f"{path}.member_gpu_caps.{user}: {cap} is above the project's gpu_quota {proj.gpu_quota}")
+
+    # ---- coordinators: Slurm needs them to exist as users ----
+    known_users = set(memberships(site)) | set(site.accounting.protected_users)
+    for what, items in (("organizations", site.organizations), ("projects", site.projects)):
+        for i, item in enumerate(items):
+            for name in dupes(list(item.coordinators)):
+                p(f"{what}[{i}].coordinators: user {name!r} is listed twice")
+            for j, name in enumerate(item.coordinators):
+                if name not in known_users:
+                    p(f"{what}[{i}].coordinators[{j}]: {name!r} is not a member of any project "
+                      "(Slurm only makes existing users coordinators)")
+            # a coordinator of an account coordinates everything below it: naming them again
+            # below would be a second, indistinguishable record in slurmdbd
+            above, seen = (item.organization if what == "projects" else item.parent), set()
+            while above is not None and above in orgs and above not in seen:
+                seen.add(above)
+                for j, name in enumerate(item.coordinators):
+                    if name in orgs[above].coordinators:
+                        p(f"{what}[{i}].coordinators[{j}]: {name!r} already coordinates it as a "
+                          f"coordinator of {above!r}")
+                above = orgs[above].parent
 
     # ---- users ----
     projects = set(proj_names)

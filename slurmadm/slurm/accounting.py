@@ -48,7 +48,7 @@ ASSOC_FIELDS = "Account,User,Partition,Share,GrpTRES,GrpTRESMins,QOS,DefaultQOS"
 # associations); with `wopi` it skips that and the tree comes from the nested-set bounds (22.05,
 # 23.02) or the parent's id (23.11+: lineage replaced lft/rgt) at 0.35 s.
 TREE_FIELDS = {"names": "ParentName", "nested": "LFT,RGT", "ids": "ID,ParentID"}
-ACCOUNT_FIELDS = "Account,Descr,Org"
+ACCOUNT_FIELDS = "Account,Descr,Org,Coordinators"  # `show account withcoord`
 DEFAULT_FIELDS = "Account,User"  # `show assoc onlydefaults`: each user's default association
 
 # `sacctmgr --json` QOS flag names (24.11.5) -> the names sacctmgr's text output and `Flags=` use.
@@ -110,6 +110,7 @@ class AccountRecord:
     name: str
     description: str = ""
     organization: str = ""
+    coordinators: frozenset[str] = frozenset()  # users made coordinators of this account directly
 
 
 @dataclass
@@ -274,8 +275,8 @@ def _parents(rows: list[list[str]], tree: str) -> dict[str, str]:
 
 def accounts_from_text(text: str) -> dict[str, AccountRecord]:
     return {
-        name: AccountRecord(name, descr, org)
-        for name, descr, org in _rows(text, ACCOUNT_FIELDS, "sacctmgr show account")
+        name: AccountRecord(name, descr, org, _names(coords))
+        for name, descr, org, coords in _rows(text, ACCOUNT_FIELDS, "sacctmgr show account")
     }
 
 
@@ -355,8 +356,10 @@ def assocs_from_json(text: str) -> tuple[list[AssocRecord], dict[str, str]]:
 
 def accounts_from_json(text: str) -> dict[str, AccountRecord]:
     return {
-        a["name"]: AccountRecord(a["name"], a.get("description") or "", a.get("organization") or "")
-        for a in _json(text, "accounts", "sacctmgr --json show account")
+        a["name"]: AccountRecord(a["name"], a.get("description") or "", a.get("organization") or "",
+                                 frozenset(c["name"] for c in a.get("coordinators") or ()
+                                           if isinstance(c, dict) and c.get("name") and c.get("direct", True)))
+        for a in _json(text, "accounts", "sacctmgr --json show account withcoord")
     }
 
 
@@ -365,6 +368,19 @@ def default_accounts_from_json(text: str) -> dict[str, str]:
         u["name"]: _dig(u, "default", "account") or ""
         for u in _json(text, "users", "sacctmgr --json show user")
     }
+
+
+def direct_coordinators(accounts: dict[str, AccountRecord], parent: Mapping[str, str]) -> dict[str, AccountRecord]:
+    """The text form lists a coordinator on the account they were added to *and* on every
+    account below it (slurmdbd adds those rows itself, and removes them with the direct one).
+    Direct ones are those the parent account does not list. (JSON says `direct` outright.)"""
+    out = {}
+    for name, rec in accounts.items():
+        above = accounts.get(parent.get(name, ""))
+        inherited = above.coordinators if above is not None and name != "root" else frozenset()
+        out[name] = rec if not (rec.coordinators & inherited) else AccountRecord(
+            rec.name, rec.description, rec.organization, rec.coordinators - inherited)
+    return out
 
 
 def build_state(cluster: str, qos: dict[str, QosRecord], assocs: Iterable[AssocRecord],
@@ -475,7 +491,8 @@ class Sacctmgr:
             "qos": lambda: text_or_json(("qos", f"format={QOS_FIELDS}"), ("qos",), _qos_with_text, _qos_with_json),
             "assocs": assocs,
             "accounts": lambda: text_or_json(
-                ("account", f"format={ACCOUNT_FIELDS}"), ("account",), accounts_from_text, accounts_from_json
+                ("account", "withcoord", f"format={ACCOUNT_FIELDS}"), ("account", "withcoord"),
+                lambda t: (accounts_from_text(t), True), lambda t: (accounts_from_json(t), False)
             ),
         }
         if not use_json:  # `show user` would name them too, but takes 0.9 s for 2,000 users
@@ -492,7 +509,10 @@ class Sacctmgr:
         assoc_list, json_defaults = results["assocs"]
         defaults = json_defaults if json_defaults is not None else results["defaults"]
         qos, qos_table = results["qos"]
-        state = build_state(self.cluster, qos, assoc_list, results["accounts"], defaults)
+        accounts, listed_with_inherited = results["accounts"]
+        if listed_with_inherited:
+            accounts = direct_coordinators(accounts, {r.account: r.parent for r in assoc_list if not r.user})
+        state = build_state(self.cluster, qos, assoc_list, accounts, defaults)
         state.qos_table = qos_table
         return state
 

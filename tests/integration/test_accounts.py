@@ -175,6 +175,18 @@ def test_apply_example_site_then_sacctmgr_matches_and_a_second_plan_is_empty(clu
     defaults = default_accounts(cluster_env)
     assert defaults["alice"] == "ml-llm"  # users[].default_project
     assert defaults["bob"] == "phys-lattice" and defaults["root"] == "root"
+    coordinators = {a: set(c.split(",")) - {""} for a, c in (line.split("|") for line in sh(
+        cluster_env, "sacctmgr", "-n", "-P", "show", "account", "withcoord", "format=Account,Coordinators").splitlines())}
+    declared = {x["name"]: set(x.get("coordinators", [])) for x in base["organizations"] + base["projects"]}
+    assert declared["ml"] == {"frank"} and declared["phys-lattice"] == {"alice"}
+    up = {o["name"]: o.get("parent") for o in base["organizations"]} | {
+        p["name"]: p["organization"] for p in base["projects"]}
+
+    def effective(name):  # a coordinator of an account coordinates everything below it
+        return declared[name] | (effective(up[name]) if up[name] else set())
+
+    assert {a: c for a, c in coordinators.items() if a != "root"} == {a: effective(a) for a in declared}
+    assert coordinators["ml-thesis"] == {"frank"}  # ml > ml-students > ml-thesis
 
     qos = {line.split("|")[0]: line.split("|") for line in sh(
         cluster_env, "sacctmgr", "-n", "-P", "show", "qos",
@@ -200,6 +212,7 @@ def test_edits_plan_exactly_those_changes(cluster_env, dev_cluster, base, tmp_pa
     by["phys-astro"]["gpu_quota"] = 16  # change a quota
     by["bio-fold"]["members"] = ["erin"]  # move dave ...
     by["phys-astro"]["members"] = ["carol", "dave"]  # ... to phys-astro
+    by["phys-lattice"]["coordinators"] = ["bob"]  # a new PI
     base["projects"] = [p for p in base["projects"] if p["name"] != "ml-vision"]  # drop a project
     base["users"] = [u for u in base["users"] if u["name"] != "grace"]
     edited = write_site(tmp_path / "edited.toml", base)
@@ -211,6 +224,8 @@ def test_edits_plan_exactly_those_changes(cluster_env, dev_cluster, base, tmp_pa
         ("modify-account", "account:phys-astro"),
         ("add-user", "user:dave@phys-astro"),
         ("default-account", "user:dave"),
+        ("remove-coordinators", "account:phys-lattice"),
+        ("add-coordinators", "account:phys-lattice"),
         ("delete-user", "user:dave@bio-fold"),
         ("delete-user", "user:grace@ml-vision"),
         ("delete-user", "user:heidi@ml-vision"),
@@ -219,13 +234,15 @@ def test_edits_plan_exactly_those_changes(cluster_env, dev_cluster, base, tmp_pa
     quota = json.loads(r.stdout)["ops"][0]["changes"]
     assert quota == [{"field": "GrpTRES", "old": "gres/gpu=32", "new": "gres/gpu=16"}]
 
-    # without --prune only the first three happen; the plan then holds just the deletions
+    # without --prune only the first five happen; the plan then holds just the deletions
     assert accounts(cluster_env, "apply", "--site", edited).returncode == 0
     left = json.loads(accounts(cluster_env, "plan", "--json", "--site", edited).stdout)["ops"]
     assert [op["kind"] for op in left] == ["delete-user"] * 3 + ["delete-account"]
     rows = assocs(cluster_env)
     assert rows[("phys-astro", "")]["GrpTRES"] == "gres/gpu=16"
     assert ("phys-astro", "dave") in rows and default_accounts(cluster_env)["dave"] == "phys-astro"
+    assert sh(cluster_env, "sacctmgr", "-n", "-P", "show", "account", "phys-lattice", "withcoord",
+              "format=Coordinators").strip() == "bob"
 
     r = accounts(cluster_env, "apply", "--prune", "--site", edited)
     assert r.returncode == 0, r.stderr
@@ -348,7 +365,8 @@ def test_prune_spares_an_account_with_jobs(cluster_env, base, tmp_path, no_jobs,
 
 def test_report_gpu_hours_since(cluster_env, base, tmp_path, no_jobs, job_users):
     alice, _bob = job_users
-    base["projects"].append(project("report-test", "ops", [alice], gpu_quota=8, gpu_hours=100))
+    base["projects"].append(project("report-test", "ops", [alice], gpu_quota=8, gpu_hours=100,
+                                    coordinators=["bob"]))
     site = write_site(tmp_path / "site.toml", base)
     converge(cluster_env, site)
     sh(cluster_env, "runuser", "-u", alice, "--", "sbatch", "--wait", "-A", "report-test", "-t", "5",
@@ -359,6 +377,7 @@ def test_report_gpu_hours_since(cluster_env, base, tmp_path, no_jobs, job_users)
     ran = sh(cluster_env, "sacct", "-a", "-X", "-n", "-P", "-A", "report-test", "-o", "AllocTRES,Start,End,State")
     assert 4 * 3 / 3600 <= rep["gpu_hours_since"] < 4 * 60 / 3600, ran  # 4 GPUs for ~3 s
     assert rep["gpu_hours_budget"] == 100.0
+    assert rep["members"] == [alice] and rep["coordinators"] == ["bob"]
     assert rep["gpu_hours_left"] == pytest.approx(100.0 - (rep["gpu_hours_used"] or 0.0), abs=0.01)
     csv_out = accounts(cluster_env, "report", "--csv", "--site", site).stdout.splitlines()
     assert csv_out[0].startswith("project,organization,gpu_quota,gpus_in_use")

@@ -48,7 +48,7 @@ def as_stored(site: Site) -> AccountingState:
     for name, q in want.qos.items():
         state.qos[name] = dataclasses.replace(q, description=q.description.lower())
     for name, a in want.accounts.items():
-        state.accounts[name] = AccountRecord(name, a.description.lower(), a.organization.lower())
+        state.accounts[name] = AccountRecord(name, a.description.lower(), a.organization.lower(), a.coordinators)
     state.assocs.update(want.assocs)
     for user, projects in site.memberships.items():
         if user != "root":

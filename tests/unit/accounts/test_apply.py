@@ -41,7 +41,12 @@ def test_from_empty_one_load_carries_every_new_account_and_user():
     assert [a[0:2] for a in argvs].count(["load"]) == 1
     assert sum(1 for a in argvs if a[:2] == ["add", "qos"]) == 4  # each new QOS has its own settings
     assert ["modify", "qos", "where", "name=burnin,high", "set", "Preempt=low"] in argvs  # after the adds
-    assert len(argvs) == 4 + 1 + 1 + 1  # adds, Preempt, normal's changes, the load
+    # the coordinators, after the load that adds their users
+    coord = [i for i, a in enumerate(argvs) if a[:2] == ["add", "coordinator"]]
+    assert [argvs[i] for i in coord] == [["add", "coordinator", "account=ml", "names=frank"],
+                                         ["add", "coordinator", "account=phys-lattice", "names=alice"]]
+    assert min(coord) > next(i for i, a in enumerate(argvs) if a[0] == "load")
+    assert len(argvs) == 4 + 1 + 1 + 1 + 2  # adds, Preempt, normal's changes, the load, coordinators
     text = next(b.load_text for b in batches(plan.runnable(True), plan.cluster, live) if b.load_text)
     lines = text.splitlines()
     assert lines[0] == "Cluster - 'b200'"

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from slurmadm.accounts import KINDS, desired_state, make_plan, mark_blocked
+from slurmadm.accounts import KINDS, batches, desired_state, make_plan, mark_blocked
 from slurmadm.slurm.accounting import AssocRecord, QosRecord
 from tests.unit.accounts.states import as_stored, empty_slurmdbd, site_with
 
@@ -44,7 +44,7 @@ def test_from_empty_every_thing_is_added_in_dependency_order():
 
 def test_settings_become_slurm_values():
     plan = make_plan(desired_state(site_with()), empty_slurmdbd())
-    ops = {op.target: op for op in plan.ops}
+    ops = {op.target: op for op in plan.ops if not op.kind.endswith("-coordinators")}
     lattice = {c.field: c.arg for c in ops["account:phys-lattice"].changes}
     assert lattice["GrpTRES"] == "GrpTRES=gres/gpu=256"
     assert lattice["GrpTRESMins"] == "GrpTRESMins=gres/gpu=30000000"
@@ -92,6 +92,36 @@ def test_edit_quota_move_user_drop_project_shows_exactly_those_changes():
         ("GrpTRES", "gres/gpu=256", "gres/gpu=200", "GrpTRES=gres/gpu=200")]
     assert plan.ops[2].changes[0].new == "phys-astro"
     assert all(op.is_delete for op in plan.ops[3:]) and not any(op.is_delete for op in plan.ops[:3])
+
+
+def test_coordinators_are_added_and_removed_as_declared():
+    """The site names each account's coordinators exactly: a new one is added, one slurmdbd has
+    that the site does not name is removed (no --prune: it is a setting, not an entity)."""
+    site = site_with()
+    live = as_stored(site)
+    live.accounts["phys-lattice"] = dataclasses.replace(live.accounts["phys-lattice"], coordinators=frozenset({"bob"}))
+    live.accounts["bio-fold"] = dataclasses.replace(live.accounts["bio-fold"], coordinators=frozenset({"dave"}))
+    plan = make_plan(desired_state(site), live)
+    assert kinds_targets(plan) == [("remove-coordinators", "account:bio-fold"),
+                                   ("remove-coordinators", "account:phys-lattice"),
+                                   ("add-coordinators", "account:phys-lattice")]
+    assert [(c.field, c.old, c.new, c.arg) for op in plan.ops for c in op.changes] == [
+        ("Coordinators", "dave", "", "dave"), ("Coordinators", "bob", "alice", "bob"),
+        ("Coordinators", "bob", "alice", "alice")]
+    assert plan.runnable(prune=False) == plan.ops
+    calls = batches(plan.runnable(prune=False), plan.cluster, live)
+    assert [b.argv for b in calls] == [["remove", "coordinator", "account=bio-fold", "names=dave"],
+                                       ["remove", "coordinator", "account=phys-lattice", "names=bob"],
+                                       ["add", "coordinator", "account=phys-lattice", "names=alice"]]
+    assert len({b.stage for b in calls}) == 3  # one at a time
+    # accounts gaining the same coordinator share one call
+    def both(data):
+        for p in data["projects"]:
+            if p["name"] in ("ml-llm", "ml-vision"):
+                p["coordinators"] = ["grace"]
+    plan = make_plan(desired_state(site_with(both)), as_stored(site))
+    assert [b.argv for b in batches(plan.ops, plan.cluster, as_stored(site))] == [
+        ["add", "coordinator", "account=ml-llm,ml-vision", "names=grace"]]
 
 
 def test_limits_slurmadm_does_not_declare_are_cleared():

@@ -70,6 +70,12 @@ BAD = [
      "users[0].default_project: 'alice' is not a member of 'bio-fold'"),
     ("cap-for-non-member", put("projects.1.member_gpu_caps", {"zoe": 8}),
      "projects[1].member_gpu_caps.zoe: 'zoe' is not a member of 'phys-lattice'"),
+    ("coordinator-not-a-user", put("projects.1.coordinators", ["zoe"]),
+     "projects[1].coordinators[0]: 'zoe' is not a member of any project"),
+    ("duplicate-coordinator", put("organizations.3.coordinators", ["frank", "frank"]),
+     "organizations[3].coordinators: user 'frank' is listed twice"),
+    ("coordinator-of-parent-too", put("projects.4.coordinators", ["frank"]),
+     "projects[4].coordinators[0]: 'frank' already coordinates it as a coordinator of 'ml'"),
     # duplicates
     ("duplicate-qos", put("qos.3.name", "low"), "qos: QOS 'low' is defined twice"),
     ("org-and-project-same-name", put("projects.0.name", "ops"), "account name 'ops' is used twice"),

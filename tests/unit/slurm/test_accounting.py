@@ -94,8 +94,21 @@ def test_accounts_and_defaults_text(release):
     accounts = accounts_from_text(sample(release, "show_account.txt"))
     assert accounts["physics"].description == "department of physics"  # sacctmgr lowercases it
     assert accounts["phys-lattice"].organization == "physics"
+    assert accounts["ml-llm"].coordinators == {"alice", "bob"} and not accounts["ml"].coordinators
     assert default_accounts_from_text(sample(release, "show_defaults.txt")) == {
         "alice": "phys-lattice", "bob": "phys-lattice", "carol": "phys-astro", "root": "root"}
+
+
+def test_text_lists_inherited_coordinators_which_are_not_direct():
+    """22.05 after `add coordinator account=ml names=frank` and `... account=ml-llm names=grace`:
+    slurmdbd lists frank on ml and on every account below it."""
+    text = ("ml|machine learning lab|ml|frank\nml-llm|ml-llm|ml|frank,grace\nml-students|s|ml|frank\n"
+            "ml-thesis|t|ml|frank\nroot|default root account|root|\n")
+    parent = {"ml": "root", "ml-llm": "ml", "ml-students": "ml", "ml-thesis": "ml-students"}
+    direct = acc.direct_coordinators(accounts_from_text(text), parent)
+    assert {n: set(r.coordinators) for n, r in direct.items()} == {
+        "ml": {"frank"}, "ml-llm": {"grace"}, "ml-students": set(), "ml-thesis": set(), "root": set()}
+    assert direct["ml-llm"].description == "ml-llm" and direct["ml-llm"].organization == "ml"
 
 
 def test_text_is_the_same_on_both_releases():
