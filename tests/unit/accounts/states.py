@@ -4,10 +4,6 @@ the way slurmdbd stores them (import: from tests.unit.accounts.states import ...
 from __future__ import annotations
 
 import dataclasses
-import tomllib
-from pathlib import Path
-
-import tomli_w
 
 from slurmadm.accounts import desired_state
 from slurmadm.site import Site, parse_site
@@ -17,16 +13,12 @@ from slurmadm.slurm.accounting import (
     AssocRecord,
     QosRecord,
 )
-
-EXAMPLE = Path(__file__).resolve().parents[3] / "site.example.toml"
+from tests.unit.siteedit import edited
 
 
 def site_with(*edits) -> Site:
     """The example site after each edit(data) on its TOML data."""
-    data = tomllib.loads(EXAMPLE.read_text())
-    for edit in edits:
-        edit(data)
-    return parse_site(tomli_w.dumps(data))
+    return parse_site(edited(*edits))
 
 
 def empty_slurmdbd(cluster: str = "b200") -> AccountingState:

@@ -3,11 +3,7 @@ with one line naming the key path; budget modes map to slurm.conf values."""
 
 from __future__ import annotations
 
-import tomllib
-from pathlib import Path
-
 import pytest
-import tomli_w
 from click.testing import CliRunner
 
 from slurmadm.cli import cli
@@ -18,28 +14,10 @@ from slurmadm.site.accounts import (
     priority_usage_settings,
     slurm_time_minutes,
 )
+from tests.unit.siteedit import EXAMPLE, edited, put
 
 pytestmark = pytest.mark.unit
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "site.example.toml"
-
-
-def mutated(*changes) -> str:
-    data = tomllib.loads(EXAMPLE.read_text())
-    for change in changes:
-        change(data)
-    return tomli_w.dumps(data)
-
-
-def put(path: str, value):
-    def change(data):
-        node = data
-        keys = path.split(".")
-        for k in keys[:-1]:
-            node = node[int(k)] if k.isdigit() else node[k]
-        node[int(keys[-1]) if keys[-1].isdigit() else keys[-1]] = value
-
-    return change
 
 
 def append(section: str, entry: dict):
@@ -103,7 +81,7 @@ BAD = [
 def test_bad_accounts_input_is_refused_with_key_path(case, tmp_path):
     _, change, expected = case
     path = tmp_path / "site.toml"
-    path.write_text(mutated(change))
+    path.write_text(edited(change))
     with pytest.raises(SiteError) as err:
         load_site(path)
     assert any(expected in line for line in err.value.lines()), err.value.lines()
@@ -123,7 +101,7 @@ def test_example_accounts():
 
 
 def test_memberships_order_follows_the_site():
-    site = parse_site(mutated(
+    site = parse_site(edited(
         append("users", {"name": "zoe", "projects": ["ml-llm", "ops-burnin"], "default_project": "ml-llm"})
     ))
     assert memberships(site)["zoe"] == ["ops-burnin", "ml-llm"]  # site order, not the user's list
@@ -136,13 +114,13 @@ def test_memberships_order_follows_the_site():
     ("lifetime", "NONE", {"PriorityDecayHalfLife": "0", "PriorityUsageResetPeriod": "NONE"}),
 ])
 def test_budget_mode_gives_the_slurm_conf_priority_values(mode, period, expected):
-    site = parse_site(mutated(put("accounting.budget_mode", mode), put("accounting.budget_reset_period", period)))
+    site = parse_site(edited(put("accounting.budget_mode", mode), put("accounting.budget_reset_period", period)))
     assert priority_usage_settings(site) == expected
 
 
 def test_decay_needs_a_half_life():
     with pytest.raises(SiteError, match="needs slurm.priority.decay_half_life above 0"):
-        parse_site(mutated(put("slurm.priority.decay_half_life", "0")))
+        parse_site(edited(put("slurm.priority.decay_half_life", "0")))
 
 
 @pytest.mark.parametrize("text,minutes", [

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import pytest
-import tomli_w
 from click.testing import CliRunner
 
 from slurmadm.cli import cli
 from slurmadm.errors import SiteError
 from slurmadm.site import load_site, parse_site
+from tests.unit.siteedit import DELETE, EXAMPLE, edited, put
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[3]
-EXAMPLE = REPO / "site.example.toml"
 
 MINIMAL = """
 [cluster]
@@ -33,10 +30,6 @@ names = "b200-[001-004]"
 name = "gpu"
 default = true
 """
-
-
-def example() -> dict:
-    return tomllib.loads(EXAMPLE.read_text())
 
 
 def test_example_site_is_valid_and_describes_the_reference_cluster():
@@ -95,78 +88,55 @@ def test_minimal_site_gets_builtin_profile_and_defaults():
     assert [n for n, _ in site.scalable_units] == ["su1"]
 
 
-def _mutated(mutate) -> str:
-    data = example()
-    mutate(data)
-    return tomli_w.dumps(data)
-
-
-def _set(path: str, value):
-    def mutate(data):
-        node = data
-        keys = path.split(".")
-        for k in keys[:-1]:
-            node = node[int(k)] if k.isdigit() else node[k]
-        last = keys[-1]
-        if value is DELETE:
-            del node[last]
-        else:
-            node[int(last) if last.isdigit() else last] = value
-
-    return mutate
-
-
-DELETE = object()
-
 BAD_SITES = [
     # (id, TOML text or mutation, substring the error line must contain)
     ("toml-syntax", "[cluster\nname = 'x'", "TOML syntax error"),
     ("missing-cluster", MINIMAL.replace('[cluster]\nname = "mini"\ncontrollers = ["head"]\n', ""), "cluster: required key is missing"),
     ("unknown-top-key", MINIMAL + "\n[clustre]\nname='x'\n", "clustre: unknown key"),
-    ("typo-key-suggestion", _set("nodes.0.profil", "hgx-b200"), "nodes[0].profil: unknown key (did you mean 'profile'?)"),
-    ("wrong-type-name", _set("cluster.name", 12), "cluster.name: expected a string, got 12"),
-    ("bad-cluster-name", _set("cluster.name", "B200 Cluster"), "cluster.name: 'B200 Cluster' is not allowed"),
-    ("no-controllers", _set("cluster.controllers", []), "cluster.controllers"),
-    ("zero-gpus", _set("profiles.hgx-b200.gpus.count", 0), "profiles.hgx-b200.gpus.count: must be >= 1, got 0"),
-    ("gpu-sockets-length", _set("profiles.hgx-b200.gpus.sockets", [0, 1]), "sockets lists 2 GPUs but count is 8"),
-    ("gpu-socket-missing", _set("profiles.hgx-b200.gpus.sockets", [0, 0, 0, 0, 2, 2, 2, 2]), "names socket 2 but the profile has 2 sockets"),
-    ("device-files-count", _set("profiles.hgx-b200.gpus.device_files", "/dev/nvidia[0-3]"), "names 4 files but count is 8"),
-    ("undefined-profile", _set("nodes.0.profile", "hgx-b300"), "nodes[0].profile: 'hgx-b300' is not a defined profile"),
-    ("bad-hostlist", _set("nodes.0.names", "b200-[001-"), "nodes[0].names: 'b200-[001-' is not a valid hostlist"),
+    ("typo-key-suggestion", put("nodes.0.profil", "hgx-b200"), "nodes[0].profil: unknown key (did you mean 'profile'?)"),
+    ("wrong-type-name", put("cluster.name", 12), "cluster.name: expected a string, got 12"),
+    ("bad-cluster-name", put("cluster.name", "B200 Cluster"), "cluster.name: 'B200 Cluster' is not allowed"),
+    ("no-controllers", put("cluster.controllers", []), "cluster.controllers"),
+    ("zero-gpus", put("profiles.hgx-b200.gpus.count", 0), "profiles.hgx-b200.gpus.count: must be >= 1, got 0"),
+    ("gpu-sockets-length", put("profiles.hgx-b200.gpus.sockets", [0, 1]), "sockets lists 2 GPUs but count is 8"),
+    ("gpu-socket-missing", put("profiles.hgx-b200.gpus.sockets", [0, 0, 0, 0, 2, 2, 2, 2]), "names socket 2 but the profile has 2 sockets"),
+    ("device-files-count", put("profiles.hgx-b200.gpus.device_files", "/dev/nvidia[0-3]"), "names 4 files but count is 8"),
+    ("undefined-profile", put("nodes.0.profile", "hgx-b300"), "nodes[0].profile: 'hgx-b300' is not a defined profile"),
+    ("bad-hostlist", put("nodes.0.names", "b200-[001-"), "nodes[0].names: 'b200-[001-' is not a valid hostlist"),
     ("overlapping-nodes", lambda d: d["nodes"].append({"names": "b200-[120-140]"}), "nodes[1].names: 'b200-[120-140]' overlaps"),
-    ("partition-outside-nodes", _set("partitions.1.nodes", "b200-[120-140]"), "partitions[1].nodes: 'b200-[120-140]' is outside nodes"),
-    ("two-default-partitions", _set("partitions.1.default", True), "partitions[1].default: only one partition can be the default"),
-    ("duplicate-partition", _set("partitions.1.name", "gpu"), "partition 'gpu' is defined twice"),
-    ("bad-max-time", _set("partitions.0.max_time", "7 days"), "partitions[0].max_time: '7 days' is not allowed"),
-    ("partition-undefined-qos", _set("partitions.1.qos", "urgent"), "partitions[1].qos: QOS 'urgent' is not defined"),
-    ("quota-above-cluster", _set("projects.1.gpu_quota", 2048), "projects[1].gpu_quota: 2048 GPUs is above the cluster's 1024 GPUs"),
-    ("undefined-organization", _set("projects.1.organization", "chemistry"), "projects[1].organization: 'chemistry' is not a defined organization"),
-    ("undefined-default-qos", _set("projects.1.default_qos", "urgent"), "projects[1].default_qos: QOS 'urgent' is not defined"),
-    ("duplicate-account", _set("projects.2.name", "phys-lattice"), "account name 'phys-lattice' is used twice"),
-    ("bad-fairshare", _set("projects.1.fairshare", "paren"), "projects[1].fairshare: got 'paren', expected an integer or 'parent'"),
-    ("bad-user-name", _set("projects.1.members", ["Alice Smith"]), "projects[1].members[0]: 'Alice Smith' is not allowed"),
-    ("duplicate-member", _set("projects.1.members", ["alice", "alice"]), "projects[1].members: user 'alice' is listed twice"),
-    ("qos-preempts-undefined", _set("qos.1.preempt", ["scavenger"]), "qos[1].preempt[0]: QOS 'scavenger' is not defined"),
-    ("qos-preempts-itself", _set("qos.1.preempt", ["high"]), "qos[1].preempt[0]: QOS 'high' cannot preempt itself"),
-    ("bad-qos-flag", _set("qos.0.flags", ["DenyOnLimits"]), "qos[0].flags[0]: got 'DenyOnLimits'"),
-    ("unit-outside-nodes", _set("topology.units.3.nodes", "b200-[097-130]"), "topology.units[3].nodes: 'b200-[097-130]' is outside nodes"),
-    ("unit-overlap", _set("topology.units.1.nodes", "b200-[030-064]"), "topology.units[1].nodes: b200-[030-032] already belong to another unit"),
-    ("node-in-no-unit", _set("topology.units.3.nodes", "b200-[097-127]"), "topology.units: nodes b200-128 are in no scalable unit"),
-    ("memory-fraction", _set("slurm.real_memory_fraction", 1.5), "slurm.real_memory_fraction: must be <= 1.0, got 1.5"),
-    ("burnin-undefined-qos", _set("burnin.qos", "nightly"), "burnin.qos: QOS 'nightly' is not defined"),
-    ("burnin-window", _set("burnin.window_start", "25:00"), "burnin.window_start: '25:00' is not allowed"),
-    ("burnin-zero-stress", _set("burnin.stress_seconds", 0), "burnin.stress_seconds: must be >= 1, got 0"),
-    ("bmc-pattern", _set("bmc.host_pattern", "bmc-01"), "bmc.host_pattern: 'bmc-01' is not allowed"),
-    ("relative-store-path", _set("store.path", "slurmadm.db"), "store.path: 'slurmadm.db' is not allowed"),
-    ("negative-threshold", _set("health.models.b200.max_gpu_temp_c", -5), "health.models.b200.max_gpu_temp_c: must be > 0, got -5"),
-    ("missing-database-host", _set("database.host", DELETE), "database.host: required key is missing"),
+    ("partition-outside-nodes", put("partitions.1.nodes", "b200-[120-140]"), "partitions[1].nodes: 'b200-[120-140]' is outside nodes"),
+    ("two-default-partitions", put("partitions.1.default", True), "partitions[1].default: only one partition can be the default"),
+    ("duplicate-partition", put("partitions.1.name", "gpu"), "partition 'gpu' is defined twice"),
+    ("bad-max-time", put("partitions.0.max_time", "7 days"), "partitions[0].max_time: '7 days' is not allowed"),
+    ("partition-undefined-qos", put("partitions.1.qos", "urgent"), "partitions[1].qos: QOS 'urgent' is not defined"),
+    ("quota-above-cluster", put("projects.1.gpu_quota", 2048), "projects[1].gpu_quota: 2048 GPUs is above the cluster's 1024 GPUs"),
+    ("undefined-organization", put("projects.1.organization", "chemistry"), "projects[1].organization: 'chemistry' is not a defined organization"),
+    ("undefined-default-qos", put("projects.1.default_qos", "urgent"), "projects[1].default_qos: QOS 'urgent' is not defined"),
+    ("duplicate-account", put("projects.2.name", "phys-lattice"), "account name 'phys-lattice' is used twice"),
+    ("bad-fairshare", put("projects.1.fairshare", "paren"), "projects[1].fairshare: got 'paren', expected an integer or 'parent'"),
+    ("bad-user-name", put("projects.1.members", ["Alice Smith"]), "projects[1].members[0]: 'Alice Smith' is not allowed"),
+    ("duplicate-member", put("projects.1.members", ["alice", "alice"]), "projects[1].members: user 'alice' is listed twice"),
+    ("qos-preempts-undefined", put("qos.1.preempt", ["scavenger"]), "qos[1].preempt[0]: QOS 'scavenger' is not defined"),
+    ("qos-preempts-itself", put("qos.1.preempt", ["high"]), "qos[1].preempt[0]: QOS 'high' cannot preempt itself"),
+    ("bad-qos-flag", put("qos.0.flags", ["DenyOnLimits"]), "qos[0].flags[0]: got 'DenyOnLimits'"),
+    ("unit-outside-nodes", put("topology.units.3.nodes", "b200-[097-130]"), "topology.units[3].nodes: 'b200-[097-130]' is outside nodes"),
+    ("unit-overlap", put("topology.units.1.nodes", "b200-[030-064]"), "topology.units[1].nodes: b200-[030-032] already belong to another unit"),
+    ("node-in-no-unit", put("topology.units.3.nodes", "b200-[097-127]"), "topology.units: nodes b200-128 are in no scalable unit"),
+    ("memory-fraction", put("slurm.real_memory_fraction", 1.5), "slurm.real_memory_fraction: must be <= 1.0, got 1.5"),
+    ("burnin-undefined-qos", put("burnin.qos", "nightly"), "burnin.qos: QOS 'nightly' is not defined"),
+    ("burnin-window", put("burnin.window_start", "25:00"), "burnin.window_start: '25:00' is not allowed"),
+    ("burnin-zero-stress", put("burnin.stress_seconds", 0), "burnin.stress_seconds: must be >= 1, got 0"),
+    ("bmc-pattern", put("bmc.host_pattern", "bmc-01"), "bmc.host_pattern: 'bmc-01' is not allowed"),
+    ("relative-store-path", put("store.path", "slurmadm.db"), "store.path: 'slurmadm.db' is not allowed"),
+    ("negative-threshold", put("health.models.b200.max_gpu_temp_c", -5), "health.models.b200.max_gpu_temp_c: must be > 0, got -5"),
+    ("missing-database-host", put("database.host", DELETE), "database.host: required key is missing"),
 ]
 
 
 @pytest.mark.parametrize("case", BAD_SITES, ids=[c[0] for c in BAD_SITES])
 def test_bad_site_is_refused_with_key_path(case, tmp_path):
     _, spec, expected = case
-    text = spec if isinstance(spec, str) else _mutated(spec)
+    text = spec if isinstance(spec, str) else edited(spec)
     path = tmp_path / "site.toml"
     path.write_text(text)
     with pytest.raises(SiteError) as err:
