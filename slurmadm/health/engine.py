@@ -158,17 +158,20 @@ LAST_ALERT_KEY = "last_alert"  # node_state (health. prefix): "<unix time> <reas
 def _alert(cfg: HealthConfig, rec: Recorder, state: NodeState | None, reason: str, **detail) -> None:
     """Record an alert, unless this node recorded the same one less than alert_repeat_minutes ago:
     a fault on a node in maintenance, or one the breaker holds back, is seen by every periodic run
-    (every HealthCheckInterval) and would otherwise fill the audit trail and syslog."""
+    (every HealthCheckInterval) and would otherwise fill the audit trail and syslog. The drain
+    reason inside an alert ends in its run's context (`[prolog]`): the same fault seen by a
+    prolog and then an epilog is one alert."""
     now = time.time()
     if state is not None and cfg.alert_repeat_minutes > 0:
+        key = reason.replace(f" [{rec.context}]", "")
         stamp, _, last = (state.get(LAST_ALERT_KEY) or "").partition(" ")
         try:
             recent = now - float(stamp) < cfg.alert_repeat_minutes * 60
         except ValueError:
             recent = False
-        if recent and last == reason:
+        if recent and last == key:
             return
-        state.set(LAST_ALERT_KEY, f"{now:.3f} {reason}")
+        state.set(LAST_ALERT_KEY, f"{now:.3f} {key}")
     rec.event("alert", reason, **detail)
 
 

@@ -18,10 +18,10 @@ NODE = "b200-001"
 MAINT = "not draining (slurmadm: nvlink: GPU1 2/18 NVLinks inactive (links 0,1)): node is MAINTENANCE+RESERVED"
 
 
-def periodic_run(store, reason, minutes=60):
-    """What one periodic run does about an alert: fresh NodeState, alert, flush (engine.run's order)."""
+def periodic_run(store, reason, minutes=60, context="periodic"):
+    """What one run does about an alert: fresh NodeState, alert, flush (engine.run's order)."""
     state = NodeState(store, NODE)
-    rec = Recorder(node=NODE, context="periodic", run_id="r", results_log="", store=store, use_syslog=False)
+    rec = Recorder(node=NODE, context=context, run_id="r", results_log="", store=store, use_syslog=False)
     engine._alert(cfg(alert_repeat_minutes=minutes), rec, state, reason, check_id="nvlink")
     state.flush()
 
@@ -38,6 +38,16 @@ def test_same_alert_is_recorded_once_per_window_and_again_when_it_changes(tmp_pa
         worse = MAINT.replace("2/18", "4/18").replace("0,1", "0,1,2,3")
         periodic_run(store, worse)
         assert alerts(store) == [worse, MAINT]  # newest first
+
+
+def test_a_prolog_and_an_epilog_seeing_the_same_fault_are_one_alert(tmp_path):
+    """A job in a maintenance reservation: its prolog and epilog both see the fault; the drain
+    reason in the alert names the context, which does not make it a new alert."""
+    held = "not draining (slurmadm: nvlink: GPU1 2/18 NVLinks inactive (links 0,1) [{}]): node is MAINTENANCE+RESERVED"
+    with Store(str(tmp_path / "s.db")) as store:
+        for context in ("prolog", "epilog", "prolog", "epilog"):
+            periodic_run(store, held.format(context), context=context)
+        assert alerts(store) == [held.format("prolog")]
 
 
 def test_same_alert_is_recorded_again_after_the_window(tmp_path):
