@@ -14,7 +14,6 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ..burnin import history  # noqa: F401  (registers the burn-in tables read below)
 from ..site import Site
 from ..store import Store
 
