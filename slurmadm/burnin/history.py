@@ -56,13 +56,13 @@ def finish_sweep(store: Store, sweep_id: str, *, status: str, summary: dict[str,
             )
 
 
-def sweeps(store: Store, *, limit: int = 20) -> list[dict[str, Any]]:
-    rows = store.db.execute("SELECT * FROM burnin_sweeps ORDER BY started DESC LIMIT ?", (limit,))
-    out = []
-    for r in rows:
-        d = dict(r)
+def sweeps(store, *, limit: int = 20) -> list[dict[str, Any]]:
+    """The newest sweeps. `store`: a local Store or a central store's reader (its rows carry
+    `origin`, the host that ran the sweep and shipped it)."""
+    out = store.query("SELECT * FROM burnin_sweeps ORDER BY started DESC LIMIT ?", (limit,))
+    for d in out:
         d.pop("summary")
-        out.append(d)
+        d.pop("seq", None)
     return out
 
 

@@ -71,6 +71,7 @@ class HealthConfig:
     results_log: str
     policies: dict[str, dict] = field(default_factory=dict)  # check id -> overrides given
     alert_repeat_minutes: int = 60
+    ship: bool = False  # store.url set: queue records for the central store; the periodic run ships them
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -100,7 +101,7 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
                       gpus.power_limit_w),
         thresholds=Thresholds(**{f.name: getattr(t, f.name) for f in dataclasses.fields(Thresholds)}),
         driver_version=site.software.driver_version,
-        store_path=site.store.path,
+        store_path=site.store.local_path(node),
         audit_log=site.store.audit_log,
         check_timeout_s=h.check_timeout_s,
         timeouts={"prolog": h.prolog_timeout_s, "epilog": h.epilog_timeout_s,
@@ -118,6 +119,7 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
         results_log=h.results_log,
         policies={cid: p.model_dump(exclude_none=True) for cid, p in h.checks.items()},
         alert_repeat_minutes=h.alert_repeat_minutes,
+        ship=site.store.url is not None,
     )
 
 

@@ -122,6 +122,10 @@ class Store:
     def db(self) -> sqlite3.Connection:
         return self._db
 
+    def query(self, sql: str, args=()) -> list[dict[str, Any]]:
+        """Rows as dicts (the same call a central store answers: store/read.py)."""
+        return [dict(r) for r in self._db.execute(sql, tuple(args))]
+
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE: take the write lock up front so two writers queue, not deadlock."""
