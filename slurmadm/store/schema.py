@@ -26,9 +26,11 @@ class Table:
     ddl: str                      # SQLite: CREATE TABLE IF NOT EXISTS ...; CREATE INDEX IF NOT EXISTS ...
     since: int = 1                # the schema version that added it
     where: str = "both"           # both | local | central
-    # Natural key of a row, for the central upsert: () = the local row id (append-only tables;
-    # the central table then has a `local_id` column). A row updated locally (an upsert, a
-    # finished sweep) is shipped again and replaces its central copy.
+    # Natural key of a row, for the central upsert. A row updated locally (an upsert, a finished
+    # sweep) is shipped again and replaces its central copy. () = an append-only table keyed by
+    # its local row id (its INTEGER PRIMARY KEY column, else a `local_id` column centrally) and
+    # the local store's `store_id`, so a node whose store file was recreated (ids from 1 again)
+    # never overwrites what it shipped before.
     key: tuple[str, ...] = ()
     retain: str | None = None     # timestamp column: shipped rows older than store.keep_days are pruned locally
 
@@ -51,7 +53,7 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_ts ON events(ts);
 CREATE INDEX IF NOT EXISTS events_target ON events(target, ts);
-""", key=("id",), retain="ts"),
+""", retain="ts"),
     # ---- health check results (health/record.py) ----
     Table("check_results", """
 CREATE TABLE IF NOT EXISTS check_results (
@@ -68,7 +70,7 @@ CREATE TABLE IF NOT EXISTS check_results (
     duration_ms REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS check_results_node ON check_results(node, check_id, ts);
-""", key=("id",), retain="ts"),
+""", retain="ts"),
     # ---- small per-node state: counters, clean-run counts, last alerts ----
     Table("node_state", """
 CREATE TABLE IF NOT EXISTS node_state (
@@ -137,6 +139,13 @@ CREATE TABLE IF NOT EXISTS outbox (
     rid  INTEGER NOT NULL            -- rowid of the row in tbl
 );
 """, since=2, where="local"),
+    # Local: this store file's identity (store_id: random, made with the file).
+    Table("store_info", """
+CREATE TABLE IF NOT EXISTS store_info (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+""", since=2, where="local"),
     # Central: one row per host that ships; a host silent for longer than store.stale_after_minutes
     # is reported by `store status` and `health status`.
     Table("hosts", """
@@ -161,7 +170,10 @@ class Migration:
     central_mysql: list[str] = field(default_factory=list)    # a central MariaDB/MySQL store
 
 
-MIGRATIONS: list[Migration] = []
+MIGRATIONS: list[Migration] = [
+    Migration(2, "shipping: the local store's identity", local=[
+        "INSERT OR IGNORE INTO store_info (name, value) VALUES ('store_id', lower(hex(randomblob(8))))"]),
+]
 
 SCHEMA_VERSION = max([t.since for t in TABLES] + [m.version for m in MIGRATIONS])
 
@@ -220,6 +232,7 @@ def ship_triggers(db: sqlite3.Connection, on: bool) -> bool:
 # ------------------------------------------------------------------------- the central store
 
 ORIGIN = "origin"  # the central column naming the host a record came from
+STORE_ID = "store_id"  # the central column naming the local store file (append-only tables)
 
 
 @dataclass(frozen=True)
@@ -261,15 +274,26 @@ def _described() -> dict[str, tuple[list[Column], list[tuple[str, list[str]]]]]:
     return _DESCRIBED
 
 
+def rowid_column(table: Table) -> str | None:
+    """The INTEGER PRIMARY KEY column (SQLite's row id under a name), if the table has one."""
+    pk = [c for c in columns(table) if c.pk]
+    return pk[0].name if len(pk) == 1 and pk[0].type == "INTEGER" else None
+
+
 def central_key(table: Table) -> list[str]:
-    """The central unique key: origin plus the local key (or the local row id)."""
-    return [ORIGIN, *(table.key or ("local_id",))]
+    """The central unique key: origin plus the natural key, or origin, store id and local row id."""
+    if table.key:
+        return [ORIGIN, *table.key]
+    return [ORIGIN, STORE_ID, rowid_column(table) or "local_id"]
 
 
 def central_columns(table: Table) -> list[str]:
-    """Columns a shipment writes (besides origin), in order."""
+    """Columns a shipment writes (besides origin), in order: for append-only tables the store
+    id, then the row id when the table has no column for it, then the table's own columns."""
     names = [c.name for c in columns(table)]
-    return names if table.key else ["local_id", *names]
+    if table.key:
+        return names
+    return [STORE_ID, *([] if rowid_column(table) else ["local_id"]), *names]
 
 
 def _mysql_type(col: Column, keyed: bool) -> str:
@@ -282,15 +306,16 @@ def _mysql_type(col: Column, keyed: bool) -> str:
 
 def central_ddl(table: Table, dialect: str) -> list[str]:
     """CREATE statements for `table` in the central store (`sqlite` or `mysql`)."""
-    keyed = {ORIGIN, *(c for _, cols in indexes(table) for c in cols), *table.key}
+    keyed = {*central_key(table), *(c for _, cols in indexes(table) for c in cols)}
     lines: list[str] = []
     cols = columns(table)
     if table.where != "central":
         lines.append("seq INTEGER PRIMARY KEY AUTOINCREMENT" if dialect == "sqlite"
                      else "seq BIGINT AUTO_INCREMENT PRIMARY KEY")
-        cols = [Column(ORIGIN, "TEXT", True, None, 0)] + (
-            [Column("local_id", "INTEGER", True, None, 0)] if not table.key else []) + [
-            Column(c.name, c.type, c.notnull, c.default, 0) for c in cols]
+        own = {c.name: c for c in cols}
+        cols = [Column(ORIGIN, "TEXT", True, None, 0)] + [
+            Column(n, "TEXT" if n == STORE_ID else "INTEGER", True, None, 0) if n not in own
+            else Column(n, own[n].type, own[n].notnull, own[n].default, 0) for n in central_columns(table)]
     for c in cols:
         typ = c.type if dialect == "sqlite" else _mysql_type(c, c.name in keyed or c.pk > 0)
         lines.append(f"{_q(c.name, dialect)} {typ}" + (" NOT NULL" if c.notnull else "")

@@ -113,17 +113,20 @@ def _bound_queue(local, section, out: Shipment) -> None:
 
 
 def _prune(local, section, out: Shipment, now: float) -> None:
-    """Shipped rows older than keep_days leave the local store (unshipped ones stay)."""
+    """Shipped rows older than keep_days leave the local store (unshipped ones stay). The
+    newest row of a table always stays: SQLite gives the next row max(rowid) + 1, so row ids,
+    part of the central key, are never handed out twice."""
     cutoff = now - section.keep_days * 86400
     with local.transaction() as db:
         for t in schema.shipped_tables():
             if t.retain:
-                cur = db.execute(f"DELETE FROM {t.name} WHERE {t.retain} < ? AND rowid NOT IN "
-                                 "(SELECT rid FROM outbox WHERE tbl = ?)", (cutoff, t.name))
+                cur = db.execute(f"DELETE FROM {t.name} WHERE {t.retain} < ? AND rowid < (SELECT MAX(rowid) FROM "
+                                 f"{t.name}) AND rowid NOT IN (SELECT rid FROM outbox WHERE tbl = ?)",
+                                 (cutoff, t.name))
                 out.pruned += cur.rowcount
 
 
-def _batch(local, table_rows: list[tuple[int, str, int]]) -> tuple[dict[str, list[tuple]], float | None]:
+def _batch(local, table_rows: list[tuple[int, str, int]], store_id: str) -> tuple[dict[str, list[tuple]], float | None]:
     """The rows behind one batch of outbox entries, per table, in queue order (a row queued
     twice, inserted then updated, ships once with its current values)."""
     order: dict[str, list[int]] = {}
@@ -149,10 +152,11 @@ def _batch(local, table_rows: list[tuple[int, str, int]]) -> tuple[dict[str, lis
                 found[r["_rid"]] = tuple(r[n] for n in names)
                 if "ts" in names and r["ts"] is not None:
                     newest = r["ts"] if newest is None else max(newest, r["ts"])
+        extra = () if table.key else (store_id,) if schema.rowid_column(table) else None
         rows = []
         for rid in rids:
             if rid in found:  # a row pruned or replaced since it was queued has nothing to ship
-                rows.append(found[rid] if table.key else (rid, *found[rid]))
+                rows.append((*extra, *found[rid]) if extra is not None else (store_id, rid, *found[rid]))
         out[tbl] = rows
     return out, newest
 
@@ -182,10 +186,11 @@ def ship(section, *, host: str, local_path: str, audit_log: str | None = None, c
             central = central_mod.connect(section)
         central_mod.require_current(central)
         sql = {t.name: _upsert_sql(t, central.dialect) for t in schema.shipped_tables()}
+        (store_id,) = local.db.execute("SELECT value FROM store_info WHERE name = 'store_id'").fetchone()
         while time.monotonic() < deadline:
             entries = [(r["seq"], r["tbl"], r["rid"]) for r in
                        local.db.execute("SELECT seq, tbl, rid FROM outbox ORDER BY seq LIMIT ?", (section.ship_batch,))]
-            rows, newest = _batch(local, entries)
+            rows, newest = _batch(local, entries, store_id)
             n = sum(len(v) for v in rows.values())
             try:
                 for tbl, values in rows.items():
