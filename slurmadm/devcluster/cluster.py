@@ -328,6 +328,16 @@ class DevCluster:
         if steps:
             progress(f"central store: schema version {found} -> {central.schema.SCHEMA_VERSION}")
 
+    def start_database(self, progress: Callable[[str], None] = lambda msg: None) -> None:
+        """Start MariaDB (and slurmdbd, should it have died without it) after someone stopped it:
+        the central store's failure drill. Nothing else is touched."""
+        rec = self.record()
+        if rec is None:
+            raise UsageError(f"no dev cluster in {self.state_dir} (run `slurmadm dev-cluster up`)")
+        site = self.site()
+        self._mariadb(site, devsite.Ports(rec["port_base"]), progress)
+        self._slurmdbd(site, progress)
+
     def set_central_store(self, on: bool, progress: Callable[[str], None] = lambda msg: None) -> Site:
         """Switch the running dev cluster's store between one shared SQLite file and per-node
         stores shipping to MariaDB, without restarting Slurm (only the dev site's [store] changes;
