@@ -70,6 +70,21 @@ slurmadm burnin status
 step "the audit trail: who changed what, and why"
 slurmadm audit log --limit 8
 
+step "the head sees the whole fleet: every node ships its records to a central store (MariaDB)"
+slurmadm dev-cluster central-store on --state-dir "$STATE"   # per-node stores + a slurmadm database
+slurmadm dev-cluster gpu-fault b200-001 --gpu 3 --kind ecc-uncorrected
+job=$(sbatch --parsable -w b200-001 --gres=gpu:8 -J victim -o /dev/null --wrap 'hostname')
+wait_until 60 "the prolog's drain on b200-001" sh -c "sinfo -h -R -n b200-001 | grep -q slurmadm"
+wait_until 120 "the drain to reach the head (shipped by the next periodic run)" \
+  sh -c "slurmadm audit log --json --host b200-001 --action node.drain | grep -q node.drain"
+slurmadm audit log --host b200-001 --limit 3
+slurmadm health status --nodes b200-001 || true   # exit 1: a failing check
+slurmadm store status || true
+scancel "$job"
+slurmadm dev-cluster gpu-fault b200-001 --clear
+scontrol update nodename=b200-001 state=resume
+slurmadm dev-cluster central-store off --state-dir "$STATE"
+
 step "done: the dev cluster keeps running"
 echo "use it:   eval \"\$(slurmadm dev-cluster env --state-dir $STATE)\""
 echo "stop it:  slurmadm dev-cluster down --state-dir $STATE"
