@@ -103,3 +103,26 @@ def test_the_head_ships_its_own_records_before_reading(site, tmp_path, monkeypat
         s.audit("accounts.add-user", "user:ann@p", "site")
     log = json.loads(run("audit", "log", "--json").output)
     assert ("head-01", "accounts.add-user") in {(e["host"], e["action"]) for e in log}
+
+
+def test_burnin_status_and_calibrate_read_every_hosts_records(site, tmp_path, monkeypatch):
+    from slurmadm.burnin import history
+
+    run("store", "migrate")
+    monkeypatch.setattr("socket.gethostname", lambda: "head-01")
+    with Store(f"{tmp_path}/stores/head-01.db", ship=True) as s:  # the head ran a sweep
+        history.start_sweep(s, "20261201-013000", pid=1, host="head-01", actor="root", nodes="b200-[001-002]")
+        history.finish_sweep(s, "20261201-013000", status="done", report="/r.html", summary={
+            "nodes": [{"node": n, "why": "idle", "verdict": "pass", "job_id": "1", "busbw_gbps": bw, "action": "",
+                       "reason": "", "tests": []} for n, bw in (("b200-001", 700.0), ("b200-002", 720.0))],
+            "pairs": []})
+    with Store(f"{tmp_path}/stores/b200-003.db", ship=True) as s, s.transaction() as db:  # a node's NCCL check
+        db.execute("INSERT INTO check_results (ts, run_id, node, context, check_id, status, severity, detail, value,"
+                   " duration_ms) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                   (time.time(), "r", "b200-003", "run", "nccl-allreduce", "pass", "critical", "", 710.0, 1.0))
+    assert run("store", "ship", "--node", "b200-003").exit_code == 0
+    sweeps = json.loads(run("burnin", "status", "--json").output)
+    assert [(s["id"], s["origin"], s["passed"]) for s in sweeps] == [("20261201-013000", "head-01", 2)]
+    cal = json.loads(run("health", "calibrate", "--json").output)
+    assert cal[0]["nodes"] == 3 and cal[0]["median_gbps"] == 710.0
+    assert (cal[0]["from_burnin"], cal[0]["from_health_checks"]) == (2, 1)

@@ -66,3 +66,25 @@ def test_turning_shipping_off_stops_queueing(hooked):
     with Store(path) as s:
         assert s.query("SELECT count(*) AS n FROM outbox") == [{"n": 2}]
         assert s.query("SELECT count(*) AS n FROM check_results") == [{"n": 4}]
+
+
+def test_a_shipping_prolog_never_imports_the_database_driver(tmp_path):
+    """The hook in a fresh interpreter, shipping on: PyMySQL (and the shipper) stay unloaded."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "from slurmadm.health import engine\n"
+        "from slurmadm.health.runner import Plan\n"
+        "from tests.unit.health.test_runner import cfg\n"
+        "engine.select = lambda *a, **k: []\n"
+        "engine.run_checks = lambda *a, **k: []\n"
+        "engine._act = lambda *a, **k: (Plan('none', 'clean'), False)\n"
+        f"engine.execute(cfg(ship=True, store_path={str(tmp_path / 'n.db')!r}), 'prolog', use_syslog=False)\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('pymysql', 'slurmadm.store.')))))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       cwd=str(__import__("pathlib").Path(__file__).resolve().parents[3]))
+    assert p.returncode == 0, p.stderr
+    assert __import__("json").loads(p.stdout) == ["slurmadm.store.schema"]
