@@ -200,13 +200,7 @@ class DevCluster:
 
     def _write_configs(self, site: Site, release: tuple[int, int, int]) -> bool:
         files = config.render(site, release[:2], source=str(self.site_path))
-        pw_file = Path(site.database.storage_password_file)
-        if not pw_file.exists():
-            pw_file.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(pw_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_urlsafe(24) + "\n")
-        password = pw_file.read_text().strip()
+        password = _secret_file(Path(site.database.storage_password_file))
         files["slurmdbd.conf"] = slurmconf.slurmdbd_conf(site, password, self.state_dir)
         changed = False
         for name, text in files.items():
@@ -307,13 +301,7 @@ class DevCluster:
         its password in a root-only file, the schema migrated."""
         from ..store import central
 
-        pw_file = Path(site.store.password_file)
-        if not pw_file.exists():
-            pw_file.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(pw_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_urlsafe(24) + "\n")
-        password = pw_file.read_text().strip().replace("'", "''")
+        password = _secret_file(Path(site.store.password_file)).replace("'", "''")
         name = devsite.CENTRAL_DB
         client = shutil.which("mariadb") or shutil.which("mysql") or "mariadb"
         sql = (  # on stdin: the password never appears in a process argument
@@ -499,6 +487,16 @@ class DevCluster:
             except (FileNotFoundError, ProcessLookupError, PermissionError):
                 continue
         return out
+
+
+def _secret_file(path: Path) -> str:
+    """A database password in a root-only file, made (random) when missing."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(24) + "\n")
+    return path.read_text().strip()
 
 
 def _port_busy(port: int) -> bool:

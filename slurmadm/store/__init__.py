@@ -173,23 +173,10 @@ class Store:
 
     def events(self, *, since: float | None = None, action: str | None = None,
                target: str | None = None, limit: int = 1000) -> list[Event]:
-        sql = "SELECT * FROM events WHERE 1=1"
-        args: list[Any] = []
-        if since is not None:
-            sql += " AND ts >= ?"
-            args.append(since)
-        if action is not None:
-            sql += " AND action LIKE ?"
-            args.append(action.replace("*", "%"))
-        if target is not None:
-            sql += " AND target = ?"
-            args.append(target)
-        sql += " ORDER BY id DESC LIMIT ?"
-        args.append(limit)
-        return [
-            Event(r["id"], r["ts"], r["actor"], r["action"], r["target"], r["reason"], json.loads(r["detail"]))
-            for r in self._db.execute(sql, args)
-        ]
+        from .read import Reader, events
+
+        rows = events(Reader(self, central=False, host=""), since=since, action=action, target=target, limit=limit)
+        return [Event(r["id"], r["ts"], r["actor"], r["action"], r["target"], r["reason"], r["detail"]) for r in rows]
 
     # ---- small per-node state (counters, last-pass timestamps) ----
 

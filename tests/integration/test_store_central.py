@@ -20,22 +20,11 @@ import time
 import pytest
 
 from slurmadm.devcluster.daemons import wait_for
-from slurmadm.slurm.cli_backend import CliBackend
 from slurmadm.store import Store, central
-from tests.integration.helpers import run_slurmadm
+from tests.integration.helpers import run_slurmadm, sh
+from tests.integration.helpers import slurm_node as node
 
 pytestmark = pytest.mark.integration
-
-
-def sh(env, *argv, timeout=60, check=True) -> str:
-    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
-    if check:
-        assert p.returncode == 0, f"{argv}: {p.stderr}"
-    return p.stdout
-
-
-def node(env, name):
-    return CliBackend(env={"SLURM_CONF": env["SLURM_CONF"]}).nodes([name])[0]
 
 
 def fault(env, name, *args):
