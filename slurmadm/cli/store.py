@@ -52,8 +52,9 @@ def migrate(site_file, dry_run, reason, as_json) -> None:
 @store.command("ship")
 @site_option
 @click.option("--node", help="Ship as this Slurm node (default: $SLURMD_NODENAME, then the host name).")
+@dry_run_option
 @json_option
-def ship_cmd(site_file, node, as_json) -> None:
+def ship_cmd(site_file, node, dry_run, as_json) -> None:
     """Ship this host's queued records to the central store now (the periodic hook does it in
     the background; this is for cron on hosts without one, and by hand)."""
     import os
@@ -63,6 +64,16 @@ def ship_cmd(site_file, node, as_json) -> None:
         info("store.url is not set: records stay in this host's store")
         return
     node = node or os.environ.get("SLURMD_NODENAME")
+    if dry_run:
+        with Store(site.store.local_path(node), ship=True) as local:
+            queued = {r["tbl"]: r["n"] for r in local.query("SELECT tbl, count(*) AS n FROM outbox GROUP BY tbl")}
+        if as_json:
+            print_json({"host": host_name(node), "queued": queued, "url": str(site.store.central())})
+        else:
+            console.print(f"would ship {sum(queued.values())} queued record(s) of {host_name(node)} to "
+                          f"{site.store.central()}: " + (", ".join(f"{t} {n}" for t, n in sorted(queued.items()))
+                                                         or "nothing queued") + " (dry run: nothing changed)")
+        return
     out = ship(site.store, host=host_name(node), local_path=site.store.local_path(node),
                audit_log=site.store.audit_log)
     if as_json:

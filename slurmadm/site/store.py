@@ -48,9 +48,16 @@ def parse_url(text: str) -> CentralUrl:
     `sqlite:////absolute/path.db`. ValueError with what is wrong."""
     try:
         u = urlsplit(text)
+        has_password = u.password is not None
+    except ValueError:
+        raise ValueError("not a URL (mysql://user@host[:port]/database or sqlite:////path.db)") from None
+    if has_password:  # before any message that would repeat the URL
+        raise ValueError("no password in the URL: put it in store.password_file (root-only) "
+                         "or $SLURMADM_STORE_PASSWORD")
+    try:
         port = u.port
     except ValueError as exc:
-        raise ValueError(f"{text!r} is not a URL ({exc})") from None
+        raise ValueError(f"{text!r}: {exc}") from None
     if u.scheme == "sqlite":
         path = unquote(u.path)
         if u.netloc or not path.startswith("/") or u.query:
@@ -58,9 +65,6 @@ def parse_url(text: str) -> CentralUrl:
         return CentralUrl("sqlite", path=path)
     if u.scheme not in ("mysql", "mariadb"):
         raise ValueError(f"{text!r}: scheme must be mysql://, mariadb:// or sqlite://")
-    if u.password is not None:
-        raise ValueError("no password in the URL: put it in store.password_file (root-only) "
-                         "or $SLURMADM_STORE_PASSWORD")
     user = unquote(u.username or "")
     if not _USER.match(user):
         raise ValueError(f"{text!r}: needs a user name (mysql://slurmadm@host/slurmadm) of letters, digits, _.-")

@@ -281,8 +281,10 @@ def test_a_recreated_local_store_never_overwrites_what_the_host_shipped_before(t
 # ------------------------------------------------------------------------------ credentials
 
 def test_url_refuses_a_password_and_names_what_is_wrong():
-    with pytest.raises(ValueError, match="no password in the URL"):
-        parse_url("mysql://slurmadm:hunter2@db/slurmadm")
+    for url in ("mysql://slurmadm:hunter2@db/slurmadm", "postgres://u:hunter2@db/x", "mysql://u:hunter2@db:99999/x"):
+        with pytest.raises(ValueError, match="no password in the URL") as exc:
+            parse_url(url)
+        assert "hunter2" not in str(exc.value)
     with pytest.raises(ValueError, match="scheme must be"):
         parse_url("postgres://u@h/d")
     with pytest.raises(ValueError, match="database name"):
@@ -312,3 +314,13 @@ def test_node_mark_only_in_the_file_name():
     assert StoreSection(path="/var/lib/slurmadm/{node}.db").local_path("b200-007") == "/var/lib/slurmadm/b200-007.db"
     with pytest.raises(ValueError, match="file name only"):
         StoreSection(path="/var/lib/{node}/slurmadm.db")
+
+
+def test_the_site_refuses_slurmdbds_database(tmp_path):
+    from slurmadm.errors import SiteError
+    from slurmadm.site import parse_site
+    from tests.unit.siteedit import edited, put
+
+    with pytest.raises(SiteError) as exc:
+        parse_site(edited(put("store.url", "mysql://slurmadm@head-01/slurm_acct_db")), source="site.toml")
+    assert "store.url: database 'slurm_acct_db' is slurmdbd's" in str(exc.value)

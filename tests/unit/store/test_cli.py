@@ -126,3 +126,14 @@ def test_burnin_status_and_calibrate_read_every_hosts_records(site, tmp_path, mo
     cal = json.loads(run("health", "calibrate", "--json").output)
     assert cal[0]["nodes"] == 3 and cal[0]["median_gbps"] == 710.0
     assert (cal[0]["from_burnin"], cal[0]["from_health_checks"]) == (2, 1)
+
+
+def test_ship_dry_run_shows_the_queue_and_ships_nothing(site, tmp_path):
+    run("store", "migrate")
+    node_records(tmp_path, "b200-093")
+    plan = json.loads(run("store", "ship", "--dry-run", "--json", "--node", "b200-093").output)
+    assert plan["queued"] == {"check_results": 1, "events": 1}
+    assert json.loads(run("audit", "log", "--json", "--host", "b200-093").output) == []
+    done = json.loads(run("store", "ship", "--json", "--node", "b200-093").output)
+    assert done["shipped"] == 2 and done["remaining"] == 0
+    assert json.loads(run("store", "ship", "--dry-run", "--json", "--node", "b200-093").output)["queued"] == {}
