@@ -99,6 +99,12 @@ def test_a_prolog_drain_reaches_the_heads_audit_log_and_health_status(dev_cluste
     ecc = [r for r in json.loads(p.stdout) if r["check_id"] == "ecc-uncorrected"]
     assert ecc and ecc[0]["status"] == "fail" and ecc[0]["host"] == "b200-002"
 
+    # every node ships from its own periodic runs: none is reported silent
+    p = run_slurmadm(env, "store", "status", "--json")
+    st = json.loads(p.stdout)
+    assert p.returncode == 0 and st["silent"] == {}, p.stdout
+    assert {h["host"] for h in st["hosts"]} >= set(dev_cluster.nodes())
+
     # it came from b200-002's own store, not the head's
     head = socket.gethostname().split(".")[0]
     with Store(dev_cluster.site().store.local_path(head)) as s:
