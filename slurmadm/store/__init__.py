@@ -24,6 +24,7 @@ from typing import Any
 from ..errors import UsageError
 from . import schema
 
+
 def actor() -> str:
     """Who is acting: the human behind sudo when there is one."""
     for var in ("SLURMADM_ACTOR", "SUDO_USER"):
