@@ -175,27 +175,73 @@ def row_remap(ctx: Ctx) -> Outcome:
     return out
 
 
+XID_ACK_KEY = "xid-ack"  # node_state: when an admin resumed a node slurmadm held for a reset-class XID
+XID_KEPT_KEY = "xid-kept"  # node_state: reset-class XID events not yet cleared (JSON)
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+
+
 def xid(ctx: Ctx) -> Outcome:
     out = Outcome()
     cfg = ctx.cfg
     try:
         events = xidmod.read_events(cfg.xid_source, cfg.node, ctx.now)
+    except FileNotFoundError:
+        raise CannotRun(f"xid_source {cfg.xid_source.replace('{node}', cfg.node)} does not exist "
+                        "(RHEL-family nodes log to /var/log/messages; or use \"kmsg\" or \"journal\")") from None
+    except xidmod.XidSourceError as exc:
+        raise CannotRun(str(exc)) from None
     except OSError as exc:
         raise CannotRun(f"cannot read {cfg.xid_source}: {exc.strerror or exc}") from None
-    gpu_of = {}
+    ack = 0.0
+    if ctx.state is not None:
+        events = xidmod.merge(events, xidmod.from_state(ctx.state.get(XID_KEPT_KEY)))
+        try:
+            ack = float(ctx.state.get(XID_ACK_KEY) or 0)
+        except ValueError:
+            ack = 0.0
+    gpu_of: dict[str, int] = {}
+    recovery_none: set[str] = set()
     if ctx.nvml is not None:
-        gpu_of = {xidmod.pci_key_from_bus_id(g.bus_id): g.index for g in ctx.nvml.gpus if g.bus_id}
+        for g in ctx.nvml.gpus:
+            if not g.bus_id:
+                continue
+            pci = xidmod.pci_key_from_bus_id(g.bus_id)
+            gpu_of[pci] = g.index
+            if g.handle is None:
+                continue
+            action = _field(ctx.nvml, g.handle, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
+            if action == 0:
+                recovery_none.add(pci)
+            elif action is not None:
+                label, verdict, _needs = xidmod.RECOVERY_ACTIONS.get(action, (f"action {action}", "warn", ""))
+                text = f"GPU{g.index} NVML recovery action: {label}"
+                out.fail(text) if verdict == "fail" else out.warn(text)
     findings = xidmod.summarize(events, now=ctx.now, window_s=cfg.xid_window_minutes * 60,
-                                overrides=cfg.xid_actions)
+                                overrides=cfg.xid_actions, boot=xidmod.boot_time(), ack=ack,
+                                recovery_none=recovery_none)
+    pending = 0
     for f in findings:
         if f.verdict not in ("fail", "warn"):
             continue
         where = f"GPU{gpu_of[f.pci]}" if f.pci in gpu_of else f"PCI {f.pci}"
+        if f.mig:
+            where += f" (MIG {', '.join(f.mig)})"
         times = f" x{f.count}" if f.count > 1 else ""
         text = f"{where} XID {f.xid}{times} {f.name} ({f.action})"
+        if f.pending and f.needs:
+            pending += 1
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.last_ts))
+            text += f" at {when}: no GPU {f.needs} seen since"
         out.fail(text) if f.verdict == "fail" else out.warn(text)
-    out.value = sum(f.count for f in findings)
+    if ctx.state is not None:
+        open_needs = {(f.pci, f.xid) for f in findings if f.needs and f.verdict == "fail"}
+        keep = [e for e in events if (e.pci, e.xid) in open_needs]
+        if keep or ctx.state.get(XID_KEPT_KEY):
+            ctx.state.set(XID_KEPT_KEY, xidmod.to_state(keep) if keep else "")
+    out.value = sum(f.count for f in findings if f.verdict in ("fail", "warn"))
     out.note = f"{len(events)} XID line(s) in the log, {len(findings)} in the last {cfg.xid_window_minutes} min"
+    if pending:
+        out.note += f", {pending} waiting for a reset"
     return out
 
 

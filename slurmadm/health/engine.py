@@ -92,8 +92,12 @@ def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, a
     results = run_checks(policies, ctx, deadline=check_deadline)
     rec.results(results)
 
+    def recheck_xid() -> list[Result]:
+        until = min(started + limit * 0.9, time.monotonic() + cfg.check_timeout_s)
+        return run_checks([p for p in policies if p.spec.id == "xid"], ctx, deadline=until)
+
     plan, applied = _act(cfg, context, results, rec, state, act=act, backend=backend,
-                         deadline=started + limit)
+                         deadline=started + limit, recheck_xid=recheck_xid)
     if state is not None and act:
         try:
             state.flush()
@@ -106,8 +110,31 @@ def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, a
     return report
 
 
+XID_HELD_KEY = "xid-held"  # node_state: slurmadm drained this node while a reset-class XID was open
+
+
+def _admin_resumed(results: list[Result], node, state: NodeState | None, rec: Recorder, recheck_xid, act: bool) -> None:
+    """A node slurmadm drained for a reset-class XID that is no longer drained was resumed by an
+    admin: record that as the acknowledgement of the XIDs seen so far, and judge the XID again."""
+    if state is None or node is None or node.drained or state.get(XID_HELD_KEY) != "1":
+        return
+    idx = next((i for i, r in enumerate(results) if r.check_id == "xid"), None)
+    if idx is None or results[idx].status != "fail" or not act:
+        return
+    from .checks import XID_ACK_KEY
+
+    state.set(XID_ACK_KEY, f"{time.time():.3f}")
+    state.set(XID_HELD_KEY, "0")
+    rec.event("alert", f"an admin resumed {node.name}: XIDs seen so far are acknowledged "
+              f"(was: {results[idx].detail})", check_id="xid")
+    if recheck_xid is not None:
+        again = recheck_xid()
+        if again:
+            results[idx] = again[0]
+
+
 def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, state: NodeState | None, *,
-         act: bool, backend, deadline: float) -> tuple[Plan, bool]:
+         act: bool, backend, deadline: float, recheck_xid=None) -> tuple[Plan, bool]:
     if context != "periodic" and first_drain(results) is None:
         return Plan("none", "clean"), False  # a healthy node's prolog never calls Slurm
     from . import actions
@@ -118,6 +145,9 @@ def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, 
         with actions.drain_lock(cfg.store_path, timeout_s=max(0.5, (deadline - time.monotonic()) / 4)):
             everyone = backend.nodes()
             node = next((n for n in everyone if n.name == cfg.node), None)
+            _admin_resumed(results, node, state, rec, recheck_xid, act)
+            if context != "periodic" and first_drain(results) is None:
+                return Plan("none", "clean"), False
             plan = actions.decide(context=context, results=results, node=node, everyone=everyone,
                                   fraction=cfg.drain_cap_fraction, resume_after=cfg.resume_after_clean_runs,
                                   prev_clean=prev)
@@ -125,6 +155,8 @@ def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, 
                 return plan, False
             if plan.action == "drain":
                 backend.drain([cfg.node], plan.reason)
+                if state is not None and any(r.check_id == "xid" and r.action == "drain" for r in results):
+                    state.set(XID_HELD_KEY, "1")
                 rec.event("drain", plan.reason, check_id=plan.check_id)
                 after = backend.nodes()
                 me = next((n for n in after if n.name == cfg.node), None)
@@ -136,6 +168,8 @@ def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, 
                                         clean_runs=plan.clean_runs, check_id=plan.check_id)
             elif plan.action == "resume":
                 backend.resume([cfg.node])
+                if state is not None and state.get(XID_HELD_KEY) == "1":
+                    state.set(XID_HELD_KEY, "0")
                 rec.event("resume", plan.reason)
             if plan.action == "alert":
                 _alert(cfg, rec, state, plan.reason, check_id=plan.check_id)
