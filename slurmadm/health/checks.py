@@ -97,21 +97,26 @@ def gpu_count(ctx: Ctx) -> Outcome:
 
 
 def ecc_uncorrected(ctx: Ctx) -> Outcome:
+    """Volatile (since the last reset) uncorrected errors fail. The aggregate (lifetime) count
+    only warns past the site's threshold: it stays above zero after a row remap and reset that
+    repaired the memory (row-remap and the XID recovery action judge that)."""
     out = Outcome()
     m = ctx.nvml.mod
+    warn_over = ctx.cfg.thresholds.ecc_uncorrected_aggregate_warn
     total = 0
     for g in _gpus(ctx):
         mode = ctx.nvml.get("nvmlDeviceGetEccMode", g.handle)
         if mode is not None and not mode[0]:
             out.fail(f"GPU{g.index} ECC is disabled")
-        for kind, counter in (("volatile", m.NVML_VOLATILE_ECC), ("aggregate", m.NVML_AGGREGATE_ECC)):
-            n = ctx.nvml.get("nvmlDeviceGetTotalEccErrors", g.handle, m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, counter)
-            if n is None:
-                continue
-            if n > 0:
-                out.fail(f"GPU{g.index} {kind} uncorrected ECC={n}")
-            if kind == "volatile":
-                total += n
+        vol = ctx.nvml.get("nvmlDeviceGetTotalEccErrors", g.handle, m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                           m.NVML_VOLATILE_ECC)
+        if vol:
+            out.fail(f"GPU{g.index} volatile uncorrected ECC={vol}")
+            total += vol
+        agg = ctx.nvml.get("nvmlDeviceGetTotalEccErrors", g.handle, m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                           m.NVML_AGGREGATE_ECC)
+        if agg is not None and agg > warn_over and not vol:
+            out.warn(f"GPU{g.index} aggregate (lifetime) uncorrected ECC={agg} > {warn_over}")
     out.value = total
     return out
 
@@ -424,7 +429,8 @@ def nccl_allreduce(ctx: Ctx) -> Outcome:
 
 CHECKS: list[CheckSpec] = [
     CheckSpec("gpu-count", "GPU count and model match the node profile", gpu_count),
-    CheckSpec("ecc-uncorrected", "no uncorrected ECC errors (volatile or aggregate)", ecc_uncorrected),
+    CheckSpec("ecc-uncorrected", "no volatile uncorrected ECC errors (lifetime count warns past a threshold)",
+              ecc_uncorrected),
     CheckSpec("row-remap", "no pending or failed row remapping", row_remap),
     CheckSpec("xid", "no serious XID in the kernel log within the window", xid, needs_nvml=False),
     CheckSpec("nvlink", "every NVLink active, error counters not rising", nvlink),

@@ -43,6 +43,7 @@ class Thresholds:
     retired_pages_max: int
     power_over_limit_factor: float
     nvlink_error_rise_max: int
+    ecc_uncorrected_aggregate_warn: int = 0
 
 
 @dataclass(frozen=True)

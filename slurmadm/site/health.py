@@ -35,6 +35,10 @@ class ModelThresholds(Strict):
     # NVLink error counters (replay + recovery + CRC, per GPU) may rise by at most this much
     # between two periodic runs.
     nvlink_error_rise_max: NonNegativeInt = 100
+    # Aggregate (lifetime) uncorrected ECC errors above this warn. The lifetime counter stays
+    # above zero after a successful row remap and reset, so it never drains: volatile counts, row
+    # remap pending/failed and the recovery action decide (slurmadm issue 10).
+    ecc_uncorrected_aggregate_warn: NonNegativeInt = 0
 
 
 XidAction = Literal["fail", "warn", "ignore"]
