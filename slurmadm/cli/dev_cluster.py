@@ -126,9 +126,11 @@ def _show(st: dict) -> None:
 @click.option("--value", default=None, help="The fault's value (an XID number, error count, GENxWIDTH, ...).")
 @click.option("--clear", is_flag=True, help="Remove faults: all of NODE's, or those of --gpu and/or --kind.")
 @click.option("--help-kinds", is_flag=True, help="List the fault kinds and exit.")
+@click.option("--minutes-ago", type=click.IntRange(0, 60 * 24 * 30), default=0, show_default=True,
+              help="Date the fault (an xid's kernel-log line) this many minutes in the past.")
 @state_dir_option
 @json_option
-def gpu_fault(node, gpu, kind, value, clear, help_kinds, state_dir, as_json) -> None:
+def gpu_fault(node, gpu, kind, value, clear, help_kinds, minutes_ago, state_dir, as_json) -> None:
     """Inject a fault into a stand-in GPU of NODE, or --clear faults; without --kind or --clear,
     list NODE's faults. Every change is an audit event."""
     from ..devcluster import gpus
@@ -153,7 +155,10 @@ def gpu_fault(node, gpu, kind, value, clear, help_kinds, state_dir, as_json) -> 
     elif kind is not None:
         if gpu is None:
             raise UsageError("--gpu: which GPU (0-7) gets the fault?")
-        record = gpus.inject(gdir, node, gpu, kind, value)
+        import datetime as _dt
+
+        when = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=minutes_ago)
+        record = gpus.inject(gdir, node, gpu, kind, value, now=when)
         with Store.for_site(dc.site()) as store:
             store.audit("dev-cluster.gpu-fault.inject", node, f"stand-in GPU{gpu}: {kind}", **record)
         out = {"node": node, "injected": record}

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import nodechecks
 from . import xid as xidmod
 from .config import HealthConfig
 from .nvml import Nvml
@@ -339,8 +340,6 @@ def thermal(ctx: Ctx) -> Outcome:
     limit = ctx.cfg.thresholds.max_gpu_temp_c
     mem_limit = ctx.cfg.thresholds.max_memory_temp_c
     hottest = 0
-    reasons_fn = ("nvmlDeviceGetCurrentClocksEventReasons" if hasattr(m, "nvmlDeviceGetCurrentClocksEventReasons")
-                  else "nvmlDeviceGetCurrentClocksThrottleReasons")
     for g in _gpus(ctx):
         temp = nv.get("nvmlDeviceGetTemperature", g.handle, m.NVML_TEMPERATURE_GPU)
         if temp is not None:
@@ -350,11 +349,6 @@ def thermal(ctx: Ctx) -> Outcome:
         hbm = _field(nv, g.handle, m.NVML_FI_DEV_MEMORY_TEMP)
         if hbm is not None and hbm > mem_limit:
             out.fail(f"GPU{g.index} HBM {hbm} C > {mem_limit} C")
-        reasons = nv.get(reasons_fn, g.handle)
-        if reasons:
-            names = [name for bit, name in THROTTLE_BITS.items() if reasons & bit]
-            if names:
-                out.fail(f"GPU{g.index} clocks throttled: {', '.join(names)}")
     out.value = hottest
     return out
 
@@ -435,13 +429,25 @@ CHECKS: list[CheckSpec] = [
     CheckSpec("xid", "no serious XID in the kernel log within the window", xid, needs_nvml=False),
     CheckSpec("nvlink", "every NVLink active, error counters not rising", nvlink),
     CheckSpec("pcie-link", "PCIe link at full width and generation", pcie_link),
-    CheckSpec("thermal", "GPU and HBM temperature below limits, no thermal or HW slowdown", thermal),
+    CheckSpec("thermal", "GPU and HBM temperature below limits", thermal),
+    CheckSpec("clock-events", "no hardware clock-event reason (HW slowdown, HW thermal, power brake) on two samples",
+              nodechecks.clock_events),
+    CheckSpec("fabric", "NVSwitch fabric registration complete and healthy, Fabric Manager running",
+              nodechecks.fabric),
     CheckSpec("ecc-corrected", "corrected ECC errors below the threshold", ecc_corrected, severity="warning"),
     CheckSpec("retired-pages", "retired pages below the threshold, none pending", retired_pages),
     CheckSpec("power", "power draw within the enforced limit", power, severity="warning"),
     CheckSpec("driver-version", "driver matches the site baseline", driver_version, severity="warning"),
     CheckSpec("persistence-mode", "persistence mode on", persistence_mode, severity="warning", on_fail="warn"),
     CheckSpec("gpu-processes", "no process holds a GPU after the job", gpu_processes, contexts=("epilog",)),
+    CheckSpec("infiniband", "each compute HCA port ACTIVE/LinkUp at the profile's rate, error counters and "
+              "link flaps within limits", nodechecks.infiniband, needs_nvml=False),
+    CheckSpec("host-memory", "memory size and DIMMs match the profile, no uncorrected EDAC errors",
+              nodechecks.host_memory, needs_nvml=False),
+    CheckSpec("mounts", "required filesystems mounted, writable, with free space", nodechecks.mounts,
+              needs_nvml=False),
+    CheckSpec("leftover-processes", "no process of the finished job's user left behind", nodechecks.leftover_processes,
+              contexts=("epilog",), needs_nvml=False),
     CheckSpec("nccl-allreduce", "8-GPU all-reduce bus bandwidth above the model's floor", nccl_allreduce,
               contexts=("prolog", "epilog"), slow=True),
 ]

@@ -458,3 +458,58 @@ def from_state(text: str | None) -> list[XidEvent]:
 def merge(events: list[XidEvent], kept: list[XidEvent]) -> list[XidEvent]:
     seen = {(round(e.ts), e.pci, e.xid) for e in events}
     return sorted(events + [e for e in kept if (round(e.ts), e.pci, e.xid) not in seen], key=lambda e: e.ts)
+
+
+def kernel_lines(source: str, node: str, now: float, pattern: re.Pattern[str]) -> list[tuple[float, str]]:
+    """(time, message) of kernel-log lines matching `pattern`, from the same sources as XIDs.
+    File lines whose timestamp cannot be read are skipped (the xid check reports the source)."""
+    out: list[tuple[float, str]] = []
+    if source == "kmsg":
+        boot = boot_time()
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            while True:
+                try:
+                    rec = os.read(fd, 8192)
+                except OSError as exc:
+                    if exc.errno == errno.EAGAIN:
+                        break
+                    if exc.errno == errno.EPIPE:
+                        continue
+                    raise
+                if not rec:
+                    break
+                head, _, msg = rec.decode("utf-8", errors="replace").partition(";")
+                fields = head.split(",")
+                if len(fields) >= 3 and pattern.search(msg):
+                    out.append((boot + int(fields[2]) / 1e6, msg.splitlines()[0] if msg else msg))
+        finally:
+            os.close(fd)
+        return out
+    if source == "journal":
+        from ..errors import SlurmadmError
+        from ..proc import run
+
+        try:
+            proc = run(["journalctl", "-k", "-b", "-o", "json", "--no-pager", "-q"], timeout=10)
+        except SlurmadmError as exc:
+            raise OSError(errno.EIO, str(exc)) from None
+        for raw in proc.stdout.splitlines():
+            if not pattern.search(raw):
+                continue
+            try:
+                rec = json.loads(raw)
+                out.append((int(rec["__REALTIME_TIMESTAMP"]) / 1e6, str(rec["MESSAGE"])))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return out
+    with open(source.replace("{node}", node), "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        fh.seek(max(0, size - TAIL_BYTES))
+        data = fh.read().decode("utf-8", errors="replace")
+    for line in data.splitlines():
+        if pattern.search(line):
+            ts = line_time(line, now)
+            if ts is not None:
+                out.append((ts, line))
+    return out
