@@ -453,6 +453,28 @@ CHECKS: list[CheckSpec] = [
 ]
 BY_ID: dict[str, CheckSpec] = {c.id: c for c in CHECKS}
 
+# The site settings each check reads besides [health.checks.<id>] (shown by `slurmadm health checks`).
+SETTINGS: dict[str, tuple[str, ...]] = {
+    "gpu-count": ("profiles.*.gpus.count", "profiles.*.gpus.nvml_name"),
+    "ecc-uncorrected": ("health.models.*.ecc_uncorrected_aggregate_warn",),
+    "xid": ("health.xid_source", "health.xid_window_minutes", "health.xid_actions"),
+    "nvlink": ("profiles.*.gpus.nvlinks", "health.models.*.nvlink_error_rise_max"),
+    "pcie-link": ("profiles.*.gpus.pcie_gen", "profiles.*.gpus.pcie_width"),
+    "thermal": ("health.models.*.max_gpu_temp_c", "health.models.*.max_memory_temp_c"),
+    "clock-events": ("health.clock_event_confirm_ms",),
+    "fabric": ("profiles.*.gpus.nvswitches", "health.fabric_manager_process"),
+    "ecc-corrected": ("health.models.*.ecc_corrected_volatile_max",),
+    "retired-pages": ("health.models.*.retired_pages_max",),
+    "power": ("profiles.*.gpus.power_limit_w", "health.models.*.power_over_limit_factor"),
+    "driver-version": ("software.driver_version",),
+    "nccl-allreduce": ("health.models.*.nccl_busbw_floor_gbps", "health.nccl_fresh_hours", "health.nccl_size_mib"),
+    "infiniband": ("profiles.*.nics.hcas", "profiles.*.nics.port", "profiles.*.nics.gbps", "health.sysfs_root",
+                   "health.ib_counter_rise_max", "health.ib_flaps_max", "health.ib_flap_window_hours"),
+    "host-memory": ("profiles.*.memory_gib", "profiles.*.dimms", "health.memory_tolerance_fraction"),
+    "mounts": ("health.mounts",),
+    "leftover-processes": ("health.leftover_outside_jobs",),
+}
+
 
 @dataclass(frozen=True)
 class Policy:
