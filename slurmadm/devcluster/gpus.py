@@ -441,8 +441,8 @@ def _xid_value(kind: FaultKind, value: Any, _gpu: dict[str, Any]) -> Any:
         value = str(value)
     m = _XID_VALUE.match(str(value).strip()) if isinstance(value, str) else None
     if not m or not 1 <= int(m.group(1)) <= 999:
-        raise UsageError(f"fault {kind.name}: value {value!r} is not an XID (e.g. 79, 94:mig, 144:SAW_MVB:0x8, "
-                         "154:reset)")
+        raise UsageError(f"fault {kind.name}: value {value!r} is not a number or XID form (e.g. 79, 94:mig, "
+                         "144:SAW_MVB:0x8, 154:reset)")
     if m.group(2) in ("reset", "reboot", "none") and m.group(1) != "154":
         raise UsageError(f"fault {kind.name}: {m.group(2)} only goes with XID 154 (recovery action)")
     return int(m.group(1)) if m.group(2) is None else f"{m.group(1)}:{m.group(2)}"
