@@ -55,6 +55,7 @@ class Ctx:
     nvml: Nvml | None = None
     state: Any = None  # slurmadm.health.record.NodeState, or None without a store
     nccl_last_pass: float | None = None  # when nccl-allreduce last passed here (from the store)
+    nvml_broken: str = ""  # set by the runner once NVML hung or failed: checks that only use it opportunistically skip it
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,7 @@ def xid(ctx: Ctx) -> Outcome:
                 continue
             pci = xidmod.pci_key_from_bus_id(g.bus_id)
             gpu_of[pci] = g.index
-            if g.handle is None:
+            if g.handle is None or ctx.nvml_broken:
                 continue
             action = _field(ctx.nvml, g.handle, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
             if action == 0:

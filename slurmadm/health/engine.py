@@ -12,7 +12,6 @@ import os
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 
 from .checks import Ctx, select
@@ -72,7 +71,7 @@ def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, a
             backend=None, use_syslog: bool = True, started: float | None = None) -> Report:
     started = time.monotonic() if started is None else started
     limit = cfg.timeouts[context]
-    run_id = uuid.uuid4().hex[:12]
+    run_id = os.urandom(6).hex()  # (uuid costs an import a prolog does not need)
     check_deadline = started + limit * CHECK_SHARE
     store, store_problem = open_store(cfg.store_path, cfg.audit_log, timeout_s=min(5.0, limit * 0.1))
     rec = Recorder(node=cfg.node, context=context, run_id=run_id, results_log=cfg.results_log, store=store,

@@ -293,12 +293,8 @@ def line_time(line: str, now: float, boot: float | None = None) -> float | None:
 
 
 def events_from_file(path: str, now: float, boot: float | None = None) -> list[XidEvent]:
-    with open(path, "rb") as fh:
-        size = fh.seek(0, os.SEEK_END)
-        fh.seek(max(0, size - TAIL_BYTES))
-        data = fh.read().decode("utf-8", errors="replace")
     out = []
-    for line in data.splitlines():
+    for line in _file_lines(path):
         if "NVRM: Xid" not in line:
             continue
         ev = parse_line(line, 0.0)
@@ -312,34 +308,72 @@ def events_from_file(path: str, now: float, boot: float | None = None) -> list[X
     return out
 
 
-def events_from_kmsg(path: str = "/dev/kmsg") -> list[XidEvent]:
-    """Every XID record still in the kernel ring buffer (non-blocking read of /dev/kmsg)."""
-    boot = boot_time()
-    out = []
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        while True:
-            try:
-                rec = os.read(fd, 8192)
-            except OSError as exc:
-                if exc.errno == errno.EAGAIN:
+_CACHE: dict[tuple[str, float], tuple[float, list]] = {}
+CACHE_S = 5.0  # one health run reads the kernel log once for the xid and infiniband checks
+
+
+def _cached(key: str, stamp: float, load):
+    now = time.monotonic()
+    hit = _CACHE.get((key, stamp))
+    if hit is not None and now - hit[0] < CACHE_S:
+        return hit[1]
+    value = load()
+    _CACHE.clear()
+    _CACHE[(key, stamp)] = (now, value)
+    return value
+
+
+def kmsg_records(path: str = "/dev/kmsg") -> list[tuple[float, str]]:
+    """(wall time, first message line) of every record still in the kernel ring buffer
+    (non-blocking read of /dev/kmsg: records `prio,seq,usec,flags;message`)."""
+    def load() -> list[tuple[float, str]]:
+        boot = boot_time()
+        out = []
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            while True:
+                try:
+                    rec = os.read(fd, 8192)
+                except OSError as exc:
+                    if exc.errno == errno.EAGAIN:
+                        break
+                    if exc.errno == errno.EPIPE:  # overwritten while reading: skip ahead
+                        continue
+                    raise
+                if not rec:
                     break
-                if exc.errno == errno.EPIPE:  # overwritten while reading: skip ahead
-                    continue
-                raise
-            if not rec:
-                break
-            text = rec.decode("utf-8", errors="replace")
-            head, _, msg = text.partition(";")
-            fields = head.split(",")
-            if "NVRM: Xid" not in msg or len(fields) < 3:
-                continue
-            ev = parse_line(msg.splitlines()[0] if msg else msg, boot + int(fields[2]) / 1e6)
+                head, _, msg = rec.decode("utf-8", errors="replace").partition(";")
+                fields = head.split(",")
+                if len(fields) >= 3:
+                    out.append((boot + int(fields[2]) / 1e6, msg.split("\n", 1)[0]))
+        finally:
+            os.close(fd)
+        return out
+
+    return _cached(path, 0.0, load)
+
+
+def events_from_kmsg(path: str = "/dev/kmsg") -> list[XidEvent]:
+    """Every XID record still in the kernel ring buffer."""
+    out = []
+    for ts, msg in kmsg_records(path):
+        if "NVRM: Xid" in msg:
+            ev = parse_line(msg, ts)
             if ev is not None:
                 out.append(ev)
-    finally:
-        os.close(fd)
     return out
+
+
+def _file_lines(path: str) -> list[str]:
+    st = os.stat(path)
+
+    def load() -> list[str]:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - TAIL_BYTES))
+            return fh.read().decode("utf-8", errors="replace").splitlines()
+
+    return _cached(path, st.st_mtime_ns + st.st_size * 1e-3 + st.st_ino * 1e-9, load)
 
 
 def events_from_journal_json(text: str) -> list[XidEvent]:
@@ -361,16 +395,23 @@ def events_from_journal_json(text: str) -> list[XidEvent]:
     return out
 
 
-def events_from_journal(timeout: float = 10.0) -> list[XidEvent]:
-    """This boot's kernel messages from the journal (a reboot clears every pending reset anyway)."""
-    from ..errors import SlurmadmError
-    from ..proc import run
+def journal_text(timeout: float = 10.0) -> str:
+    """This boot's kernel messages from the journal as JSON lines (a reboot clears every pending
+    reset anyway)."""
+    def load() -> str:
+        from ..errors import SlurmadmError
+        from ..proc import run
 
-    try:
-        proc = run(["journalctl", "-k", "-b", "-o", "json", "--no-pager", "-q"], timeout=timeout)
-    except SlurmadmError as exc:
-        raise OSError(errno.EIO, str(exc)) from None
-    return events_from_journal_json(proc.stdout)
+        try:
+            return run(["journalctl", "-k", "-b", "-o", "json", "--no-pager", "-q"], timeout=timeout).stdout
+        except SlurmadmError as exc:
+            raise OSError(errno.EIO, str(exc)) from None
+
+    return _cached("journal", 0.0, load)
+
+
+def events_from_journal(timeout: float = 10.0) -> list[XidEvent]:
+    return events_from_journal_json(journal_text(timeout))
 
 
 def read_events(source: str, node: str, now: float) -> list[XidEvent]:
@@ -461,40 +502,14 @@ def merge(events: list[XidEvent], kept: list[XidEvent]) -> list[XidEvent]:
 
 
 def kernel_lines(source: str, node: str, now: float, pattern: re.Pattern[str]) -> list[tuple[float, str]]:
-    """(time, message) of kernel-log lines matching `pattern`, from the same sources as XIDs.
-    File lines whose timestamp cannot be read are skipped (the xid check reports the source)."""
-    out: list[tuple[float, str]] = []
+    """(time, message) of kernel-log lines matching `pattern`, from the same sources as XIDs (read
+    once per run: see _cached). File lines whose time cannot be read are skipped (the xid check
+    reports such a source)."""
     if source == "kmsg":
-        boot = boot_time()
-        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
-        try:
-            while True:
-                try:
-                    rec = os.read(fd, 8192)
-                except OSError as exc:
-                    if exc.errno == errno.EAGAIN:
-                        break
-                    if exc.errno == errno.EPIPE:
-                        continue
-                    raise
-                if not rec:
-                    break
-                head, _, msg = rec.decode("utf-8", errors="replace").partition(";")
-                fields = head.split(",")
-                if len(fields) >= 3 and pattern.search(msg):
-                    out.append((boot + int(fields[2]) / 1e6, msg.splitlines()[0] if msg else msg))
-        finally:
-            os.close(fd)
-        return out
+        return [(ts, msg) for ts, msg in kmsg_records() if pattern.search(msg)]
+    out: list[tuple[float, str]] = []
     if source == "journal":
-        from ..errors import SlurmadmError
-        from ..proc import run
-
-        try:
-            proc = run(["journalctl", "-k", "-b", "-o", "json", "--no-pager", "-q"], timeout=10)
-        except SlurmadmError as exc:
-            raise OSError(errno.EIO, str(exc)) from None
-        for raw in proc.stdout.splitlines():
+        for raw in journal_text().splitlines():
             if not pattern.search(raw):
                 continue
             try:
@@ -503,11 +518,7 @@ def kernel_lines(source: str, node: str, now: float, pattern: re.Pattern[str]) -
             except (ValueError, KeyError, TypeError):
                 continue
         return out
-    with open(source.replace("{node}", node), "rb") as fh:
-        size = fh.seek(0, os.SEEK_END)
-        fh.seek(max(0, size - TAIL_BYTES))
-        data = fh.read().decode("utf-8", errors="replace")
-    for line in data.splitlines():
+    for line in _file_lines(source.replace("{node}", node)):
         if pattern.search(line):
             ts = line_time(line, now)
             if ts is not None:

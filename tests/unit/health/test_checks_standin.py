@@ -192,10 +192,11 @@ def test_driver_version_against_the_site_baseline(node):
 
 def test_hung_gpu_is_reported_as_cannot_run_within_the_check_limit(node):
     gpus.inject(node.gdir, NODE, 3, "hang")
-    t0 = time.monotonic()
     report = node("gpu-count", "ecc-uncorrected", "xid")
-    took = time.monotonic() - t0
-    assert took < 1.0 + 3.0, took  # one check limit (1 s) plus process start, not one per check
+    # one check limit (1 s), not one per check: the first NVML check waits out its limit, the
+    # next is not even started (no wall-clock bound: a loaded machine only slows process start)
+    assert report["by_id"]["gpu-count"]["duration_ms"] >= 900
+    assert report["by_id"]["ecc-uncorrected"]["duration_ms"] < report["by_id"]["gpu-count"]["duration_ms"] / 2
     assert report["by_id"]["gpu-count"]["status"] == "error"
     assert "cannot run: NVML did not answer within 1 s" in report["by_id"]["gpu-count"]["detail"]
     assert report["by_id"]["ecc-uncorrected"]["status"] == "error"
