@@ -193,10 +193,11 @@ def test_driver_version_against_the_site_baseline(node):
 def test_hung_gpu_is_reported_as_cannot_run_within_the_check_limit(node):
     gpus.inject(node.gdir, NODE, 3, "hang")
     report = node("gpu-count", "ecc-uncorrected", "xid")
-    # one check limit (1 s), not one per check: the first NVML check waits out its limit, the
-    # next is not even started (no wall-clock bound: a loaded machine only slows process start)
-    assert report["by_id"]["gpu-count"]["duration_ms"] >= 900
-    assert report["by_id"]["ecc-uncorrected"]["duration_ms"] < report["by_id"]["gpu-count"]["duration_ms"] / 2
+    # one check limit (1 s), not one per check: NVML's start waits out the limit once and no NVML
+    # check is started after it (each says why at once instead of timing out on its own; no
+    # wall-clock bound here: a loaded machine only slows the process start)
+    assert "NVML did not answer within 1 s" in report["by_id"]["ecc-uncorrected"]["detail"]
+    assert all(r["duration_ms"] < 500 for cid, r in report["by_id"].items() if cid != "xid")
     assert report["by_id"]["gpu-count"]["status"] == "error"
     assert "cannot run: NVML did not answer within 1 s" in report["by_id"]["gpu-count"]["detail"]
     assert report["by_id"]["ecc-uncorrected"]["status"] == "error"
