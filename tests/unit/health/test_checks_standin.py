@@ -40,7 +40,7 @@ def node(tmp_path, lib_dir):
     data["store"] = {"path": str(tmp_path / "slurmadm.db")}
     data["health"].update(results_log=str(tmp_path / "health.jsonl"), xid_source=str(tmp_path / "gpus/{node}.kmsg"),
                           check_timeout_s=1.0, sysfs_root=str(tmp_path / "gpus/{node}.sysfs"),
-                          fabric_manager_process="")
+                          fabric_manager_process="", mounts=[])
     data["health"]["checks"]["nccl-allreduce"] = {"contexts": ["epilog"]}  # no GPUs to all-reduce on here
     # this machine's memory stands in for the node's 2 TB (host-memory reads the real /proc/meminfo)
     data["profiles"]["hgx-b200"]["memory_gib"] = max(1, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 30)
