@@ -312,3 +312,20 @@ def test_leftover_processes_of_the_jobs_user_in_the_epilog(node):
     finally:
         child.kill()
         child.wait()
+
+
+def test_dimm_count_and_uncorrected_memory_errors_from_edac(node):
+    site = node.tmp / "site.toml"
+    data = tomllib.loads(site.read_text())
+    data["profiles"]["hgx-b200"]["dimms"] = 8
+    site.write_text(tomli_w.dumps(data))
+    r = node("host-memory")["by_id"]["host-memory"]
+    assert r["status"] == "warn" and "no EDAC memory controllers" in r["detail"], r  # cannot count: says so
+    mc = node.gdir / f"{NODE}.sysfs" / "devices" / "system" / "edac" / "mc" / "mc0"  # the sysfs_root of the fixture
+    for i in range(6):  # two of eight DIMMs gone; an empty slot reads size 0
+        (mc / f"dimm{i}").mkdir(parents=True)
+        (mc / f"dimm{i}" / "size").write_text("65536\n" if i < 6 else "0\n")
+    (mc / "ue_count").write_text("1\n")
+    r = node("host-memory")["by_id"]["host-memory"]
+    assert r["status"] == "fail", r
+    assert "6 DIMMs populated, profile expects 8" in r["detail"] and "1 uncorrected memory error(s) in EDAC" in r["detail"]
