@@ -242,6 +242,11 @@ def _flaps(ctx: Ctx, hcas: list[str]) -> dict[str, int]:
 
     host = ctx.cfg.host
     since = ctx.now - host.get("ib_flap_window_hours", 6) * 3600
+    if ctx.state is not None:  # an admin resumed the node after earlier flaps (engine.HELD)
+        try:
+            since = max(since, float(ctx.state.get("ib-ack") or 0))
+        except ValueError:
+            pass
     try:
         lines = xidmod.kernel_lines(ctx.cfg.xid_source, ctx.cfg.node, ctx.now, FLAP_RE)
     except (OSError, ValueError):
