@@ -326,14 +326,6 @@ def _field(nv: Nvml, handle: Any, field_id: int) -> int | None:
                else got[0].value.uiVal)
 
 
-THROTTLE_BITS = {
-    0x8: "HW slowdown",
-    0x20: "SW thermal slowdown",
-    0x40: "HW thermal slowdown",
-    0x80: "HW power brake",
-}
-
-
 def thermal(ctx: Ctx) -> Outcome:
     out = Outcome()
     nv = ctx.nvml
