@@ -25,8 +25,6 @@ the node (the engine records that as an acknowledgement time).
 
 from __future__ import annotations
 
-import csv
-import datetime as dt
 import errno
 import functools
 import json
@@ -34,9 +32,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-
-DATA = Path(__file__).parent / "data"
+DATA = os.path.join(os.path.dirname(__file__), "data")
 
 # The catalog's immediate-action buckets -> (our verdict, what clears it: "reset", "reboot" or "").
 ACTION_VERDICT: dict[str, tuple[str, str]] = {
@@ -117,7 +113,9 @@ class Nvlink5Rule:
 
 
 def _rows(name: str) -> list[dict[str, str]]:
-    with open(DATA / name, newline="", encoding="utf-8") as fh:
+    import csv
+
+    with open(os.path.join(DATA, name), newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(line for line in fh if not line.startswith("#")))
 
 
@@ -262,6 +260,8 @@ def boot_time() -> float:
 def line_time(line: str, now: float, boot: float | None = None) -> float | None:
     """Wall-clock time of a log line, or None when its timestamp is not one we know. Naive
     times are local time; seconds-since-boot stamps count from `boot` (this boot)."""
+    import datetime as dt  # only file sources need it: not on the /dev/kmsg prolog path
+
     m = ISO_RE.match(line)
     if m:
         text = m.group(1).replace(",", ".").replace(" ", "T").replace("Z", "+00:00")
