@@ -12,9 +12,13 @@ Rules:
 - Resume only in periodic runs, only slurmadm's own drains set by a health check (not e.g. a
   burn-in drain, which only a passing burn-in lifts), after `resume_after_clean_runs`
   consecutive clean periodic runs (the count lives in the store's node_state).
-- A prolog/epilog blocks the job (non-zero exit) only when the node is drained now (by us or
-  already by someone): when the breaker or a foreign state holds the drain back, the job runs and
-  an alert says why; a non-zero exit there would make Slurm drain the node behind the breaker.
+- A prolog/epilog blocks the job (non-zero exit) when the node is drained now (by us or already
+  by someone), and when a state someone else handles holds the drain back (a pending reboot, DOWN,
+  power): the fault is real and the job must not run on it. Two exceptions let the job run with an
+  alert: the breaker (a non-zero exit would make Slurm drain the node behind it) and a maintenance
+  reservation (its jobs are the admin's, or burn-in's, which test the node themselves).
+- A drain whose reason no longer reads exactly as slurmadm set it (`our_reason`, remembered in
+  the store) was taken over by an admin: never resumed.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from .checks import BY_ID
 from .runner import Plan, Result, first_drain
 
 CLEAN_RUNS_KEY = "clean-runs"
+DRAIN_REASON_KEY = "drain-reason"  # the exact reason this node's last health drain set
 
 
 def drain_reason(results: list[Result], context: str) -> tuple[str, str] | None:
@@ -65,7 +70,7 @@ def over_cap(node: NodeInfo, everyone: list[NodeInfo], fraction: float) -> str:
 
 
 def decide(*, context: str, results: list[Result], node: NodeInfo | None, everyone: list[NodeInfo],
-           fraction: float, resume_after: int, prev_clean: int) -> Plan:
+           fraction: float, resume_after: int, prev_clean: int, our_reason: str | None = None) -> Plan:
     found = drain_reason(results, context)
     periodic = context == "periodic"
     if found is not None:
@@ -78,7 +83,9 @@ def decide(*, context: str, results: list[Result], node: NodeInfo | None, everyo
         if not verdict.act:
             if node.drained:  # ours already, or someone else's: the node takes no new work anyway
                 return Plan("none", verdict.why, blocks_job=True, clean_runs=reset, check_id=check_id)
-            return Plan("alert", f"not draining ({reason}): {verdict.why}", clean_runs=reset, check_id=check_id)
+            refuse = "MAINTENANCE" not in node.flags
+            return Plan("alert", f"not draining ({reason}): {verdict.why}", blocks_job=refuse, clean_runs=reset,
+                        check_id=check_id)
         why = breaker(node, everyone, fraction)
         if why:
             return Plan("alert", f"breaker: not draining ({reason}): {why}", clean_runs=reset, check_id=check_id)
@@ -91,6 +98,9 @@ def decide(*, context: str, results: list[Result], node: NodeInfo | None, everyo
     if owner not in BY_ID:  # e.g. a burn-in drain: only a passing burn-in may lift it
         return Plan("none", f"clean; drained by slurmadm for {owner!r}, which is not a health check: "
                     "left to its owner", clean_runs=0 if prev_clean else None)
+    if our_reason and node.reason != our_reason:
+        return Plan("none", f"clean; the drain reason was changed since slurmadm set {our_reason!r}: "
+                    "the drain is the admin's now", clean_runs=0 if prev_clean else None)
     count = prev_clean + 1
     if count < resume_after:
         return Plan("none", f"clean run {count} of {resume_after} before resuming", clean_runs=count)

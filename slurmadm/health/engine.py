@@ -118,24 +118,34 @@ def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, 
         with actions.drain_lock(cfg.store_path, timeout_s=max(0.5, (deadline - time.monotonic()) / 4)):
             everyone = backend.nodes()
             node = next((n for n in everyone if n.name == cfg.node), None)
+            our_reason = (state.get(actions.DRAIN_REASON_KEY) or None) if state is not None else None
+            if our_reason and node is not None and not node.drained and act:
+                state.set(actions.DRAIN_REASON_KEY, "")  # resumed since (by anyone): forget it
+                our_reason = None
             plan = actions.decide(context=context, results=results, node=node, everyone=everyone,
                                   fraction=cfg.drain_cap_fraction, resume_after=cfg.resume_after_clean_runs,
-                                  prev_clean=prev)
+                                  prev_clean=prev, our_reason=our_reason)
             if not act:
                 return plan, False
             if plan.action == "drain":
                 backend.drain([cfg.node], plan.reason)
+                if state is not None:
+                    state.set(actions.DRAIN_REASON_KEY, plan.reason)
                 rec.event("drain", plan.reason, check_id=plan.check_id)
                 after = backend.nodes()
                 me = next((n for n in after if n.name == cfg.node), None)
                 why = actions.over_cap(me, after, cfg.drain_cap_fraction) if me is not None else ""
                 if why and me is not None and actions.is_ours(me):
                     backend.resume([cfg.node])
+                    if state is not None:
+                        state.set(actions.DRAIN_REASON_KEY, "")
                     rec.event("resume", f"undo drain: {why}", check_id=plan.check_id)
                     plan = Plan("alert", f"breaker: drain undone ({plan.reason}): {why}",
                                         clean_runs=plan.clean_runs, check_id=plan.check_id)
             elif plan.action == "resume":
                 backend.resume([cfg.node])
+                if state is not None:
+                    state.set(actions.DRAIN_REASON_KEY, "")
                 rec.event("resume", plan.reason)
             if plan.action == "alert":
                 _alert(cfg, rec, state, plan.reason, check_id=plan.check_id)

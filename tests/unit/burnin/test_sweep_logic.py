@@ -99,7 +99,7 @@ def test_own_reservation_flags_do_not_block_the_drain_but_others_do(site, tmp_pa
     sw.reserved, sw.runs = False, {"b200-004": run("b200-004", verdict="fail", failed_test="stress", detail="x")}
     slurm.calls.clear()
     sw._act()
-    assert slurm.calls == [] and "MAINTENANCE+RESERVED" in sw.runs["b200-004"].action
+    assert slurm.calls == [] and "MAINTENANCE" in sw.runs["b200-004"].action
 
 
 def test_breaker_turns_drains_into_alerts(site, tmp_path):
