@@ -186,13 +186,11 @@ def _alert(cfg: HealthConfig, rec: Recorder, state: NodeState | None, reason: st
 
 
 def _backend(deadline: float):
+    """Every scontrol/sinfo call (and the pyslurm probe) within a third of what is left; a pyslurm
+    call that hangs holding the GIL is cut by the hook's supervisor process at the run's limit."""
     from ..slurm import get_backend
-    from ..slurm.cli_backend import CliBackend
 
-    backend = get_backend()
-    if isinstance(backend, CliBackend):
-        backend.timeout = max(1.0, min(backend.timeout, (deadline - time.monotonic()) / 3))
-    return backend
+    return get_backend(timeout=max(1.0, min(20.0, (deadline - time.monotonic()) / 3)))
 
 
 def summary_line(report: Report) -> str:

@@ -19,7 +19,7 @@ import sys
 
 from ..errors import SlurmadmError
 from ..proc import run
-from .checks import CannotRun, Ctx, Outcome
+from .checks import CannotRun, Ctx, MissingTool, Outcome
 
 AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.]+)", re.M)
 
@@ -52,7 +52,7 @@ def measure(gpus: int, size_mib: int, iters: int, timeout_s: float) -> tuple[flo
             bw, wrong = parse_all_reduce_perf(proc.stdout)
             return bw, wrong, "all_reduce_perf"
         if not _torch_cuda():
-            raise CannotRun("no all_reduce_perf on PATH and no torch with CUDA (pip install 'slurmadm[burnin]')")
+            raise MissingTool("no all_reduce_perf on PATH and no torch with CUDA (pip install 'slurmadm[burnin]')")
         from .allreduce import run_local
 
         data = run_local("nccl", gpus, mib=size_mib, iters=iters, timeout=timeout_s)
