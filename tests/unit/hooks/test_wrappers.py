@@ -160,3 +160,46 @@ def test_python_that_crashes_lets_the_job_run(hooks, tmp_path):
     fake.chmod(0o755)
     hooks.write_env(SLURMADM_PYTHON=str(fake))
     assert run_hook(hooks, "prolog.sh").returncode == 1
+
+
+def test_any_exception_while_loading_lets_the_job_run(monkeypatch, capsys):
+    from slurmadm.health import config, hook
+
+    def boom(node, site):
+        raise RuntimeError("something nobody foresaw")
+
+    monkeypatch.setattr(config, "load", boom)
+    for context in ("prolog", "epilog", "periodic"):
+        with pytest.raises(SystemExit) as exc:
+            hook.main([context, "--node", NODE])
+        assert exc.value.code == 0
+        err = capsys.readouterr().err
+        assert "unexpected RuntimeError: something nobody foresaw" in err and "the job runs" in err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the rule is for hooks running as root")
+@pytest.mark.parametrize("mode,owner", [(0o666, 0), (0o646, 0), (0o664, 0), (0o644, 65534)])
+def test_root_hook_refuses_a_site_file_others_can_write(hooks, mode, owner):
+    """As sshd's StrictModes: a root hook does not follow a site file (it says where to write
+    and what to run) that another user can change. It refuses it loudly and lets the job run."""
+    gid = 0 if mode != 0o664 else 65534
+    os.chown(hooks.site, owner, gid)
+    hooks.site.chmod(mode)
+    p = run_hook(hooks, "prolog.sh")
+    assert p.returncode == 0
+    loud(p, str(hooks.site))
+    assert "writable" in p.stderr or "owned by" in p.stderr
+    assert not (hooks / "cache").exists() or not list((hooks.site.parent / "cache").glob("*"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the rule is for hooks running as root")
+def test_root_hook_refuses_a_site_in_a_directory_others_can_write(hooks, tmp_path):
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)  # not sticky: anyone may replace the file
+    site = open_dir / "site.toml"
+    site.write_bytes(hooks.site.read_bytes())
+    hooks.write_env(SLURMADM_SITE=str(site))
+    p = run_hook(hooks, "prolog.sh")
+    assert p.returncode == 0
+    loud(p, str(open_dir))
