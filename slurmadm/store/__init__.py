@@ -183,6 +183,17 @@ class Store:
                 pass  # the store rows are the record; the JSON-lines copy is best effort
         return ids
 
+    def update_events(self, ids: list[int], **detail: Any) -> None:
+        """Merge `detail` into events already written (an intent recorded before a change,
+        marked done or refused after it): one transaction."""
+        with self.transaction() as db:
+            for event_id in ids:
+                row = db.execute("SELECT detail FROM events WHERE id=?", (event_id,)).fetchone()
+                if row is not None:
+                    merged = {**json.loads(row["detail"]), **detail}
+                    db.execute("UPDATE events SET detail=? WHERE id=?",
+                               (json.dumps(merged, sort_keys=True, default=str), event_id))
+
     def events(self, *, since: float | None = None, action: str | None = None,
                target: str | None = None, limit: int = 1000) -> list[Event]:
         sql = "SELECT * FROM events WHERE 1=1"
