@@ -59,13 +59,19 @@ def breaker(node: NodeInfo, everyone: list[NodeInfo], fraction: float) -> str:
 
 
 def over_cap(node: NodeInfo, everyone: list[NodeInfo], fraction: float) -> str:
-    """After our drain: '' unless some partition of `node` now has more slurmadm drains than the cap."""
+    """After our drain: '' unless `node`'s drain is one too many in some partition of it.
+
+    Racing runs (nodes with separate stores share no lock) each recount Slurm's state, so the
+    answer must be the same from every node: the drains Slurm recorded first (reason time, then
+    node name) fill the cap, and only those after it undo: the cap holds and none of it is lost."""
     for part in node.partitions:
         members = [n for n in everyone if part in n.partitions]
-        ours = [n for n in members if is_ours(n)]
+        ours = sorted((n for n in members if is_ours(n)), key=lambda n: (n.reason_time, n.name))
         cap = math.floor(fraction * len(members) + 1e-9)
-        if len(ours) > cap:
-            return f"partition {part}: {len(ours)} slurmadm drains > cap {cap} (a concurrent drain raced this one)"
+        rank = next((i for i, n in enumerate(ours) if n.name == node.name), 0)
+        if len(ours) > cap and rank >= cap:
+            return (f"partition {part}: {len(ours)} slurmadm drains > cap {cap} and this one came after "
+                    f"{', '.join(n.name for n in ours[:cap]) or 'none'} (a concurrent drain raced it)")
     return ""
 
 

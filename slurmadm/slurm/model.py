@@ -44,6 +44,7 @@ class NodeInfo:
     features: tuple[str, ...] = ()
     cpus: int = 0
     real_memory: int = 0
+    reason_time: float = 0.0  # when the reason was set (Unix time; 0: unknown)
 
     @property
     def drained(self) -> bool:

@@ -188,3 +188,21 @@ def test_reason_changed_since_our_drain_is_the_admins():
     p = decide(context="periodic", results=CLEAN, node=same, everyone=[same], fraction=0.5, resume_after=1,
                prev_clean=5, our_reason=ours)
     assert p.action == "resume"
+
+
+def test_two_racing_drains_with_separate_stores_keep_exactly_the_cap():
+    """Two prologs on nodes with separate stores (no shared drain lock) both pass the breaker and
+    drain; each then recounts Slurm's state. The decision must be one answer for both: the
+    drains Slurm recorded first (then by name) stay, the rest undo, so the cap holds and is used."""
+    base = fleet(8)  # cap 2 at 0.25
+    old = node("b200-008", flags=("DRAIN",), reason="slurmadm: xid: GPU0 XID 79 [periodic]")
+    old = NodeInfo(**{**old.__dict__, "reason_time": 1000.0})
+    racers = [NodeInfo(**{**node(n, flags=("DRAIN",), reason="slurmadm: ecc-uncorrected: GPU5 x [prolog]").__dict__,
+                          "reason_time": 2000.0}) for n in ("b200-003", "b200-001")]
+    after = [n for n in base if n.name not in {"b200-008", "b200-003", "b200-001"}] + [old, *racers]
+    verdicts = {r.name: over_cap(r, after, 0.25) for r in racers}
+    assert verdicts["b200-001"] == "" and verdicts["b200-003"] != ""  # one stays: cap 2 = old + b200-001
+    # with room for both, neither undoes
+    assert all(over_cap(r, after, 0.5) == "" for r in racers)
+    # and the old drain is never the one to go
+    assert over_cap(old, after, 0.25) == ""
