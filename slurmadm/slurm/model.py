@@ -44,7 +44,7 @@ class NodeInfo:
     features: tuple[str, ...] = ()
     cpus: int = 0
     real_memory: int = 0
-    reason_time: float = 0.0  # when the reason was set (Unix time; 0: unknown)
+    reason_time: float = field(default=0.0, compare=False)  # when the reason was set (Unix time; 0: unknown)
 
     @property
     def drained(self) -> bool:
