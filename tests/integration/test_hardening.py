@@ -6,6 +6,7 @@ Slurm's own periodic health runs go on meanwhile; assertions are about outcomes.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -121,9 +122,12 @@ def test_health_run_on_a_healthy_node_drains_nothing_for_a_missing_tool(dev_clus
     """The dev cluster has no all_reduce_perf and no CUDA torch: nccl-allreduce cannot run. That
     is the site's configuration, reported, not the node's fault."""
     name = "b200-004"
-    p = run_slurmadm(env, "health", "run", "--node", name, timeout=300)
-    assert "not installed" in p.stdout + p.stderr, p.stdout + p.stderr
+    p = run_slurmadm(env, "health", "run", "--node", name, "--json", timeout=300)
     assert "Traceback" not in p.stderr
+    report = json.loads(p.stdout)
+    nccl = next(r for r in report["results"] if r["check_id"] == "nccl-allreduce")
+    assert (nccl["status"], nccl["action"]) == ("error", "warn") and "not installed" in nccl["detail"], nccl
+    assert report["plan"]["action"] == "none", report["plan"]
     assert not node(env, name).drained
 
 
@@ -164,7 +168,7 @@ def test_prune_removes_a_user_of_two_projects(dev_cluster, env, tmp_path):
     assert r.returncode == 0, r.stderr
 
     def mine():
-        out = sh(env, "sacctmgr", "-n", "-P", "show", "assoc", f"where user={user}", "format=account")
+        out = sh(env, "sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}", "format=account")
         return sorted(set(out.split()))
 
     assert len(mine()) >= 2
