@@ -188,7 +188,7 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "slurmd_spool_dir": f"{d}/spool/d/%n",
         "log_dir": f"{d}/log",
         "run_dir": f"{d}/run",
-        "munge_socket": f"{d}/munge/munge.socket",
+        "munge_socket": f"{d}/run/munge/munge.socket",  # DevCluster.munge_socket
         "slurm_user": "root",
         "release": fmt(release) if fmt(release) in RELEASES else "auto",
         "proctrack": "linuxproc",

@@ -25,6 +25,11 @@ class CannotRun(Exception):
     """The check could not reach a verdict (missing library, unsupported, timed out)."""
 
 
+class MissingTool(CannotRun):
+    """A tool the check needs is not installed: the site's configuration, not the node's fault.
+    Reported (status "error", action "warn"), never a reason to drain, whatever on_error says."""
+
+
 @dataclass
 class Finding:
     level: str  # "fail" or "warn"

@@ -159,16 +159,52 @@ def _cache_file(node: str, sha: str) -> Path:
     return cache_dir() / f"health-{node}-{__version__}-{sha[:20]}.json"
 
 
+def untrusted(path: Path) -> str:
+    """'' when only root can change `path` (the file and every directory above it), else why not.
+
+    A root hook follows its site file (where to write the store and logs, what to run): like sshd's
+    StrictModes, it refuses one that another user could change: not owned by root, writable by
+    others, or by a group other than root's, or in a directory that is (a sticky world-writable
+    directory such as /tmp is fine: others cannot replace root's files in it)."""
+    try:
+        real = Path(os.path.realpath(path))
+        st = real.stat()
+    except OSError:
+        return ""  # missing: load_site says so
+    if st.st_uid != 0:
+        return f"site file {path} is owned by uid {st.st_uid}, not root"
+    if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != 0):
+        return f"site file {path} is writable by {'everyone' if st.st_mode & 0o002 else f'group {st.st_gid}'}"
+    for d in real.parents:
+        try:
+            ds = d.stat()
+        except OSError:
+            continue
+        sticky = ds.st_mode & 0o1000
+        if ds.st_uid != 0:
+            return f"directory {d} of site file {path} is owned by uid {ds.st_uid}, not root"
+        if (ds.st_mode & 0o002 and not sticky) or (ds.st_mode & 0o020 and ds.st_gid != 0 and not sticky):
+            return f"directory {d} of site file {path} is writable by others"
+    return ""
+
+
 def load(node: str, site_file: str | None = None) -> HealthConfig:
-    """The node's settings: from the cache when the site file is unchanged, else from the site."""
+    """The node's settings: from the cache when the site file is unchanged, else from the site.
+    Run as root, a site file (or cache) another user could change is refused (UsageError)."""
+    from ..errors import UsageError
+
     path = site_path(site_file)
+    if os.geteuid() == 0:
+        why = untrusted(path)
+        if why:
+            raise UsageError(f"{why}: refusing it as root (chown root and chmod go-w)")
     try:
         raw = path.read_bytes()
     except OSError:
         raw = None  # let load_site produce the proper one-line error
     sha = hashlib.sha256(raw).hexdigest() if raw is not None else ""
     cached = _cache_file(node, sha)
-    if raw is not None:
+    if raw is not None and (os.geteuid() != 0 or not untrusted(cached)):
         try:
             return HealthConfig.from_json(cached.read_text())
         except (OSError, ValueError, TypeError, KeyError):
@@ -179,7 +215,6 @@ def load(node: str, site_file: str | None = None) -> HealthConfig:
     # the bytes just hashed, not a second read: the cache key must match what was parsed
     site = parse_site(raw, source=str(path)) if raw is not None else load_site(path)
     cfg = from_site(site, node, site_path=str(path), site_sha256=sha)
-    from ..errors import UsageError
     from ..files import write_atomic
 
     try:

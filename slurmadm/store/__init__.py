@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import UnreachableError, UsageError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -62,6 +62,19 @@ CREATE TABLE IF NOT EXISTS node_state (
 EXTRA_SCHEMA: list[str] = []
 
 
+# Store files this process opened: a database error met later (a corrupt page read by some
+# query) is reported naming them (slurmadm.cli.common).
+OPENED: list[str] = []
+
+
+def store_error(exc: Exception, path: str | None = None) -> UnreachableError:
+    """One line for an SQLite error: a corrupt file or a store that stays locked (exit 3)."""
+    where = path or ", ".join(dict.fromkeys(OPENED)) or "(unknown file)"
+    hint = "" if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc) else \
+        " (corrupt? move it aside or restore it from a backup)"
+    return UnreachableError(f"store {where}: {exc}{hint}")
+
+
 def actor() -> str:
     """Who is acting: the human behind sudo when there is one."""
     for var in ("SLURMADM_ACTOR", "SUDO_USER"):
@@ -94,14 +107,19 @@ class Store:
         except (OSError, sqlite3.Error) as exc:
             raise UsageError(f"store {self.path}: cannot open ({exc})") from None
         self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA busy_timeout = %d" % int(timeout_s * 1000))
+        OPENED.append(str(self.path))
         try:
-            self._db.execute("PRAGMA journal_mode = WAL")
-        except sqlite3.OperationalError:
-            pass  # another process is switching it right now; it will be WAL either way
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        # one script, one write transaction: concurrent first opens queue on the lock
-        self._db.executescript("BEGIN IMMEDIATE;\n" + SCHEMA + "\n".join(EXTRA_SCHEMA) + "\nCOMMIT;")
+            self._db.execute("PRAGMA busy_timeout = %d" % int(timeout_s * 1000))
+            try:
+                self._db.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.OperationalError:
+                pass  # another process is switching it right now; it will be WAL either way
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            # one script, one write transaction: concurrent first opens queue on the lock
+            self._db.executescript("BEGIN IMMEDIATE;\n" + SCHEMA + "\n".join(EXTRA_SCHEMA) + "\nCOMMIT;")
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise store_error(exc, str(self.path)) from None
 
     @classmethod
     def for_site(cls, site) -> "Store":
@@ -164,6 +182,17 @@ class Store:
             except OSError:
                 pass  # the store rows are the record; the JSON-lines copy is best effort
         return ids
+
+    def update_events(self, ids: list[int], **detail: Any) -> None:
+        """Merge `detail` into events already written (an intent recorded before a change,
+        marked done or refused after it): one transaction."""
+        with self.transaction() as db:
+            for event_id in ids:
+                row = db.execute("SELECT detail FROM events WHERE id=?", (event_id,)).fetchone()
+                if row is not None:
+                    merged = {**json.loads(row["detail"]), **detail}
+                    db.execute("UPDATE events SET detail=? WHERE id=?",
+                               (json.dumps(merged, sort_keys=True, default=str), event_id))
 
     def events(self, *, since: float | None = None, action: str | None = None,
                target: str | None = None, limit: int = 1000) -> list[Event]:

@@ -175,3 +175,14 @@ def test_validate_json(tmp_path):
     data = json.loads(result.output)
     assert data["nodes"] == 128 and data["gpus"] == 1024 and data["valid"] is True
     assert data["node_list"] == "b200-[001-128]"
+
+
+def test_undecodable_byte_is_one_line_not_a_traceback(tmp_path):
+    """issue 15: one non-UTF-8 byte gave a UnicodeDecodeError traceback (exit 1)."""
+    bad = tmp_path / "site.toml"
+    bad.write_bytes(MINIMAL.encode().replace(b'name = "mini"', b'name = "mi\xffni"'))
+    with pytest.raises(SiteError, match=r"not UTF-8: byte 0xff at line 3"):
+        load_site(bad)
+    result = CliRunner().invoke(cli, ["site", "validate", "--site", str(bad)])
+    assert result.exit_code == 2
+    assert "not UTF-8: byte 0xff at line 3" in result.output and "Traceback" not in result.output
