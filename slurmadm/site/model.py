@@ -19,10 +19,21 @@ from .burnin import BurninSection
 from .fleet import BmcSection, SoftwareBaseline
 from .health import HealthSection, ModelThresholds
 from .profiles import BUILTIN_PROFILES, NodeProfile, Strict
+from .slurmtext import (
+    UINT32_NO_VAL,
+    Hostlist,
+    NodeAddress,
+    SlurmExecutable,
+    SlurmPath,
+    SlurmProgram,
+    SlurmValue,
+    UnixUser,
+)
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 HostName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,252}$")]
-AbsPath = Annotated[str, Field(pattern=r"^/")]
+# Absolute paths that may reach a Slurm config: no blanks, quotes, '#' or control characters.
+AbsPath = SlurmPath
 
 
 class ClusterSection(Strict):
@@ -30,7 +41,7 @@ class ClusterSection(Strict):
     name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
     # SlurmctldHost lines, primary first.
     controllers: Annotated[list[HostName], Field(min_length=1, max_length=8)]
-    slurm_user: str = "slurm"
+    slurm_user: UnixUser = "slurm"
 
 
 class DatabaseSection(Strict):
@@ -38,8 +49,8 @@ class DatabaseSection(Strict):
     port: Port = 6819
     storage_host: HostName = "localhost"
     storage_port: Port = 3306
-    storage_user: str = "slurm"
-    storage_name: str = "slurm_acct_db"
+    storage_user: UnixUser = "slurm"
+    storage_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_$]{1,64}$")] = "slurm_acct_db"
     # The database password lives in a root-only file, never in site.toml.
     storage_password_file: AbsPath = "/etc/slurm/slurmdbd.password"
 
@@ -50,18 +61,18 @@ class StoreSection(Strict):
 
 
 class NodeGroup(Strict):
-    names: str  # hostlist, e.g. "b200-[001-128]"
+    names: Hostlist  # hostlist, e.g. "b200-[001-128]"
     profile: str = "hgx-b200"
     features: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_\-.]+$")]] = []
     # Network placement, only needed when several slurmd share one host (the dev cluster):
-    addr: str | None = None  # NodeAddr
-    hostname: str | None = None  # NodeHostname
+    addr: NodeAddress | None = None  # NodeAddr
+    hostname: NodeAddress | None = None  # NodeHostname
     port: Port | None = None  # Port of the first node; the i-th node of the group gets port+i
 
 
 class ScalableUnit(Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_\-]+$")]
-    nodes: str  # hostlist
+    nodes: Hostlist
 
 
 SwitchName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_\-]+$")]
@@ -82,7 +93,7 @@ class TopologySection(Strict):
 
 class Partition(Strict):
     name: SlurmName
-    nodes: str = "ALL"  # hostlist or ALL
+    nodes: Hostlist = "ALL"  # hostlist or ALL
     default: bool = False
     max_time: SlurmTime = "INFINITE"
     default_time: SlurmTime | None = None
@@ -96,11 +107,11 @@ class Partition(Strict):
 class PrioritySection(Strict):
     decay_half_life: SlurmTime = "14-0"
     max_age: SlurmTime = "7-0"
-    weight_fairshare: Annotated[int, Field(ge=0)] = 100000
-    weight_age: Annotated[int, Field(ge=0)] = 1000
-    weight_partition: Annotated[int, Field(ge=0)] = 10000
-    weight_job_size: Annotated[int, Field(ge=0)] = 1000
-    weight_qos: Annotated[int, Field(ge=0)] = 10000
+    weight_fairshare: Annotated[int, Field(ge=0, le=UINT32_NO_VAL - 1)] = 100000
+    weight_age: Annotated[int, Field(ge=0, le=UINT32_NO_VAL - 1)] = 1000
+    weight_partition: Annotated[int, Field(ge=0, le=UINT32_NO_VAL - 1)] = 10000
+    weight_job_size: Annotated[int, Field(ge=0, le=UINT32_NO_VAL - 1)] = 1000
+    weight_qos: Annotated[int, Field(ge=0, le=UINT32_NO_VAL - 1)] = 10000
 
 
 class SlurmSection(Strict):
@@ -116,7 +127,7 @@ class SlurmSection(Strict):
     log_dir: AbsPath = "/var/log/slurm"
     run_dir: AbsPath = "/run/slurm"
     munge_socket: AbsPath | None = None  # AuthInfo=socket=...; None: munge's default
-    slurm_user: str | None = None  # SlurmUser; default cluster.slurm_user
+    slurm_user: UnixUser | None = None  # SlurmUser; default cluster.slurm_user
     proctrack: Literal["cgroup", "linuxproc"] = "cgroup"
     task_plugins: Annotated[list[Literal["task/cgroup", "task/affinity", "task/none"]], Field(min_length=1)] = [
         "task/cgroup",
@@ -141,7 +152,7 @@ class SlurmSection(Strict):
     ]
     # Must cover profiles.*.boot_seconds when Slurm reboots nodes (RebootProgram set).
     resume_timeout: Annotated[int, Field(ge=60, le=86400)] = 900
-    reboot_program: str = "/usr/sbin/reboot"  # "" for none
+    reboot_program: SlurmProgram = "/usr/sbin/reboot"  # "" for none
     return_to_service: Literal[0, 1, 2] = 2
     preempt_mode: Literal["REQUEUE", "CANCEL", "SUSPEND,GANG"] = "REQUEUE"
     # SchedulerParameters besides nohold_on_prolog_fail (always set: a job whose prolog drains
@@ -165,7 +176,7 @@ class SlurmSection(Strict):
     priority: PrioritySection = PrioritySection()
     # Extra slurm.conf lines for what the model does not cover (KEY -> value). Keys slurmadm
     # writes itself are refused here (set them through their own key).
-    extra: dict[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9]*$")], str] = {}
+    extra: dict[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9]*$")], SlurmValue] = {}
 
 
 class Site(Strict):
