@@ -202,6 +202,7 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "constrain_swap_space": False,
         "prolog_dir": str(prolog_dir),
         "reboot_program": "/bin/true",
+        "mail_prog": "",  # no job mail from the dev cluster (MailProg=/bin/true)
         "resume_timeout": 60,
         "health_check_interval": 30,
     })

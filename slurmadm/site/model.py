@@ -102,6 +102,11 @@ class Partition(Strict):
     allow_qos: list[SlurmName] = []  # empty: all
     priority_tier: Annotated[int, Field(ge=0, le=65533)] = 1
     oversubscribe: Literal["NO", "EXCLUSIVE", "YES", "FORCE"] = "NO"
+    # TRESBillingWeights of this partition, e.g. { "gres/gpu" = 1.0, cpu = 0.0 } (mem per GiB);
+    # omitted: derived from slurm.billing and the partition's node profile.
+    billing_weights: dict[Literal["cpu", "mem", "gres/gpu"], Annotated[float, Field(ge=0, le=1e6)]] | None = None
+    # DefMemPerCPU in MiB; omitted: the node's RealMemory / CPUs (smallest over the partition).
+    def_mem_per_cpu_mib: Annotated[int, Field(ge=1, le=2**40)] | None = None
 
 
 class PrioritySection(Strict):
@@ -174,6 +179,31 @@ class SlurmSection(Strict):
     # configs, and `scontrol reconfigure` pushes a new set to every node.
     configless: bool = True
     priority: PrioritySection = PrioritySection()
+    # ---- what makes the configuration right for a GPU site (see site.example.toml) ----
+    # How jobs are billed (fairshare usage, sshare, the billing TRES):
+    #   "gpu-equivalent"  in GPUs: GRES/gpu=1 and CPUs and memory weighted so a whole node's worth
+    #                     equals its GPU count, with PriorityFlags=MAX_TRES (a job pays for the
+    #                     largest share of a node it holds)
+    #   "gpus"            GPUs only (CPU-only jobs are free)
+    #   "cpus"            Slurm's default: allocated CPUs
+    billing: Literal["gpu-equivalent", "gpus", "cpus"] = "gpu-equivalent"
+    # EnforcePartLimits: ALL rejects at submit a job that a partition's limits (AllowQos, MaxTime,
+    # ...) would leave pending forever.
+    enforce_part_limits: Literal["ALL", "ANY", "NO"] = "ALL"
+    # SchedulerParameters bf_window (minutes) and bf_resolution (seconds); omitted: bf_window
+    # covers the longest partition max_time, bf_resolution grows with it (60 s per day).
+    bf_window_minutes: Annotated[int, Field(ge=1, le=43200)] | None = None
+    bf_resolution_s: Annotated[int, Field(ge=1, le=3600)] | None = None
+    # True when state_save_location is storage that every controller mounts (required with more
+    # than one cluster.controllers: the backup takes over from the primary's saved state).
+    state_save_shared: bool = False
+    # MailProg: the mailer slurmctld runs for --mail-type; "" for no job mail (MailProg=/bin/true).
+    mail_prog: SlurmExecutable = "/usr/bin/mail"
+    # systemd units slurmd starts after (`slurmadm config slurmd-unit`): the GPU device files of
+    # gres.conf must exist before slurmd reads it, or it exits.
+    slurmd_after: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9@_.\-]+\.(service|target|mount|device)$")]] = [
+        "nvidia-persistenced.service"
+    ]
     # Extra slurm.conf lines for what the model does not cover (KEY -> value). Keys slurmadm
     # writes itself are refused here (set them through their own key).
     extra: dict[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9]*$")], SlurmValue] = {}
