@@ -183,3 +183,28 @@ def test_slurmd_dropin_orders_slurmd_after_the_gpu_units(tmp_path):
     assert path.read_text() == text
     again = CliRunner().invoke(cli, [*args, "--reason", "boot order"])
     assert "unchanged" in again.output
+
+
+# ------------------------------------------------------------------ 4. AllowQos against slurmdbd
+
+
+def test_apply_refuses_allow_qos_that_slurmdbd_lacks(tmp_path, monkeypatch):
+    """A stand-in sacctmgr that knows every QOS but 'burnin': the AllowQos name is refused like a
+    partition QOS, before anything is written (the real slurmdbd: tests/integration/test_gpu_site.py)."""
+    from slurmadm.config.apply import check_partition_qos
+    from slurmadm.errors import UsageError
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "sacctmgr"
+    fake.write_text("#!/bin/sh\nprintf 'normal\\nhigh\\nlow\\ndebug\\n'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    site = make_site()
+    with pytest.raises(UsageError) as err:
+        check_partition_qos(site, render(site, (22, 5))["slurm.conf"])
+    assert str(err.value) == (
+        "partitions[0].allow_qos[3]: QOS 'burnin' does not exist in slurmdbd, and slurmctld would silently drop "
+        "it from AllowQos; create it first (slurmadm accounts apply), then apply again. Nothing written.")
+    fake.write_text("#!/bin/sh\nprintf 'normal\\nhigh\\nlow\\ndebug\\nburnin\\n'\n")
+    check_partition_qos(site, render(site, (22, 5))["slurm.conf"])  # all known: no error
