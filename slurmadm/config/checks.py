@@ -14,8 +14,11 @@ from ClusterShell.RangeSet import RangeSet, RangeSetException
 
 from ..hostlist import expand
 from ..site import Site
+from ..site.accounts import slurm_time_seconds
 from .build import longest_max_time_minutes, several_slurmd_per_host, slurm_settings, spine_groups
 from .release import CGROUP_DISABLED_FROM, Release, fmt
+
+MAX_TIME_MINUTES = 2**32 - 3  # uint32 minutes below INFINITE and NO_VAL
 
 # Lines slurmadm writes itself besides the settings (slurm.extra may not add them).
 _LINE_KEYS = ("NodeName", "PartitionName", "NodeSet", "DownNodes", "FrontendName")
@@ -180,6 +183,15 @@ def check_gpu_site(site: Site) -> list[str]:
         if key in ("bf_window", "bf_resolution"):
             p(f"slurm.scheduler_parameters[{i}]: set {key} through slurm.{key}_"
               f"{'minutes' if key == 'bf_window' else 's'} (slurmadm derives it from the partitions)")
+    for i, part in enumerate(site.partitions):  # Slurm keeps time limits in uint32 minutes
+        for key in ("max_time", "default_time"):
+            value = getattr(part, key)
+            seconds = slurm_time_seconds(value) if value else None
+            if seconds and seconds // 60 > MAX_TIME_MINUTES:
+                p(f"partitions[{i}].{key}: {value!r} is longer than Slurm can store "
+                  f"({MAX_TIME_MINUTES} minutes); use INFINITE")
+    if problems:
+        return problems
     longest = longest_max_time_minutes(site)
     window = s.bf_window_minutes
     if window is not None and longest is not None and window < longest:  # (INFINITE: no window is enough)

@@ -119,3 +119,17 @@ def test_hostlist_size_counts_without_expanding():
     assert hostlist_mod.hostlist_size("b200-[001-128]") == 128
     assert hostlist_mod.hostlist_size("a[1-3]b[1-2],c,d[1-10/2]") == 12
     assert hostlist_mod.hostlist_size("x[0000001-2000000]") == 2_000_000
+
+
+@pytest.mark.parametrize("edit, key", [
+    (put("organizations.1.fairshare", 2**40), "organizations[1].fairshare"),
+    (put("qos.0.priority", 2**32), "qos[0].priority"),
+    (put("projects.1.gpu_hours", 2**62), "projects[1].gpu_hours"),
+    (put("partitions.0.max_time", "99999999999-00:00:00"), "partitions[0].max_time"),
+], ids=["fairshare-uint32", "qos-priority-uint32", "gpu-hours-uint64-minutes", "max-time-uint32-minutes"])
+def test_numbers_beyond_what_slurm_stores_are_refused(edit, key):
+    import slurmadm.config  # noqa: F401  (registers the config rules with site validation)
+
+    with pytest.raises(SiteError) as err:
+        parse_site(edited(edit))
+    assert any(line.startswith(f"{key}:") for line in err.value.problems), err.value.problems
