@@ -42,6 +42,14 @@ sbatch --wait --gres=gpu:8 -o "$STATE/demo-job.out" \
   --wrap 'echo "$SLURMD_NODENAME: CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"' >/dev/null
 cat "$STATE/demo-job.out"
 
+step "GPU-site settings: billed in GPUs, memory per CPU, partition limits checked at submit"
+grep -E '^(SchedulerParameters|EnforcePartLimits|PriorityFlags)=|TRESBillingWeights' "$STATE-reference/slurm.conf" | cut -c1-160
+jid=$(sbatch --parsable --wait --gres=gpu:8 -o /dev/null --wrap true)
+sacct -X -n -j "$jid" -o JobID,AllocTRES%70   # billing=8: the job's 8 GPUs, not its 1 CPU
+jid=$(sbatch --parsable --wait -n1 -o /dev/null --wrap true)
+sacct -X -n -j "$jid" -o JobID,AllocTRES%70   # a CPU-only job: DefMemPerCPU, not the node's memory
+sbatch -p debug -o /dev/null --wrap true || echo "(refused at submit: debug takes only QOS debug)"
+
 step "health: GPU5 of b200-003 reports an uncorrected ECC error; a job lands there"
 slurmadm dev-cluster gpu-fault b200-003 --gpu 5 --kind ecc-uncorrected
 for n in b200-001 b200-002 b200-004; do   # keep the others busy so Slurm picks b200-003

@@ -202,9 +202,13 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "constrain_swap_space": False,
         "prolog_dir": str(prolog_dir),
         "reboot_program": "/bin/true",
+        "mail_prog": "",  # no job mail from the dev cluster (MailProg=/bin/true)
         "resume_timeout": 60,
         "health_check_interval": 30,
     })
+    # Usage reaches sshare (GrpTRESRaw: what budgets are charged) every PriorityCalcPeriod; one
+    # minute instead of five, so `accounts report` shows a finished job soon.
+    data["slurm"]["extra"] = {**data["slurm"].get("extra", {}), "PriorityCalcPeriod": "1"}
     # Health checks against the stand-in GPUs (gpus/); sized for a handful of nodes:
     # - the breaker's cap is a fraction of a partition: 10 % of 4 nodes would forbid every drain;
     # - there is nothing to all-reduce on, so nccl-allreduce runs only when asked (`health run
