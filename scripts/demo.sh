@@ -42,6 +42,14 @@ sbatch --wait --gres=gpu:8 -o "$STATE/demo-job.out" \
   --wrap 'echo "$SLURMD_NODENAME: CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"' >/dev/null
 cat "$STATE/demo-job.out"
 
+step "GPU-site settings: billed in GPUs, memory per CPU, partition limits checked at submit"
+grep -E '^(SchedulerParameters|EnforcePartLimits|PriorityFlags)=|TRESBillingWeights' "$STATE-reference/slurm.conf" | cut -c1-160
+jid=$(sbatch --parsable --wait --gres=gpu:8 -o /dev/null --wrap true)
+sacct -X -n -j "$jid" -o JobID,AllocTRES%70   # billing=8: the job's 8 GPUs, not its 1 CPU
+jid=$(sbatch --parsable --wait -n1 -o /dev/null --wrap true)
+sacct -X -n -j "$jid" -o JobID,AllocTRES%70   # a CPU-only job: DefMemPerCPU, not the node's memory
+sbatch -p debug -o /dev/null --wrap true || echo "(refused at submit: debug takes only QOS debug)"
+
 step "health: GPU5 of b200-003 reports an uncorrected ECC error; a job lands there"
 slurmadm dev-cluster gpu-fault b200-003 --gpu 5 --kind ecc-uncorrected
 for n in b200-001 b200-002 b200-004; do   # keep the others busy so Slurm picks b200-003
@@ -57,6 +65,16 @@ wait_until 150 "the resume" sh -c "! sinfo -h -R -n b200-003 | grep -q slurmadm"
 wait_until 240 "the requeued job" sh -c "sacct -n -X -j $job -o State | grep -q COMPLETED" \
   && sacct -X -j "$job" -o JobID,JobName,State,NodeList,Restarts%8 2>/dev/null \
   || sacct -X -j "$job" -o JobID,JobName,State,NodeList
+
+step "health on an HGX B200: NVIDIA's Xid catalog, NVSwitch fabric, InfiniBand (slurmadm health checks lists all)"
+# a non-fatal NVLink5 sub-code (catalog: IGNORE) leaves the node in service; a fatal one drains
+slurmadm dev-cluster gpu-fault b200-004 --gpu 2 --kind xid --value 144:SAW_MVB:0x8
+slurmadm health run --node b200-004 --checks xid --dry-run || true
+slurmadm dev-cluster gpu-fault b200-004 --gpu 2 --kind fabric --value not-started
+slurmadm dev-cluster ib-fault b200-004 --hca mlx5_3 --kind down
+slurmadm health run --node b200-004 --checks fabric,infiniband --dry-run || echo "(exit $?: faults found; dry run, nothing drained)"
+slurmadm dev-cluster gpu-fault b200-004 --clear
+slurmadm dev-cluster ib-fault b200-004 --clear
 
 step "nightly burn-in: NVLinks down on b200-002, then a sweep of the 4 nodes"
 slurmadm dev-cluster gpu-fault b200-002 --gpu 1 --kind nvlink-down --value 2

@@ -23,6 +23,7 @@ import os
 import secrets
 import shlex
 import shutil
+import signal
 import socket
 import stat
 import sys
@@ -125,6 +126,11 @@ class DevCluster:
         """env() as shell `export` lines (what `slurmadm dev-cluster env` prints, and <state>/env)."""
         return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.env().items())
 
+    @property
+    def munge_socket(self) -> Path:
+        """munged's socket: <state>/run/munge (0755, like /run/munge); its key stays in <state>/munge (0700)."""
+        return self.p("run", "munge", "munge.socket")
+
     def _slurm_env(self) -> dict[str, str]:
         return {"SLURM_CONF": str(self.slurm_conf)}
 
@@ -149,9 +155,13 @@ class DevCluster:
         hostname = socket.gethostname().split(".")[0]
         ports = devsite.Ports(port_base)
 
-        for sub in ("etc", "munge", "mysql", "spool/ctld", "spool/d", "log", "run", "dev", "gpus"):
+        for sub in ("etc", "munge", "mysql", "spool/ctld", "spool/d", "log", "run", "run/munge", "dev", "gpus"):
             self.p(sub).mkdir(parents=True, exist_ok=True)
+        # as on a real host: the key root-only (/etc/munge), the socket reachable by every user
+        # (/run/munge), so people can submit jobs as their own users
         os.chmod(self.p("munge"), 0o700)
+        for reachable in (self.state_dir, self.p("run"), self.p("run", "munge")):
+            os.chmod(reachable, os.stat(reachable).st_mode & 0o7777 | 0o755)
         central_store = bool(old.get("central_store")) if central_store is None else central_store
         data = devsite.derive(src_site, nodes=nodes, state_dir=self.state_dir, ports=ports,
                               hostname=hostname, hw=hw, prolog_dir=self.p("prolog_epilog"), release=release[:2],
@@ -235,6 +245,9 @@ class DevCluster:
             gpus.write_healthy(self.p("gpus"), node, site.node_profile(node),
                                driver_version=site.software.driver_version,
                                cuda_version=site.software.cuda_version)
+            from . import ibsysfs  # stand-in InfiniBand sysfs (health.sysfs_root points here)
+
+            ibsysfs.write_healthy(self.p("gpus"), node, site.node_profile(node))
         env = {**self.env(), "SLURMADM_PYTHON": sys.executable}
         text = "# written by `slurmadm dev-cluster up`; read by hook-env.sh\n" + "".join(
             f"{k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
@@ -250,7 +263,7 @@ class DevCluster:
     def _munge(self, progress) -> None:
         d = self.daemon("munged")
         key = self.p("munge", "munge.key")
-        sock = self.p("munge", "munge.socket")
+        sock = self.munge_socket
         if d.alive():
             return
         if not key.exists():
@@ -441,8 +454,13 @@ class DevCluster:
             "env": self.env() if rec else {},
         }
 
-    def down(self, *, progress: Callable[[str], None] = lambda msg: None, purge: bool = False) -> list[str]:
-        """Stop every process this dev cluster started (and only those). Returns what stopped."""
+    def down(self, *, progress: Callable[[str], None] = lambda msg: None, purge: bool = False,
+             kill_after: float = 15.0) -> list[str]:
+        """Stop every process this dev cluster started (and only those), and return what stopped
+        only once all of them have exited: the daemons, and whatever runs in their sessions or
+        below our slurmstepds (a slurmd forks for job steps and health checks even while it shuts
+        down). SIGTERM, then SIGKILL after `kill_after` s; --purge deletes the state only after
+        that (UnreachableError, nothing deleted, if something still lives)."""
         daemons = self.daemons()
         env = self._slurm_env()
         if self.daemon("slurmctld").alive():
@@ -456,18 +474,34 @@ class DevCluster:
         stray_roots = self._our_stepds() | set(session_members(sids))
         stopped = []
         for d in reversed(daemons):
-            if d.stop():
+            if d.stop(timeout=kill_after):
                 stopped.append(d.name)
                 progress(f"stopped {d.name}")
-        # slurmstepd and job processes that outlived their slurmd
-        leftovers = [p for p in with_descendants(stray_roots | self._our_stepds())
-                     if p not in sids and start_time(p) is not None]
-        for pid in leftovers:
-            try:
-                os.kill(pid, 9)
-                stopped.append(f"pid {pid}")
-            except ProcessLookupError:
-                pass
+        # slurmstepd, job processes and forks that outlived their slurmd: looked for again until
+        # none is left (a session id outlives its leader), each by pid and start time
+        seen: dict[int, str] = {}
+        deadline = time.monotonic() + kill_after + 10.0
+        while True:
+            found = {p: st for p in with_descendants(stray_roots | self._our_stepds() | set(session_members(sids)))
+                     if p not in sids and p != os.getpid() and (st := start_time(p)) is not None}
+            if not found:
+                break
+            for pid, st in found.items():
+                if pid not in seen:
+                    seen[pid] = st
+                    stopped.append(f"pid {pid}")
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if time.monotonic() >= deadline:
+                raise UnreachableError(f"dev cluster {self.state_dir}: pid(s) {sorted(found)} still running after "
+                                       "SIGKILL" + ("; state directory kept" if purge else ""))
+            time.sleep(0.05)
+        left = [d.name for d in daemons if d.alive()]
+        if left:
+            raise UnreachableError(f"dev cluster {self.state_dir}: {', '.join(left)} still running"
+                                   + ("; state directory kept" if purge else ""))
         if purge:
             shutil.rmtree(self.state_dir, ignore_errors=True)
         return stopped

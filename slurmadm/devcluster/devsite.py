@@ -188,7 +188,7 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "slurmd_spool_dir": f"{d}/spool/d/%n",
         "log_dir": f"{d}/log",
         "run_dir": f"{d}/run",
-        "munge_socket": f"{d}/munge/munge.socket",
+        "munge_socket": f"{d}/run/munge/munge.socket",  # DevCluster.munge_socket
         "slurm_user": "root",
         "release": fmt(release) if fmt(release) in RELEASES else "auto",
         "proctrack": "linuxproc",
@@ -202,9 +202,13 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "constrain_swap_space": False,
         "prolog_dir": str(prolog_dir),
         "reboot_program": "/bin/true",
+        "mail_prog": "",  # no job mail from the dev cluster (MailProg=/bin/true)
         "resume_timeout": 60,
         "health_check_interval": 30,
     })
+    # Usage reaches sshare (GrpTRESRaw: what budgets are charged) every PriorityCalcPeriod; one
+    # minute instead of five, so `accounts report` shows a finished job soon.
+    data["slurm"]["extra"] = {**data["slurm"].get("extra", {}), "PriorityCalcPeriod": "1"}
     # Health checks against the stand-in GPUs (gpus/); sized for a handful of nodes:
     # - the breaker's cap is a fraction of a partition: 10 % of 4 nodes would forbid every drain;
     # - there is nothing to all-reduce on, so nccl-allreduce runs only when asked (`health run
@@ -220,6 +224,11 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "prolog_timeout_s": 10.0,
         "epilog_timeout_s": 20.0,
         "periodic_timeout_s": 20.0,
+        # the stand-in InfiniBand sysfs (devcluster/ibsysfs.py); no Fabric Manager process here
+        "sysfs_root": f"{d}/gpus/{{node}}.sysfs",
+        "fabric_manager_process": "",
+        # the site's /home, /scratch, ... do not exist here: the machine's root stands in
+        "mounts": [{"path": "/", "writable": True, "min_free_gib": 0.1}],
     })
     health.setdefault("checks", {})
     health["checks"]["nccl-allreduce"] = {**health["checks"].get("nccl-allreduce", {}), "contexts": ["run"]}

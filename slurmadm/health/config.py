@@ -43,6 +43,7 @@ class Thresholds:
     retired_pages_max: int
     power_over_limit_factor: float
     nvlink_error_rise_max: int
+    ecc_uncorrected_aggregate_warn: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,8 @@ class HealthConfig:
     policies: dict[str, dict] = field(default_factory=dict)  # check id -> overrides given
     alert_repeat_minutes: int = 60
     ship: bool = False  # store.url set: queue records for the central store; the periodic run ships them
+    # node checks beyond the GPUs (fabric, clock events, InfiniBand, host basics): plain data
+    host: dict = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -120,7 +123,34 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
         policies={cid: p.model_dump(exclude_none=True) for cid, p in h.checks.items()},
         alert_repeat_minutes=h.alert_repeat_minutes,
         ship=site.store.url is not None,
+        host=host_settings(site, node),
     )
+
+
+def host_settings(site, node: str) -> dict:
+    """What the fabric, clock-event, InfiniBand and host checks need, as JSON-able data."""
+    from ..hostlist import expand
+
+    prof = site.node_profile(node)
+    h = site.health
+    return {
+        "nvswitches": prof.gpus.nvswitches,
+        "memory_gib": prof.memory_gib,
+        "dimms": prof.dimms,
+        "nic_kind": prof.nics.kind,
+        "nic_gbps": prof.nics.gbps,
+        "hcas": expand(prof.nics.hcas, what="nics.hcas") if prof.nics.hcas and prof.nics.count else [],
+        "hca_port": prof.nics.port,
+        "sysfs_root": h.sysfs_root.replace("{node}", node),
+        "ib_counter_rise_max": dict(h.ib_counter_rise_max),
+        "ib_flaps_max": h.ib_flaps_max,
+        "ib_flap_window_hours": h.ib_flap_window_hours,
+        "mounts": [m.model_dump() for m in h.mounts],
+        "memory_tolerance_fraction": h.memory_tolerance_fraction,
+        "fabric_manager_process": h.fabric_manager_process,
+        "clock_event_confirm_ms": h.clock_event_confirm_ms,
+        "leftover_outside_jobs": h.leftover_outside_jobs,
+    }
 
 
 def cache_dir() -> Path:
@@ -131,16 +161,52 @@ def _cache_file(node: str, sha: str) -> Path:
     return cache_dir() / f"health-{node}-{__version__}-{sha[:20]}.json"
 
 
+def untrusted(path: Path) -> str:
+    """'' when only root can change `path` (the file and every directory above it), else why not.
+
+    A root hook follows its site file (where to write the store and logs, what to run): like sshd's
+    StrictModes, it refuses one that another user could change: not owned by root, writable by
+    others, or by a group other than root's, or in a directory that is (a sticky world-writable
+    directory such as /tmp is fine: others cannot replace root's files in it)."""
+    try:
+        real = Path(os.path.realpath(path))
+        st = real.stat()
+    except OSError:
+        return ""  # missing: load_site says so
+    if st.st_uid != 0:
+        return f"site file {path} is owned by uid {st.st_uid}, not root"
+    if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != 0):
+        return f"site file {path} is writable by {'everyone' if st.st_mode & 0o002 else f'group {st.st_gid}'}"
+    for d in real.parents:
+        try:
+            ds = d.stat()
+        except OSError:
+            continue
+        sticky = ds.st_mode & 0o1000
+        if ds.st_uid != 0:
+            return f"directory {d} of site file {path} is owned by uid {ds.st_uid}, not root"
+        if (ds.st_mode & 0o002 and not sticky) or (ds.st_mode & 0o020 and ds.st_gid != 0 and not sticky):
+            return f"directory {d} of site file {path} is writable by others"
+    return ""
+
+
 def load(node: str, site_file: str | None = None) -> HealthConfig:
-    """The node's settings: from the cache when the site file is unchanged, else from the site."""
+    """The node's settings: from the cache when the site file is unchanged, else from the site.
+    Run as root, a site file (or cache) another user could change is refused (UsageError)."""
+    from ..errors import UsageError
+
     path = site_path(site_file)
+    if os.geteuid() == 0:
+        why = untrusted(path)
+        if why:
+            raise UsageError(f"{why}: refusing it as root (chown root and chmod go-w)")
     try:
         raw = path.read_bytes()
     except OSError:
         raw = None  # let load_site produce the proper one-line error
     sha = hashlib.sha256(raw).hexdigest() if raw is not None else ""
     cached = _cache_file(node, sha)
-    if raw is not None:
+    if raw is not None and (os.geteuid() != 0 or not untrusted(cached)):
         try:
             return HealthConfig.from_json(cached.read_text())
         except (OSError, ValueError, TypeError, KeyError):
@@ -151,7 +217,6 @@ def load(node: str, site_file: str | None = None) -> HealthConfig:
     # the bytes just hashed, not a second read: the cache key must match what was parsed
     site = parse_site(raw, source=str(path)) if raw is not None else load_site(path)
     cfg = from_site(site, node, site_path=str(path), site_sha256=sha)
-    from ..errors import UsageError
     from ..files import write_atomic
 
     try:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from ClusterShell.NodeSet import NodeSet
 
 from ..errors import UsageError
-from ..hostlist import nodeset
+from ..hostlist import MAX_HOSTLIST_NODES, hostlist_size, nodeset
 from .accounts import account_problems, slurm_time_seconds
 from .accounts import dupes as _dupes
 from .model import Site
@@ -33,7 +33,13 @@ def check_site(site: Site) -> list[str]:
 
     # ---- nodes and profiles ----
     defined = NodeSet()
+    total = 0
     for i, group in enumerate(site.nodes):
+        total += hostlist_size(group.names) or 0
+        if total > MAX_HOSTLIST_NODES:  # each group is bounded; so is the whole site
+            p(f"nodes[{i}].names: the node groups up to here name {total:,} nodes, more than the "
+              f"{MAX_HOSTLIST_NODES:,} slurmadm handles")
+            return problems
         if not site.has_profile(group.profile):
             known = sorted(set(site.profiles) | set(BUILTIN_PROFILES))
             p(f"nodes[{i}].profile: {group.profile!r} is not a defined profile (known: {', '.join(known)})")

@@ -21,8 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import UnreachableError, UsageError
 from . import schema
+
+
+# Store files this process opened: a database error met later (a corrupt page read by some
+# query) is reported naming them (slurmadm.cli.common).
+OPENED: list[str] = []
+
+
+def store_error(exc: Exception, path: str | None = None) -> UnreachableError:
+    """One line for an SQLite error: a corrupt file or a store that stays locked (exit 3)."""
+    where = path or ", ".join(dict.fromkeys(OPENED)) or "(unknown file)"
+    hint = "" if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc) else \
+        " (corrupt? move it aside or restore it from a backup)"
+    return UnreachableError(f"store {where}: {exc}{hint}")
 
 
 def actor() -> str:
@@ -61,14 +74,18 @@ class Store:
         except (OSError, sqlite3.Error) as exc:
             raise UsageError(f"store {self.path}: cannot open ({exc})") from None
         self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA busy_timeout = %d" % int(timeout_s * 1000))
+        OPENED.append(str(self.path))
         try:
-            self._db.execute("PRAGMA journal_mode = WAL")
-        except sqlite3.OperationalError:
-            pass  # another process is switching it right now; it will be WAL either way
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        try:
+            self._db.execute("PRAGMA busy_timeout = %d" % int(timeout_s * 1000))
+            try:
+                self._db.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.OperationalError:
+                pass  # another process is switching it right now; it will be WAL either way
+            self._db.execute("PRAGMA synchronous = NORMAL")
             self._migrate(ship)
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise store_error(exc, str(self.path)) from None
         except BaseException:
             self._db.close()
             raise
@@ -171,6 +188,17 @@ class Store:
             except OSError:
                 pass  # the store rows are the record; the JSON-lines copy is best effort
         return ids
+
+    def update_events(self, ids: list[int], **detail: Any) -> None:
+        """Merge `detail` into events already written (an intent recorded before a change,
+        marked done or refused after it): one transaction."""
+        with self.transaction() as db:
+            for event_id in ids:
+                row = db.execute("SELECT detail FROM events WHERE id=?", (event_id,)).fetchone()
+                if row is not None:
+                    merged = {**json.loads(row["detail"]), **detail}
+                    db.execute("UPDATE events SET detail=? WHERE id=?",
+                               (json.dumps(merged, sort_keys=True, default=str), event_id))
 
     def events(self, *, since: float | None = None, action: str | None = None,
                target: str | None = None, limit: int = 1000) -> list[Event]:
