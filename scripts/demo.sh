@@ -88,6 +88,22 @@ slurmadm burnin status
 step "the audit trail: who changed what, and why"
 slurmadm audit log --limit 8
 
+step "the head sees the whole fleet: every node ships its records to a central store (MariaDB)"
+slurmadm dev-cluster central-store on --state-dir "$STATE"   # per-node stores + a slurmadm database
+slurmadm dev-cluster gpu-fault b200-001 --gpu 3 --kind ecc-uncorrected
+job=$(sbatch --parsable -w b200-001 --gres=gpu:8 -J victim -o /dev/null --wrap 'hostname')
+# the job's prolog (or slurmd's HealthCheckProgram, whichever runs first) drains b200-001 there
+wait_until 90 "b200-001's own drain" sh -c "scontrol show node b200-001 | grep -q 'Reason=slurmadm: ecc-uncorrected'"
+wait_until 120 "the drain to reach the head (shipped by the next periodic run)" \
+  sh -c "slurmadm audit log --json --host b200-001 --action node.drain | grep -q ecc-uncorrected"
+slurmadm audit log --host b200-001 --limit 3
+slurmadm health status --nodes b200-001 || true   # exit 1: a failing check
+slurmadm store status || true
+scancel "$job"
+slurmadm dev-cluster gpu-fault b200-001 --clear
+scontrol update nodename=b200-001 state=resume
+slurmadm dev-cluster central-store off --state-dir "$STATE"
+
 step "done: the dev cluster keeps running"
 echo "use it:   eval \"\$(slurmadm dev-cluster env --state-dir $STATE)\""
 echo "stop it:  slurmadm dev-cluster down --state-dir $STATE"

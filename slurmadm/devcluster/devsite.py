@@ -104,7 +104,7 @@ def _drop_none(value: Any) -> Any:
 
 
 def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: str, hw: Hardware,
-           prolog_dir: Path, release: Release) -> dict[str, Any]:
+           prolog_dir: Path, release: Release, central_store: bool = False) -> dict[str, Any]:
     """The dev site as a plain dict (TOML-ready), for the installed Slurm `release`."""
     if nodes < 1:
         raise UsageError("--nodes: must be at least 1")
@@ -180,7 +180,7 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "storage_port": ports.mysql, "storage_user": "slurm",
         "storage_password_file": f"{d}/mysql/slurm.password",
     })
-    data["store"] = {"path": f"{d}/slurmadm.db", "audit_log": f"{d}/log/audit.jsonl"}
+    data["store"] = store_section(state_dir, ports, central=central_store)
     data["slurm"].update({
         "config_dir": f"{d}/etc",
         "slurmctld_port": ports.slurmctld,
@@ -257,3 +257,18 @@ def write(data: dict[str, Any], path: Path, *, source: str) -> Site:
     site = parse_site(text, source=str(path))
     write_atomic(path, text)
     return site
+
+
+CENTRAL_DB = "slurmadm"  # the central store's database and user in the dev cluster's MariaDB
+
+
+def store_section(state_dir: Path, ports: Ports, *, central: bool) -> dict[str, Any]:
+    """The dev site's [store]: one SQLite file shared by every fake node; or, with a central
+    store, a file per node (stores/<node>.db, as on real hosts) shipping to the dev cluster's
+    MariaDB (its own `slurmadm` database and user, never slurmdbd's)."""
+    d = str(state_dir)
+    if not central:
+        return {"path": f"{d}/slurmadm.db", "audit_log": f"{d}/log/audit.jsonl"}
+    return {"path": f"{d}/stores/{{node}}.db", "audit_log": f"{d}/log/audit.jsonl",
+            "url": f"mysql://{CENTRAL_DB}@127.0.0.1:{ports.mysql}/{CENTRAL_DB}",
+            "password_file": f"{d}/etc/store.password", "stale_after_minutes": 5, "ship_batch": 500}

@@ -74,6 +74,7 @@ class HealthConfig:
     alert_repeat_minutes: int = 60
     # node checks beyond the GPUs (fabric, clock events, InfiniBand, host basics): plain data
     host: dict = field(default_factory=dict)
+    ship: bool = False  # store.url set: queue records for the central store; the periodic run ships them
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -103,7 +104,7 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
                       gpus.power_limit_w),
         thresholds=Thresholds(**{f.name: getattr(t, f.name) for f in dataclasses.fields(Thresholds)}),
         driver_version=site.software.driver_version,
-        store_path=site.store.path,
+        store_path=site.store.local_path(node),
         audit_log=site.store.audit_log,
         check_timeout_s=h.check_timeout_s,
         timeouts={"prolog": h.prolog_timeout_s, "epilog": h.epilog_timeout_s,
@@ -122,6 +123,7 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
         policies={cid: p.model_dump(exclude_none=True) for cid, p in h.checks.items()},
         alert_repeat_minutes=h.alert_repeat_minutes,
         host=host_settings(site, node),
+        ship=site.store.url is not None,
     )
 
 

@@ -73,7 +73,7 @@ def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, a
     limit = cfg.timeouts[context]
     run_id = os.urandom(6).hex()  # (uuid costs an import a prolog does not need)
     check_deadline = started + limit * CHECK_SHARE
-    store, store_problem = open_store(cfg.store_path, cfg.audit_log, timeout_s=min(5.0, limit * 0.1))
+    store, store_problem = open_store(cfg.store_path, cfg.audit_log, timeout_s=min(5.0, limit * 0.1), ship=cfg.ship)
     rec = Recorder(node=cfg.node, context=context, run_id=run_id, results_log=cfg.results_log, store=store,
                    use_syslog=use_syslog)
     if store_problem:
@@ -106,6 +106,11 @@ def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, a
                     round((time.monotonic() - started) * 1000, 1), rec.problems)
     if store is not None:
         store.close()
+    if cfg.ship and act and context == "periodic":
+        # the records travel to the central store in the background; no hook waits for the network
+        from ..store.ship import spawn
+
+        spawn(cfg.site_path, cfg.node)
     return report
 
 

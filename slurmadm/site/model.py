@@ -29,6 +29,7 @@ from .slurmtext import (
     SlurmValue,
     UnixUser,
 )
+from .store import StoreSection
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 HostName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,252}$")]
@@ -53,11 +54,6 @@ class DatabaseSection(Strict):
     storage_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_$]{1,64}$")] = "slurm_acct_db"
     # The database password lives in a root-only file, never in site.toml.
     storage_password_file: AbsPath = "/etc/slurm/slurmdbd.password"
-
-
-class StoreSection(Strict):
-    path: AbsPath = "/var/lib/slurmadm/slurmadm.db"
-    audit_log: AbsPath | None = None  # optional JSON-lines copy of every audit event
 
 
 class NodeGroup(Strict):

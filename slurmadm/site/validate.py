@@ -118,9 +118,19 @@ def check_site(site: Site) -> list[str]:
             p(f"burnin.account: {site.burnin.account!r} is not a defined organization or project")
     _check_burnin_times(site, p)
 
+    _check_store(site, p)
+
     for extra in EXTRA_CHECKS:
         problems.extend(extra(site))
     return problems
+
+
+def _check_store(site: Site, p: Callable[[str], None]) -> None:
+    """The central store gets its own database, never slurmdbd's."""
+    url = site.store.central()
+    if url is not None and url.dialect == "mysql" and url.database == site.database.storage_name:
+        p(f"store.url: database {url.database!r} is slurmdbd's (database.storage_name); "
+          "give slurmadm its own (e.g. mysql://slurmadm@host/slurmadm)")
 
 
 def _check_burnin_times(site: Site, p: Callable[[str], None]) -> None:
