@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from ..store import EXTRA_SCHEMA, Store
+from .report import warnings
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS burnin_sweeps (
@@ -106,11 +107,17 @@ def finish_sweep(store: Store, sweep_id: str, *, status: str, summary: dict[str,
 
 
 def sweeps(store: Store, *, limit: int = 20) -> list[dict[str, Any]]:
+    """The last sweeps, newest first; `warnings`: the slowdowns past burnin.slowdown_warn_percent
+    since the sweep before each (report.warnings)."""
     rows = store.db.execute("SELECT * FROM burnin_sweeps ORDER BY started DESC LIMIT ?", (limit,))
     out = []
     for r in rows:
         d = dict(r)
-        d.pop("summary")
+        try:
+            summary = json.loads(d.pop("summary") or "{}")
+            d["warnings"] = warnings(summary) if summary.get("nodes") is not None else []
+        except (ValueError, KeyError, TypeError):
+            d["warnings"] = []
         out.append(d)
     return out
 

@@ -30,13 +30,14 @@ from ..files import write_atomic
 from ..resources import templates_dir
 
 # Chart geometry (SVG user units; the viewBox scales it to the page width).
-CHART_W = 720
+CHART_W = 860
 VALUE_W = 150  # room right of the plot for "370 GB/s ▼23%"
 BAR_H = 16
 GAP = 8
 TOP = 20  # room above the bars for the floor label
 AXIS_H = 34  # room below the bars for tick labels and the unit
 CHAR_W = 7.0  # approximate width of one 12 px label character
+MIN_W = 600  # narrower screens scroll the chart sideways rather than shrink its text below ~10 px
 COLORS = {"pass": "#2e7d32", "fail": "#c62828", "error": "#ad1457", "warn": "#ef8f00", "skip": "#9e9e9e",
           "skipped": "#9e9e9e", "none": "#9e9e9e"}
 DEFAULT_SLOWDOWN_PERCENT = 10.0
@@ -256,7 +257,7 @@ def bar_chart(items: list[dict[str, Any]], floor: float | None, unit: str) -> di
         "floor_x": x(floor) if floor else None, "floor_text": f"floor {_num(floor)} {unit}" if floor else "",
         "has_previous": any(b["prev_x"] is not None for b in bars),
         "statuses": sorted({b["status"] for b in bars}, key=lambda s: list(COLORS).index(s) if s in COLORS else 99),
-        "min_width": int(CHART_W * 0.62),
+        "min_width": MIN_W,
     }
 
 

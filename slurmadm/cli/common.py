@@ -9,17 +9,21 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import click
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from .. import config  # noqa: F401  (adds the config rules to every site check, `site validate` too)
 from ..errors import EXIT_USAGE, SiteError, SlurmadmError
 from ..health import sitecheck  # noqa: F401  (adds the health check-id rules likewise)
 from ..site import Site, load_site
 
-# Human output goes to stdout through rich; errors and progress to stderr.
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+# Human output goes to stdout through rich; errors and progress to stderr. markup=False: text
+# from data (drain reasons with `[prolog]`, site keys like `[health.models.b200]`, paths) is
+# printed as it is; colour comes from `styled()`/`say()` (rich Text), never from markup in strings.
+console = Console(highlight=False, soft_wrap=True, markup=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
 
 def site_option(fn: Callable) -> Callable:
@@ -58,26 +62,85 @@ def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
-def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    t = Table(title=title, title_justify="left", header_style="bold")
+# Columns that carry free text: they wrap in a terminal; every other column stays on one line.
+WRAP_COLUMNS = frozenset({"detail", "why", "what", "change", "note", "reason", "partitions", "fix", "target",
+                          "value", "title"})
+
+
+def styled(text: Any, style: str) -> Text:
+    """A table cell or message part in a style, its text taken literally (never as markup)."""
+    return Text(str(text), style=style)
+
+
+class PlainWhenPiped(Table):
+    """A rich table in a terminal; plain aligned text, one row per line and nothing wrapped, when
+    the output is a pipe or a file (`slurmadm health checks | grep nvlink`, `... > file`)."""
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if options.is_terminal:
+            yield from super().__rich_console__(console, options)
+            return
+        yield Text(plain_table(self), no_wrap=True, overflow="ignore", end="")
+
+    def plain_rows(self) -> list[list[str]]:
+        cells = [[_plain(c) for c in col.cells] for col in self.columns]
+        return [list(row) for row in zip(*cells)] if cells else []
+
+
+def _plain(cell: Any) -> str:
+    text = cell.plain if isinstance(cell, Text) else str(cell)
+    return " ".join(text.split())  # one line per row
+
+
+def plain_table(t: PlainWhenPiped) -> str:
+    headers = [_plain(c.header) for c in t.columns]
+    rows = t.plain_rows()
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    lines = [f"{t.title}" if t.title else None]
+    if any(headers):
+        lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(line for line in lines if line is not None) + "\n"
+
+
+def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
+          wrap: Iterable[str] | None = None) -> Table:
+    """A table of literal text: cells that are `str` are never read as rich markup (a reason
+    like `... [prolog]` keeps its tag); pass `styled(text, style)` for colour. Columns named in
+    `wrap` (default: WRAP_COLUMNS, else the last column) wrap in a terminal, the others stay whole
+    on one line so an 80-column terminal keeps ids and names readable."""
+    wrapping = set(wrap) if wrap is not None else {c for c in columns if c in WRAP_COLUMNS}
+    if not wrapping and columns:
+        wrapping = {columns[-1]}
+    t = PlainWhenPiped(title=escape(title) if title else None, title_justify="left", header_style="bold")
     for col in columns:
-        t.add_column(col)
+        if col in wrapping:
+            t.add_column(col, overflow="fold", ratio=1, min_width=12)
+        else:
+            t.add_column(col, no_wrap=True)
     for row in rows:
-        t.add_row(*("" if v is None else str(v) for v in row))
+        t.add_row(*(Text("") if v is None else v if isinstance(v, Text) else Text(str(v)) for v in row))
     return t
 
 
 def warn(message: str) -> None:
-    err_console.print(f"[yellow]warning:[/yellow] {message}")
+    """A warning on stderr; `message` is literal text (never markup)."""
+    err_console.print(Text.assemble(("warning:", "yellow"), " ", message))
 
 
-def info(message: str) -> None:
-    err_console.print(message)
+def info(message: str | Text) -> None:
+    """A line on stderr; a `str` is literal text (never markup)."""
+    err_console.print(message if isinstance(message, Text) else Text(message))
+
+
+def say(*parts: str | tuple[str, str]) -> None:
+    """A line on stdout from literal parts: `say(("ok", "green"), " ", path)`; no part is markup."""
+    console.print(Text.assemble(*parts))
 
 
 def progress(message: str) -> None:
     """One step of a long command (bring-up, a sweep), on stderr."""
-    err_console.print(f"[dim]·[/dim] {message}")
+    err_console.print(Text.assemble(("·", "dim"), " ", message))
 
 
 def when(ts: float) -> str:

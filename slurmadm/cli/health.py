@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 
 import click
-from rich.markup import escape
 
 from ..errors import UsageError
 from ..health import config as hconfig
@@ -18,9 +17,14 @@ from ..health.checks import BY_ID, CHECKS, policy
 from ..health.hook import local_node
 from ..store import Store
 from .audit import parse_since
-from .common import Group, console, dry_run_option, get_site, json_option, print_json, site_option, table, when
+from .common import (Group, console, dry_run_option, get_site, json_option, print_json, say, site_option, styled, table,
+                     when)
 
 STATUS_STYLE = {"pass": "green", "skip": "dim", "warn": "yellow", "fail": "red", "error": "magenta"}
+
+
+def status_cell(status: str):
+    return styled(status, STATUS_STYLE.get(status, ""))
 
 
 @click.group(cls=Group)
@@ -33,15 +37,15 @@ def _node_option(fn):
 
 
 def _show(report: engine.Report) -> None:
-    rows = [(r.check_id, f"[{STATUS_STYLE[r.status]}]{r.status}[/]", r.severity, r.action, escape(r.detail),
-             f"{r.duration_ms:.1f}") for r in report.results]
+    rows = [(r.check_id, status_cell(r.status), r.severity, r.action, r.detail, f"{r.duration_ms:.1f}")
+            for r in report.results]
     console.print(table(f"{report.context} on {report.node} ({report.duration_ms:.0f} ms)",
                         ["check", "status", "severity", "action", "detail", "ms"], rows))
     if report.plan.action != "none" or report.plan.reason != "clean":
         done = "" if report.applied or report.plan.action == "none" else " (not applied)"
-        console.print(f"{report.plan.action}{done}: {escape(report.plan.reason)}")
+        say(f"{report.plan.action}{done}: {report.plan.reason}")
     for p in report.problems:
-        console.print(f"[yellow]warning:[/yellow] {escape(p)}")
+        say(("warning:", "yellow"), " ", p)
 
 
 def _execute(site_file, node, context, checks, dry_run, as_json) -> None:
@@ -124,8 +128,8 @@ def status_cmd(site_file, as_json, nodes) -> None:
         print_json(out)
     else:
         console.print(table(None, ["node", "check", "status", "context", "when", "detail"],
-                            [(r["node"], r["check_id"], f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]",
-                              r["context"], when(r["ts"]), escape(r["detail"])) for r in out]))
+                            [(r["node"], r["check_id"], status_cell(r["status"]),
+                              r["context"], when(r["ts"]), r["detail"]) for r in out]))
     if any(r["status"] in ("fail", "error") for r in out):
         raise SystemExit(1)
 
@@ -161,7 +165,7 @@ def history_cmd(site_file, as_json, node, check_id, status, since, limit) -> Non
         return
     console.print(table(None, ["when", "node", "context", "check", "status", "detail"],
                         [(when(r["ts"]), r["node"], r["context"], r["check_id"],
-                          f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]", escape(r["detail"])) for r in out]))
+                          status_cell(r["status"]), r["detail"]) for r in out]))
 
 
 @health.command("calibrate")
@@ -195,4 +199,4 @@ def calibrate_cmd(site_file, as_json, model, since, margin) -> None:
                         [(r["model"], r["nodes"], r["from_burnin"], r["median_gbps"], r["min_gbps"], r["max_gbps"],
                           r["current_floor_gbps"], r["suggested_floor_gbps"]) for r in out]))
     for r in out:
-        console.print(f"set [health.models.{r['model']}] nccl_busbw_floor_gbps = {r['suggested_floor_gbps']}")
+        say(f"set [health.models.{r['model']}] nccl_busbw_floor_gbps = {r['suggested_floor_gbps']}")
