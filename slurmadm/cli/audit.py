@@ -50,4 +50,5 @@ def log(site_file, as_json, since, action, target, limit) -> None:
         (when(e.ts), e.actor, e.action, e.target, e.reason)
         for e in events
     ]
-    console.print(table(None, ["when", "who", "what", "target", "why"], rows))
+    console.print(table(None, ["when", "who", "what", "target", "why"], rows, wrap=["target", "why"],
+                        optional=["who"]))

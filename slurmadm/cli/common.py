@@ -63,8 +63,8 @@ def print_json(data: Any) -> None:
 
 
 # Columns that carry free text: they wrap in a terminal; every other column stays on one line.
-WRAP_COLUMNS = frozenset({"detail", "why", "what", "change", "note", "reason", "partitions", "fix", "target",
-                          "value", "title"})
+WRAP_COLUMNS = frozenset({"detail", "why", "what", "change", "note", "reason", "partitions", "fix", "value",
+                          "title", "contexts"})
 
 
 def styled(text: Any, style: str) -> Text:
@@ -74,17 +74,57 @@ def styled(text: Any, style: str) -> Text:
 
 class PlainWhenPiped(Table):
     """A rich table in a terminal; plain aligned text, one row per line and nothing wrapped, when
-    the output is a pipe or a file (`slurmadm health checks | grep nvlink`, `... > file`)."""
+    the output is a pipe or a file (`slurmadm health checks | grep nvlink`, `... > file`). In a
+    terminal too narrow for every column (80 columns), the table's optional columns are left out
+    first, in their order, with a note saying which."""
+
+    optional: tuple[str, ...] = ()
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        if options.is_terminal:
+        if not options.is_terminal:
+            yield Text(plain_table(self), no_wrap=True, overflow="ignore", end="")
+            return
+        dropped: list[str] = []
+        t: Table = self
+        while self.optional[len(dropped):] and _natural_width(t) > options.max_width:
+            dropped.append(self.optional[len(dropped)])
+            t = _without(self, dropped)
+        if t is self:
             yield from super().__rich_console__(console, options)
             return
-        yield Text(plain_table(self), no_wrap=True, overflow="ignore", end="")
+        yield t
+        yield Text(f"(not shown at this width: {', '.join(dropped)}; see --json)",
+                   style="dim")
 
     def plain_rows(self) -> list[list[str]]:
         cells = [[_plain(c) for c in col.cells] for col in self.columns]
         return [list(row) for row in zip(*cells)] if cells else []
+
+
+WRAP_MIN = 16  # a wrapping column narrower than this reads badly: leave optional columns out first
+
+
+def _natural_width(t: Table) -> int:
+    """Width the table needs: one-line columns whole, wrapping ones at least WRAP_MIN, plus
+    padding and a border per column."""
+    width = 1
+    for col in t.columns:
+        texts = [_plain(col.header), *(_plain(c) for c in col.cells)]
+        need = max(len(x) for x in texts)
+        width += (need if col.no_wrap else min(need, WRAP_MIN)) + 3
+    return width
+
+
+def _without(t: PlainWhenPiped, dropped: list[str]) -> Table:
+    keep = [i for i, col in enumerate(t.columns) if _plain(col.header) not in dropped]
+    out = Table(title=t.title, title_justify=t.title_justify, header_style=t.header_style, show_header=t.show_header)
+    for i in keep:
+        col = t.columns[i]
+        out.add_column(col.header, no_wrap=col.no_wrap, overflow=col.overflow, ratio=col.ratio,
+                       min_width=col.min_width)
+    for row in zip(*[t.columns[i].cells for i in keep]):
+        out.add_row(*row)
+    return out
 
 
 def _plain(cell: Any) -> str:
@@ -93,9 +133,10 @@ def _plain(cell: Any) -> str:
 
 
 def plain_table(t: PlainWhenPiped) -> str:
-    headers = [_plain(c.header) for c in t.columns]
+    headers = [_plain(c.header) for c in t.columns] if t.show_header else []
     rows = t.plain_rows()
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    widths = [max([len(_plain(c.header)) if t.show_header else 0] + [len(r[i]) for r in rows])
+              for i, c in enumerate(t.columns)]
     lines = [f"{t.title}" if t.title else None]
     if any(headers):
         lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
@@ -104,18 +145,20 @@ def plain_table(t: PlainWhenPiped) -> str:
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
-          wrap: Iterable[str] | None = None) -> Table:
+          wrap: Iterable[str] | None = None, optional: Sequence[str] = ()) -> Table:
     """A table of literal text: cells that are `str` are never read as rich markup (a reason
     like `... [prolog]` keeps its tag); pass `styled(text, style)` for colour. Columns named in
-    `wrap` (default: WRAP_COLUMNS, else the last column) wrap in a terminal, the others stay whole
-    on one line so an 80-column terminal keeps ids and names readable."""
+    `wrap` (default: those in WRAP_COLUMNS, else the last column) wrap in a terminal, the others
+    stay whole on one line so ids and names stay readable; `optional` columns are left out, in
+    that order, where the terminal is too narrow for all of them."""
     wrapping = set(wrap) if wrap is not None else {c for c in columns if c in WRAP_COLUMNS}
     if not wrapping and columns:
         wrapping = {columns[-1]}
     t = PlainWhenPiped(title=escape(title) if title else None, title_justify="left", header_style="bold")
+    t.optional = tuple(optional)
     for col in columns:
         if col in wrapping:
-            t.add_column(col, overflow="fold", ratio=1, min_width=12)
+            t.add_column(col, overflow="fold", ratio=1, min_width=10)
         else:
             t.add_column(col, no_wrap=True)
     for row in rows:

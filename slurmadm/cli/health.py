@@ -10,7 +10,7 @@ import time
 
 import click
 
-from ..errors import UsageError
+from ..errors import SlurmadmError, UsageError
 from ..health import config as hconfig
 from ..health import engine, sitecheck  # noqa: F401  (sitecheck registers the check-id validation)
 from ..health.checks import BY_ID, CHECKS, policy
@@ -105,8 +105,27 @@ def checks_cmd(site_file, as_json) -> None:
         print_json(rows)
         return
     console.print(table(None, ["check", "severity", "contexts", "on fail", "on error", "limit s", "what"],
-                        [(r["id"], r["severity"], ",".join(r["contexts"]) or "-", r["on_fail"], r["on_error"],
-                          f"{r['timeout_s']:g}", r["title"]) for r in rows]))
+                        [(r["id"], r["severity"], ", ".join(r["contexts"]) or "-", r["on_fail"], r["on_error"],
+                          f"{r['timeout_s']:g}", r["title"]) for r in rows],
+                        optional=["limit s", "on error", "severity"]))
+
+
+def slurm_nodes():
+    """The nodes as Slurm has them now (for their drain reasons), through the Slurm adapter."""
+    from ..slurm import get_backend
+
+    return get_backend().nodes()
+
+
+def _drained(site, wanted: set[str] | None) -> list | str:
+    """Drained or down nodes of the site (optionally only `wanted`), or why Slurm could not say."""
+    try:
+        nodes = slurm_nodes()
+    except SlurmadmError as exc:
+        return str(exc)
+    names = set(site.node_names)
+    return [n for n in nodes if n.name in names and (wanted is None or n.name in wanted)
+            and (n.drained or n.state == "DOWN")]
 
 
 @health.command("status")
@@ -114,7 +133,9 @@ def checks_cmd(site_file, as_json) -> None:
 @json_option
 @click.option("--nodes", help="Only these nodes (hostlist).")
 def status_cmd(site_file, as_json, nodes) -> None:
-    """The latest result of every check on every node (from the store). Exit 1 if any is failing."""
+    """The latest result of every check on every node (from the store), then each drained node
+    with its whole drain reason as Slurm holds it (`sinfo -R` shows only 20 characters). Exit 1
+    if any check is failing."""
     from ..site import require_nodes
 
     site = get_site(site_file)
@@ -124,12 +145,23 @@ def status_cmd(site_file, as_json, nodes) -> None:
             "SELECT r.* FROM check_results r JOIN (SELECT node, check_id, MAX(id) AS id FROM check_results "
             "GROUP BY node, check_id) last ON r.id = last.id ORDER BY r.node, r.check_id").fetchall()
     out = [dict(r) for r in rows if wanted is None or r["node"] in wanted]
+    drained = _drained(site, wanted)
+    reasons = {n.name: n.reason for n in drained} if isinstance(drained, list) else None
+    for r in out:  # the node's drain reason now ("" when not drained; None when Slurm did not answer)
+        r["slurm_reason"] = None if reasons is None else reasons.get(r["node"], "")
     if as_json:
         print_json(out)
     else:
         console.print(table(None, ["node", "check", "status", "context", "when", "detail"],
                             [(r["node"], r["check_id"], status_cell(r["status"]),
                               r["context"], when(r["ts"]), r["detail"]) for r in out]))
+        if isinstance(drained, str):
+            say(("drain reasons: ", "yellow"), f"Slurm did not answer ({drained})")
+        elif drained:
+            console.print(table("drained nodes (whole reason)", ["node", "state", "by", "reason"],
+                                [(n.name, n.state_text, n.reason_user,
+                                  styled(n.reason, "bold") if n.reason.startswith("slurmadm:") else n.reason)
+                                 for n in drained], wrap=["reason"]))
     if any(r["status"] in ("fail", "error") for r in out):
         raise SystemExit(1)
 
