@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from slurmadm.burnin import report
@@ -195,3 +197,28 @@ def test_notes_say_what_was_not_really_tested():
     assert any("gloo on the CPU" in n for n in notes)
     assert any("No GPU was stressed on b200-001" in n for n in notes)
     assert any("health suite did not run on b200-001" in n for n in notes)
+
+
+def test_burnin_status_lists_the_slowdowns_of_each_sweep(tmp_path):
+    from click.testing import CliRunner
+
+    from slurmadm.burnin import history
+    from slurmadm.cli import cli
+    from slurmadm.store import Store
+
+    site = tmp_path / "site.toml"
+    example = (Path(__file__).resolve().parents[3] / "site.example.toml").read_text()
+    site.write_text(example.replace('path = "/var/lib/slurmadm/slurmadm.db"', f'path = "{tmp_path}/s.db"')
+                    .replace('audit_log = "/var/log/slurmadm/audit.jsonl"', f'audit_log = "{tmp_path}/a.jsonl"'))
+    now = summary(nodes=[{**summary()["nodes"][0], "busbw_gbps": 370.0}], pairs=[])
+    now["previous"] = report.compare(now, summary(nodes=[{**summary()["nodes"][0], "busbw_gbps": 480.0}]))
+    with Store(tmp_path / "s.db") as store:
+        history.start_sweep(store, now["sweep_id"], pid=1, host="h", actor="root", nodes="b200-001")
+        history.finish_sweep(store, now["sweep_id"], status="done", summary=now, report="")
+        rows = history.sweeps(store)
+    assert rows[0]["warnings"] and "b200-001: single-node busbw 370 GB/s, -23%" in rows[0]["warnings"][0]
+    r = CliRunner().invoke(cli, ["burnin", "status", "--site", str(site)])
+    assert r.exit_code == 0, r.output
+    header, row = r.output.splitlines()[:2]
+    assert header.split()[-1] == "warn" and row.split()[-1] == "1"
+    assert "slower: b200-001: single-node busbw 370 GB/s" in r.output
