@@ -21,6 +21,7 @@ GROUPS = {
     "burnin": "burnin",
     "audit": "audit",
     "store": "store",
+    "doctor": "doctor",
 }
 
 

@@ -10,7 +10,7 @@ import click
 
 from ..devcluster.cluster import DEFAULT_PORT_BASE, DevCluster, default_state_dir
 from ..errors import UsageError
-from .common import Group, console, json_option, print_json, progress, table
+from .common import Group, console, json_option, print_json, progress, say, styled, table
 
 
 def state_dir_option(fn):
@@ -113,10 +113,10 @@ def _show(st: dict) -> None:
     if not st["exists"]:
         console.print(f"no dev cluster in {st['state_dir']}")
         return
-    console.print(f"dev cluster [bold]{rec.get('cluster_name')}[/bold] in {st['state_dir']} "
-                  f"(Slurm {rec.get('slurm_release')}, ports from {rec.get('port_base')})")
+    say("dev cluster ", (str(rec.get("cluster_name")), "bold"), f" in {st['state_dir']} "
+        f"(Slurm {rec.get('slurm_release')}, ports from {rec.get('port_base')})")
     console.print(table(None, ["daemon", "pid", "state"],
-                        [(d["name"], d["pid"] or "", "[green]up[/green]" if d["alive"] else "[red]down[/red]")
+                        [(d["name"], d["pid"] or "", styled("up", "green") if d["alive"] else styled("down", "red"))
                          for d in st["daemons"]]))
     if st["nodes"]:
         console.print(table(None, ["node", "state"], sorted(st["nodes"].items())))

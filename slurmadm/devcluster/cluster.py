@@ -171,9 +171,10 @@ class DevCluster:
 
         # Something else must not hold our ports (e.g. another dev cluster with the same base).
         if not any(d.alive() for d in self.daemons()):
-            busy = [p for p in [ports.slurmctld, ports.slurmdbd, ports.mysql] if _port_busy(p)]
+            busy = [p for p in ports.every_port(len(node_names)) if _port_busy(p)]
             if busy:
-                raise UsageError(f"--port-base {port_base}: port(s) {busy} already in use; pick another base")
+                raise UsageError(f"--port-base {port_base}: port(s) {_ranges(busy)} already in use (another dev "
+                                 f"cluster?); pick another base (--port-base, or PORT_BASE=... scripts/demo.sh)")
 
         changed = self._write_configs(site, release)
         if old and (old.get("node_names") != node_names or old.get("port_base") != port_base):
@@ -531,6 +532,15 @@ def _secret_file(path: Path) -> str:
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_urlsafe(24) + "\n")
     return path.read_text().strip()
+def _ranges(ports: list[int]) -> str:
+    """[17000, 17011, 17012, 17013] -> '17000, 17011-17013'."""
+    out: list[str] = []
+    for p in sorted(ports):
+        if out and out[-1].split("-")[-1] == str(p - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{p}"
+        else:
+            out.append(str(p))
+    return ", ".join(out)
 
 
 def _port_busy(port: int) -> bool:

@@ -73,6 +73,13 @@ class Ports:
         """All fake nodes share 127.0.0.1: burn-in all-reduces listen on base+400..base+499."""
         return self.base + 400
 
+    def every_port(self, nodes: int) -> list[int]:
+        """Every TCP port a dev cluster of `nodes` nodes listens on, for the check that nothing
+        else holds them before `up` (a capability that adds a port adds it here too)."""
+        return [self.slurmctld, self.slurmdbd, self.mysql,
+                *range(self.first_slurmd, self.first_slurmd + nodes),
+                *range(self.burnin_rendezvous, self.burnin_rendezvous + 100)]
+
 
 def dev_profile(src: NodeProfile, hw: Hardware, dev_dir: Path) -> NodeProfile:
     gpus = src.gpus
