@@ -39,3 +39,14 @@ def apply() -> None:
         _session._io_recvfrom = _recvfrom
         _session._io_sendto = _sendto
         _applied = True
+
+
+def forget_stale(host: str, userid: str, password: str, port: int) -> None:
+    """pyghmi keeps a half-made session per (bmc, user, password, port) in
+    Session.initting_sessions and hands it to the next Session() for the same BMC; after a
+    logout that object is dead (its next command fails on `logoutexpiry` None). slurmadm opens
+    at most one session per BMC at a time, so a leftover entry is always stale: drop it."""
+    _session.Session.initting_sessions.pop((host, userid.encode() if isinstance(userid, str) else userid,
+                                            password.encode() if isinstance(password, str) else password,
+                                            port, None), None)
+    _session.Session.initting_sessions.pop((host, userid, password, port, None), None)

@@ -38,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     password = (bmc_dir / "password").read_text().strip()
     nodes = expand(args.nodes)
     on_power = None
+    dc = None
     if args.dev_cluster:
+        from . import bmcs
         from .cluster import DevCluster
 
         dc = DevCluster(Path(args.dev_cluster))
@@ -48,11 +50,17 @@ def main(argv: list[str] | None = None) -> int:
             # slurmd stops/starts in the background: the BMC answers at once, as a real one does
             def work() -> None:
                 with lock:
-                    dc.node_power(node, what)
+                    try:
+                        bmcs.node_power(dc, node, what)
+                    except Exception as exc:  # logged; the emulator keeps serving
+                        print(f"{node}: power {what}: {exc}", flush=True)
 
             threading.Thread(target=work, daemon=True).start()
 
     states = [NodeBmc.load(n, i, bmc_dir, on_power) for i, n in enumerate(nodes)]
+    if dc is not None:  # a fake node is on exactly when its slurmd runs
+        for st in states:
+            st.power = "on" if dc.daemon(f"slurmd-{st.node}").alive() else "off"
     for st in states:
         st.save()
 

@@ -36,7 +36,7 @@ from ..proc import run
 from ..resources import example_site, prolog_epilog_dir
 from ..site import Site, load_site
 from ..slurm.parse import parse_version
-from . import devsite, gpus, slurmconf
+from . import bmcs, devsite, gpus, slurmconf
 from .daemons import Daemon, session_members, start_time, wait_for, with_descendants
 
 DEFAULT_STATE_DIR = "/var/lib/slurmadm/dev-cluster"
@@ -107,7 +107,9 @@ class DevCluster:
     def daemons(self) -> list[Daemon]:
         """In start order."""
         fixed = [self.daemon(n) for n in ("munged", "mariadbd", "slurmdbd", "slurmctld")]
-        return fixed + [self.daemon(f"slurmd-{n}") for n in self.nodes()]
+        # the BMC emulator last: `down` stops it first, so it powers nothing back on
+        bmc = [self.daemon(bmcs.EMULATOR)] if (self.record() or {}).get("bmc") else []
+        return fixed + [self.daemon(f"slurmd-{n}") for n in self.nodes()] + bmc
 
     def env(self) -> dict[str, str]:
         """What a shell (or a prolog) needs to use this dev cluster, its stand-in GPUs included."""
@@ -128,7 +130,8 @@ class DevCluster:
 
     # ------------------------------------------------------------------ bring-up
     def up(self, *, nodes: int | None = None, site_file: str | None = None, port_base: int | None = None,
-           progress: Callable[[str], None] = lambda msg: None, timeout: float = 180.0) -> dict:
+           progress: Callable[[str], None] = lambda msg: None, timeout: float = 180.0,
+           bmc: bool | None = None) -> dict:
         if os.geteuid() != 0:
             raise UsageError("dev-cluster up must run as root (it starts munged, MariaDB and Slurm daemons)")
         missing = missing_binaries()
@@ -151,6 +154,11 @@ class DevCluster:
         os.chmod(self.p("munge"), 0o700)
         data = devsite.derive(src_site, nodes=nodes, state_dir=self.state_dir, ports=ports,
                               hostname=hostname, hw=hw, prolog_dir=self.p("prolog_epilog"), release=release[:2])
+        bmc = bool(old.get("bmc")) if bmc is None else bmc
+        if bmc:
+            if nodes > devsite.BMC_MAX_NODES:
+                raise UsageError(f"--bmc: at most {devsite.BMC_MAX_NODES} nodes get emulated BMCs, not {nodes}")
+            data["bmc"].update(devsite.bmc_settings(ports, self.state_dir))
         site = devsite.write(data, self.site_path, source=source)
         node_names = site.node_names
 
@@ -173,6 +181,7 @@ class DevCluster:
             "nodes": nodes, "node_names": node_names, "port_base": port_base, "source_site": source,
             "hostname": hostname, "slurm_release": f"{release[0]}.{release[1]:02d}.{release[2]}",
             "cluster_name": site.cluster.name, "started": old.get("started") or time.time(),
+            "bmc": bmc,
         }
         self.record_path.write_text(json.dumps(rec, indent=2) + "\n")
 
@@ -183,7 +192,10 @@ class DevCluster:
         self._mariadb(site, ports, progress)
         self._slurmdbd(site, progress)
         self._slurmctld(progress)
+        powered_off = [n for n in node_names if not self.daemon(f"slurmd-{n}").alive()]
         self._slurmds(node_names, progress)
+        if bmc:  # restarted when slurmds were (re)started: its power state follows them
+            bmcs.start(self, node_names, ports, progress, restart=bool(powered_off))
         progress(f"waiting for {len(node_names)} nodes to be idle")
         self.wait_ready(timeout=timeout)
         self._write_env_file()

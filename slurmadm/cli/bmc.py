@@ -1,0 +1,281 @@
+"""`slurmadm bmc ...`: out-of-band management through the nodes' BMCs (slurmadm/bmc/).
+
+Every command takes a hostlist. A BMC that does not answer is one row with its error and makes
+the exit code 3; a refused change (running jobs without --force/--drain) makes it 1.
+"""
+
+from __future__ import annotations
+
+import click
+from rich.markup import escape
+
+from ..bmc import ops
+from ..bmc.model import BOOT_DEVICES, POWER_ACTIONS
+from ..errors import EXIT_PROBLEMS, EXIT_UNREACHABLE
+from ..store import Store
+from .audit import parse_since
+from .common import (Group, console, dry_run_option, get_site, info, json_option, print_json, reason_option,
+                     site_option, table, when)
+
+
+@click.group(cls=Group)
+def bmc() -> None:
+    """Power, sensors, event log, inventory, boot device, firmware and dead-node recovery through the BMCs."""
+
+
+def _fleet(site):
+    from ..bmc.fanout import Fleet
+
+    return Fleet(site)
+
+
+def _backend():
+    from ..slurm import get_backend
+
+    return get_backend()
+
+
+def _exit(code: int) -> None:
+    if code:
+        raise SystemExit(code)
+
+
+def _unreachable_rows(rows) -> list[tuple[str, str]]:
+    return [(r.node, r.error) for r in rows if not r.ok]
+
+
+def _show_errors(errors: list[tuple[str, str]]) -> None:
+    if errors:
+        console.print(table("unreachable", ["node", "error"], [(n, escape(e)) for n, e in errors]))
+
+
+nodes_arg = click.argument("nodes", metavar="NODES")
+
+
+def _safety_options(fn):
+    fn = click.option("--force", is_flag=True, help="Act even on nodes with running jobs.")(fn)
+    fn = click.option("--drain", is_flag=True,
+                      help="Drain busy nodes, wait for their jobs to end (bmc.drain_timeout_s), act, leave them drained.")(fn)
+    return fn
+
+
+# ---------------------------------------------------------------------- power
+@bmc.command()
+@click.argument("action", type=click.Choice(["status", *POWER_ACTIONS]))
+@nodes_arg
+@site_option
+@json_option
+@dry_run_option
+@_safety_options
+@reason_option("slurmadm bmc power")
+def power(action, nodes, site_file, as_json, dry_run, force, drain, reason) -> None:
+    """Power status, or on|off|cycle|reset NODES. Off/cycle/reset refuse nodes with running jobs
+    unless --force or --drain."""
+    site = get_site(site_file)
+    names = ops.check_nodes(site, nodes)
+    fleet = _fleet(site)
+    if action == "status":
+        rows = fleet.run(names, lambda c: c.bmc.power_state())
+        if as_json:
+            print_json([{"node": r.node, "power": r.value if r.ok else None, "error": r.error or None,
+                         "seconds": r.seconds} for r in rows])
+        else:
+            console.print(table(None, ["node", "power"],
+                                [(r.node, r.value if r.ok else f"[red]unreachable[/red]: {escape(r.error)}")
+                                 for r in rows]))
+        _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
+        return
+    backend = _backend()
+    steps = ops.plan_power(fleet, names, action, backend, force=force, drain=drain)
+    if dry_run:
+        _show_plan(steps, as_json, dry_run=True)
+        _exit(_code(steps, {}))
+        return
+    with Store.for_site(site) as store:
+        stuck = {}
+        if any(s.do and (s.drain or s.why == "drained; waiting for jobs") for s in steps):
+            stuck = ops.drain_and_wait(backend, steps, f"bmc-power-{action}", reason,
+                                       site.bmc.drain_timeout_s, info)
+            for s in steps:
+                if s.node in stuck:
+                    s.do, s.action, s.why = False, "refused", stuck[s.node]
+            store.audit_many([("bmc.drain", s.node, reason, {"for": f"power {action}"})
+                              for s in steps if s.drain])
+        outcome = ops.apply_power(fleet, steps, action, store, reason)
+    for s in steps:
+        if s.node in outcome.failed:
+            s.error = outcome.failed[s.node]
+    _show_plan(steps, as_json, dry_run=False)
+    _exit(_code(steps, outcome.failed))
+
+
+def _code(steps, failed) -> int:
+    if failed or any(s.error for s in steps):
+        return EXIT_UNREACHABLE
+    if any(s.action == "refused" for s in steps):
+        return EXIT_PROBLEMS
+    return 0
+
+
+def _show_plan(steps, as_json: bool, *, dry_run: bool) -> None:
+    if as_json:
+        print_json({"dry_run": dry_run, "steps": [s.to_json() for s in steps]})
+        return
+    rows = []
+    for s in steps:
+        what = s.action if not s.error else "[red]unreachable[/red]"
+        if s.do and not dry_run and not s.error:
+            what = f"[green]{s.action}[/green]"
+        elif s.action == "refused":
+            what = "[yellow]refused[/yellow]"
+        rows.append((s.node, s.power or "?", s.slurm, what, escape(s.error or s.why)))
+    console.print(table("plan (dry run)" if dry_run else None, ["node", "power", "slurm", "action", "why"], rows))
+
+
+# ---------------------------------------------------------------------- sensors
+@bmc.command()
+@nodes_arg
+@site_option
+@json_option
+@click.option("--type", "kind", type=click.Choice(["temperature", "power", "fan", "voltage"]), default=None,
+              help="Only sensors of this type (power includes the PSUs).")
+@click.option("--alarms", is_flag=True, help="Only readings outside the BMC's thresholds (or failed states).")
+def sensors(nodes, site_file, as_json, kind, alarms) -> None:
+    """Sensor readings with the BMC's thresholds; out-of-range ones marked. Exit 1 if any alarm."""
+    site = get_site(site_file)
+    rows = ops.read_sensors(_fleet(site), ops.check_nodes(site, nodes), kind=kind, alarms=alarms)
+    any_alarm = any(s.alarm for r in rows if r.ok for s in r.value)
+    if as_json:
+        print_json([{"node": r.node, "sensors": [s.to_json() for s in r.value] if r.ok else None,
+                     "error": r.error or None} for r in rows])
+    else:
+        out = []
+        for r in rows:
+            for s in (r.value if r.ok else []):
+                value = "" if s.value is None else f"{s.value:g} {s.unit}".strip()
+                th = " ".join(f"{k}={v:g}" for k, v in s.thresholds.items())
+                status = {"ok": "ok", "warning": "[yellow]warning[/yellow]"}.get(s.status, "[red]CRITICAL[/red]")
+                out.append((r.node, escape(s.name), s.type, value or ", ".join(s.states), status, th))
+        console.print(table(None, ["node", "sensor", "type", "reading", "status", "thresholds"], out))
+        _show_errors(_unreachable_rows(rows))
+    _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else EXIT_PROBLEMS if any_alarm else 0)
+
+
+# ---------------------------------------------------------------------- SEL
+@bmc.command()
+@nodes_arg
+@site_option
+@json_option
+@dry_run_option
+@click.option("--since", help="Only events since a date (2026-11-01) or an age (24h, 7d).")
+@click.option("--clear", is_flag=True, help="Clear the log in the same step as reading it (nothing logged in between is lost); audited.")
+@reason_option("slurmadm bmc sel --clear")
+def sel(nodes, site_file, as_json, dry_run, since, clear, reason) -> None:
+    """The BMC event log, decoded."""
+    site = get_site(site_file)
+    names = ops.check_nodes(site, nodes)
+    since_ts = parse_since(since)
+    if clear and dry_run:
+        rows = ops.read_sel(_fleet(site), names, since=None, clear=False, store=None, reason=reason)
+        plan = [{"node": r.node, "would_clear": len(r.value) if r.ok else None, "error": r.error or None}
+                for r in rows]
+        if as_json:
+            print_json({"dry_run": True, "plan": plan})
+        else:
+            console.print(table("plan (dry run)", ["node", "action"],
+                                [(p["node"], f"clear {p['would_clear']} event(s)" if p["error"] is None
+                                  else f"unreachable: {escape(p['error'])}") for p in plan]))
+        _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
+        return
+    if clear:
+        with Store.for_site(site) as store:
+            rows = ops.read_sel(_fleet(site), names, since=since_ts, clear=True, store=store, reason=reason)
+    else:
+        rows = ops.read_sel(_fleet(site), names, since=since_ts, clear=False, store=None, reason=reason)
+    if as_json:
+        print_json([{"node": r.node, "events": [e.to_json() for e in r.value] if r.ok else None,
+                     "cleared": clear and r.ok, "error": r.error or None} for r in rows])
+    else:
+        out = []
+        for r in rows:
+            for e in (r.value if r.ok else []):
+                sev = {"critical": "[red]critical[/red]", "warning": "[yellow]warning[/yellow]"}.get(e.severity, "info")
+                out.append((r.node, e.record_id, when(e.timestamp) if e.timestamp else "?", escape(e.sensor),
+                            escape(e.event), sev))
+        console.print(table(None, ["node", "id", "when", "sensor", "event", "severity"], out))
+        if clear:
+            info(f"cleared the event log of {sum(r.ok for r in rows)} BMC(s)")
+        _show_errors(_unreachable_rows(rows))
+    _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
+
+
+# ---------------------------------------------------------------------- inventory
+@bmc.command()
+@nodes_arg
+@site_option
+@json_option
+@click.option("--redfish/--no-redfish", default=True, show_default=True,
+              help="Also read the Redfish firmware inventory (BIOS, BMC, CPLD, NICs, HGX GPUs/NVSwitches).")
+def inventory(nodes, site_file, as_json, redfish) -> None:
+    """FRU (model, serial), BMC and BIOS firmware, and the Redfish firmware inventory."""
+    site = get_site(site_file)
+    rows = ops.read_inventory(_fleet(site), ops.check_nodes(site, nodes), redfish=redfish)
+    if as_json:
+        print_json([{"node": r.node, "inventory": r.value if r.ok else None, "error": r.error or None} for r in rows])
+    else:
+        out = []
+        for r in rows:
+            if not r.ok:
+                continue
+            v = r.value
+            fw = v.get("firmware", {})
+            out.append((r.node, v.get("model", ""), v.get("serial", ""), v.get("bmc_firmware", ""),
+                        v.get("bios_firmware", fw.get("BIOS", "")), len(fw)))
+        console.print(table(None, ["node", "model", "serial", "BMC", "BIOS", "firmware items"], out))
+        _show_errors(_unreachable_rows(rows))
+    _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
+
+
+# ---------------------------------------------------------------------- boot device
+@bmc.command()
+@click.argument("device", type=click.Choice(["status", *BOOT_DEVICES]))
+@nodes_arg
+@site_option
+@json_option
+@dry_run_option
+@click.option("--persist", is_flag=True, help="Every boot, not only the next one.")
+@reason_option("slurmadm bmc bootdev")
+def bootdev(device, nodes, site_file, as_json, dry_run, persist, reason) -> None:
+    """Show (status) or set the boot device override: pxe for re-imaging, disk, bios, default."""
+    site = get_site(site_file)
+    names = ops.check_nodes(site, nodes)
+    fleet = _fleet(site)
+    if device == "status" or dry_run:
+        rows = fleet.run(names, lambda c: c.bmc.bootdev())
+        data = [{"node": r.node, "bootdev": r.value[0] if r.ok else None, "persistent": r.value[1] if r.ok else None,
+                 "error": r.error or None,
+                 **({"would_change": r.ok and r.value != (device, persist) and
+                     not (device == "default" and r.value[0] == "default")} if dry_run else {})}
+                for r in rows]
+        if as_json:
+            print_json({"dry_run": True, "plan": data} if dry_run and device != "status" else data)
+        else:
+            cols = ["node", "bootdev", "persistent"] + (["action"] if device != "status" else [])
+            out = [(d["node"], d["bootdev"] or "[red]unreachable[/red]", d["persistent"],
+                    *([f"set {device}{' (persistent)' if persist else ''}" if d.get("would_change") else "nothing"]
+                      if device != "status" else [])) for d in data]
+            console.print(table("plan (dry run)" if device != "status" else None, cols, out))
+            _show_errors(_unreachable_rows(rows))
+        _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
+        return
+    with Store.for_site(site) as store:
+        rows, changed = ops.set_bootdev(fleet, names, device, persist, store, reason)
+    if as_json:
+        print_json([{"node": r.node, "changed": r.node in changed, "was": r.value["was"] if r.ok else None,
+                     "error": r.error or None} for r in rows])
+    else:
+        console.print(table(None, ["node", "was", "now"],
+                            [(r.node, r.value["was"], f"{device}{' (persistent)' if persist else ''}"
+                              if r.node in changed else "unchanged") for r in rows if r.ok]))
+        _show_errors(_unreachable_rows(rows))
+    _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
