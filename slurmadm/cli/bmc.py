@@ -279,3 +279,131 @@ def bootdev(device, nodes, site_file, as_json, dry_run, persist, reason) -> None
                               if r.node in changed else "unchanged") for r in rows if r.ok]))
         _show_errors(_unreachable_rows(rows))
     _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
+
+
+# ---------------------------------------------------------------------- recover
+@bmc.group(cls=Group, invoke_without_command=True)
+@click.option("--nodes", "nodes", default=None, help="Only these nodes (hostlist; default: every DOWN node).")
+@site_option
+@json_option
+@dry_run_option
+@click.option("--trigger", is_flag=True,
+              help="Run for Slurm's strigger: wait out the grace period for --nodes, then recover them.")
+@reason_option("slurmadm bmc recover")
+@click.pass_context
+def recover(ctx, nodes, site_file, as_json, dry_run, trigger, reason) -> None:
+    """Power-cycle nodes Slurm has had DOWN/NOT_RESPONDING longer than bmc.recover.grace_s, wait
+    for slurmd and a clean health run, resume them (see slurmadm/bmc/recover.py). Exit 1 when a
+    node could not be recovered, 3 when a BMC was unreachable."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import time
+
+    from ..bmc.recover import Recovery
+    from ..files import exclusive_lock
+    from ..errors import LockBusy
+
+    site = get_site(site_file)
+    names = ops.check_nodes(site, nodes) if nodes else None
+    with Store.for_site(site) as store:
+        rec = Recovery(site, _fleet(site), _backend(), store, progress=info)
+        if dry_run:
+            cands = rec.plan(names, record=False)
+            _show_recover(cands, None, as_json, dry_run=True)
+            return
+        lock = __import__("pathlib").Path(f"{site.store.path}.bmc-recover.lock")
+        deadline = time.monotonic() + (site.bmc.recover.grace_s + 600 if trigger else 0)
+        while True:
+            try:
+                with exclusive_lock(lock, lambda holder: f"another recovery runs ({holder})"):
+                    cands = rec.plan(names)
+                    if trigger and any(c.action == "wait" for c in cands) and time.monotonic() < deadline:
+                        wait = min(c.why for c in cands if c.action == "wait")
+                        info(f"waiting: {wait}")
+                        time.sleep(min(5.0, max(0.5, site.bmc.recover.grace_s / 10)))
+                        continue
+                    report = rec.run(cands, reason)
+                break
+            except LockBusy:
+                if not trigger or time.monotonic() >= deadline:
+                    raise
+                time.sleep(2.0)
+    _show_recover(cands, report, as_json, dry_run=False)
+    unreachable = any("unreachable" in why or "did not answer" in why for why in report.failed.values())
+    _exit(EXIT_UNREACHABLE if unreachable else EXIT_PROBLEMS if report.failed else 0)
+
+
+def _show_recover(cands, report, as_json: bool, *, dry_run: bool) -> None:
+    if as_json:
+        print_json({"dry_run": dry_run, **(report.to_json() if report else
+                                           {"candidates": [c.__dict__ for c in cands]})})
+        return
+    if not cands:
+        console.print("no DOWN nodes")
+        return
+    rows = []
+    for c in cands:
+        result = ""
+        if report is not None:
+            result = ("[green]recovered[/green]" if c.node in report.recovered else
+                      f"[red]{escape(report.failed[c.node])}[/red]" if c.node in report.failed else "")
+        rows.append((c.node, c.action, escape(c.why), result))
+    console.print(table("plan (dry run)" if dry_run else None, ["node", "action", "why", "result"], rows))
+
+
+@recover.command("install-trigger")
+@site_option
+@dry_run_option
+@click.option("--path", "script", default="/etc/slurmadm/bmc-recover-trigger.sh", show_default=True,
+              type=click.Path(dir_okay=False), help="Where to write the program strigger runs.")
+@click.option("--log", "log_file", default="/var/log/slurmadm-bmc-recover.log", show_default=True,
+              type=click.Path(dir_okay=False), help="Where the triggered recoveries log.")
+@reason_option("slurmadm bmc recover install-trigger")
+def install_trigger(site_file, dry_run, script, log_file, reason) -> None:
+    """Register a permanent Slurm trigger (strigger --set --node --down --flags=PERM) that runs
+    `slurmadm bmc recover --trigger` for nodes going DOWN. Idempotent."""
+    import os
+    import shlex
+    import sys
+    from pathlib import Path
+
+    from ..files import write_atomic
+    from ..proc import run
+
+    site = get_site(site_file)
+    site_path = os.path.abspath(site_file or os.environ.get("SLURMADM_SITE") or "/etc/slurmadm/site.toml")
+    script = os.path.abspath(script)
+    env = {k: os.environ[k] for k in ("SLURM_CONF",) if os.environ.get(k)}
+    text = ("#!/bin/sh\n# written by `slurmadm bmc recover install-trigger`; Slurm's strigger runs it with the\n"
+            "# nodes that went DOWN. It starts the recovery detached and returns at once.\n"
+            f"export SLURMADM_SITE={shlex.quote(site_path)}\n"
+            + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+            + 'nodes=$(echo "$*" | tr " " ",")\n'
+            f"setsid {shlex.quote(sys.executable)} -m slurmadm bmc recover --trigger --nodes \"$nodes\" "
+            f"--reason 'strigger: node down' >> {shlex.quote(os.path.abspath(log_file))} 2>&1 < /dev/null &\n"
+            "exit 0\n")
+    existing = run(["strigger", "--get", "--node", "--down"], check=False, timeout=20)
+    if existing.returncode != 0:
+        from ..errors import UnreachableError
+
+        raise UnreachableError(f"strigger --get failed: {existing.stderr.strip() or existing.stdout.strip()}")
+    have = script in existing.stdout.split()
+    same = Path(script).exists() and Path(script).read_text() == text
+    plan = []
+    if not same:
+        plan.append(f"write {script}")
+    if not have:
+        plan.append(f"strigger --set --node --down --flags=PERM --program={script}")
+    if not plan:
+        console.print(f"trigger already installed ({script})")
+        return
+    for step in plan:
+        console.print(("would: " if dry_run else "") + step)
+    if dry_run:
+        return
+    if not same:
+        write_atomic(Path(script), text, mode=0o755)
+    if not have:
+        run(["strigger", "--set", "--node", "--down", "--flags=PERM", f"--program={script}"], timeout=20)
+    with Store.for_site(site) as store:
+        store.audit("bmc.recover.install-trigger", script, reason, steps=plan)

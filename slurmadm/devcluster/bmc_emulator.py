@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import ipmi_emulator
 
-    bmcs = [ipmi_emulator.EmulatedBmc(st, args.username, password, args.ipmi_port + i)
+    servers_ipmi = [ipmi_emulator.EmulatedBmc(st, args.username, password, args.ipmi_port + i)
             for i, st in enumerate(states)]
     servers = []
     if args.redfish_port:
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bmc emulator: {len(nodes)} BMC(s), IPMI from port {args.ipmi_port}"
           + (f", Redfish from port {args.redfish_port}" if servers else ""), flush=True)
     try:
-        ipmi_emulator.serve(bmcs, stopping.is_set)
+        ipmi_emulator.serve(servers_ipmi, stopping.is_set)
     finally:
         for srv in servers:
             srv.shutdown()

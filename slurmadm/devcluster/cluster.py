@@ -159,6 +159,10 @@ class DevCluster:
             if nodes > devsite.BMC_MAX_NODES:
                 raise UsageError(f"--bmc: at most {devsite.BMC_MAX_NODES} nodes get emulated BMCs, not {nodes}")
             data["bmc"].update(devsite.bmc_settings(ports, self.state_dir))
+            # a frozen node is marked DOWN in ~20 s rather than Slurm's default 300 s, so dead-node
+            # recovery through the BMCs can be shown and tested
+            data["slurm"].setdefault("extra", {}).setdefault("SlurmdTimeout", "20")
+            data["bmc"]["recover"] = {**data["bmc"].get("recover", {}), "grace_s": 5.0, "boot_timeout_s": 120.0}
         site = devsite.write(data, self.site_path, source=source)
         node_names = site.node_names
 
