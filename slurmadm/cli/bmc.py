@@ -407,3 +407,110 @@ def install_trigger(site_file, dry_run, script, log_file, reason) -> None:
         run(["strigger", "--set", "--node", "--down", "--flags=PERM", f"--program={script}"], timeout=20)
     with Store.for_site(site) as store:
         store.audit("bmc.recover.install-trigger", script, reason, steps=plan)
+
+
+# ---------------------------------------------------------------------- firmware
+@bmc.group(cls=Group)
+def firmware() -> None:
+    """Firmware against the site's [bmc.firmware] baseline, and Redfish updates in waves."""
+
+
+@firmware.command("status")
+@nodes_arg
+@site_option
+@json_option
+def firmware_status(nodes, site_file, as_json) -> None:
+    """Each baseline component of each node: ok, drift or missing. Exit 1 on any drift."""
+    from ..bmc import firmware as fw
+
+    site = get_site(site_file)
+    if not site.bmc.firmware:
+        from ..errors import UsageError
+
+        raise UsageError("bmc.firmware: the site has no firmware baseline ([bmc.firmware] component = version)")
+    rows, drift = fw.status(_fleet(site), ops.check_nodes(site, nodes))
+    if as_json:
+        print_json({"baseline": site.bmc.firmware,
+                    "nodes": [{"node": r.node, "firmware": r.value if r.ok else None, "error": r.error or None}
+                              for r in rows],
+                    "drift": [{"node": d.node, "component": d.component, "have": d.have, "want": d.want}
+                              for d in drift if not d.ok]})
+    else:
+        console.print(table(None, ["node", "component", "have", "baseline", "status"],
+                            [(d.node, d.component, d.have or "-", d.want,
+                              "ok" if d.ok else "[red]missing[/red]" if d.have is None else "[yellow]drift[/yellow]")
+                             for d in drift]))
+        _show_errors(_unreachable_rows(rows))
+    _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else EXIT_PROBLEMS if any(not d.ok for d in drift) else 0)
+
+
+@firmware.command("update")
+@nodes_arg
+@click.option("--component", required=True, help="Firmware inventory id (BIOS, BMC, HGX_FW_GPU_SXM_1, ...).")
+@click.option("--image", "image_url", required=True,
+              help="Image URL the BMCs fetch (SimpleUpdate), or a local path/URL slurmadm pushes (--push).")
+@click.option("--push", is_flag=True, help="Push the image (multipart) instead of letting the BMC fetch it.")
+@click.option("--version", "version", default=None,
+              help="The version the image carries: nodes already there are skipped, and a node counts as "
+                   "updated only when it reports it afterwards.")
+@click.option("--task-timeout", type=click.FloatRange(1, 7200), default=1800, show_default=True,
+              help="Seconds to follow each BMC's update task.")
+@click.option("--force", is_flag=True, help="Also nodes that are not drained and idle.")
+@site_option
+@json_option
+@dry_run_option
+@reason_option("slurmadm bmc firmware update")
+def firmware_update(nodes, component, image_url, push, version, task_timeout, force, site_file, as_json, dry_run,
+                    reason) -> None:
+    """Update one component over Redfish on drained idle nodes, canary first, then in waves with
+    a failure budget; each task followed to the end and the version re-read."""
+    from ..bmc import firmware as fw
+    from ..bmc.redfish import _fetch
+
+    site = get_site(site_file)
+    names = ops.check_nodes(site, nodes)
+    fleet = _fleet(site)
+    states = ops.slurm_view(_backend(), names)
+    current = {r.node: r for r in fleet.run(names, lambda c: c.redfish.firmware())}
+    want = version
+    plan = []
+    for n in names:
+        r = current[n]
+        if not r.ok:
+            plan.append({"node": n, "action": "unreachable", "why": r.error})
+        elif component not in r.value:
+            plan.append({"node": n, "action": "refused", "why": f"no component {component!r} on this BMC"})
+        elif want is not None and r.value[component] == want:
+            plan.append({"node": n, "action": "skip", "why": f"already at {want}"})
+        elif (why := fw.eligibility(states.get(n), force=force)):
+            plan.append({"node": n, "action": "refused", "why": why})
+        else:
+            plan.append({"node": n, "action": "update", "why": f"{r.value[component]} -> image"})
+    todo = [p["node"] for p in plan if p["action"] == "update"]
+    waves = fw.waves(todo, site.software.canary_nodes, site.software.wave_fraction)
+    if dry_run or not todo:
+        if as_json:
+            print_json({"dry_run": dry_run, "plan": plan, "waves": waves,
+                        "failure_budget": fw.budget(len(todo), site.software.max_failed_fraction)})
+        else:
+            console.print(table("plan (dry run)" if dry_run else "nothing to update",
+                                ["node", "action", "why"], [(p["node"], p["action"], escape(p["why"])) for p in plan]))
+            if waves:
+                console.print("waves: " + " | ".join(",".join(w) for w in waves))
+        _exit(EXIT_UNREACHABLE if any(p["action"] == "unreachable" for p in plan) else
+              EXIT_PROBLEMS if any(p["action"] == "refused" for p in plan) else 0)
+        return
+    image = _fetch(image_url) if push else None
+    with Store.for_site(site) as store:
+        out = fw.rollout(fleet, todo, component, image_url, image, store, reason, task_timeout_s=task_timeout,
+                         progress=info, version=version)
+    if as_json:
+        print_json({"plan": plan, **out})
+    else:
+        rows = [(n, r.get("before", ""), r.get("after", ""), r.get("task", ""),
+                 "[green]ok[/green]" if r["ok"] else f"[red]failed[/red] {escape(r.get('error') or '; '.join(r.get('messages', [])))}")
+                for n, r in out["results"].items()]
+        console.print(table(None, ["node", "before", "after", "task", "result"], rows))
+        if out["stopped"]:
+            console.print(f"[red]{out['stopped']}[/red]; not started: {', '.join(out['not_started'])}")
+    _exit(EXIT_PROBLEMS if out["failed"] or out["stopped"] else 0)
