@@ -226,7 +226,7 @@ class Recovery:
         """The first health run on `node` after `since` (None while there is none): clean when
         no check of the configured set (default: all) failed or errored."""
         rows = self.store.db.execute(
-            "SELECT run_id, check_id, status, detail FROM check_results WHERE node=? AND ts>=? ORDER BY id",
+            "SELECT run_id, check_id, status, detail FROM check_results WHERE node=? AND ts>=? AND context != 'bmc' ORDER BY id",
             (node, since)).fetchall()
         if not rows:
             return None

@@ -514,3 +514,32 @@ def firmware_update(nodes, component, image_url, push, version, task_timeout, fo
         if out["stopped"]:
             console.print(f"[red]{out['stopped']}[/red]; not started: {', '.join(out['not_started'])}")
     _exit(EXIT_PROBLEMS if out["failed"] or out["stopped"] else 0)
+
+
+# ---------------------------------------------------------------------- BMC health
+@bmc.command("health")
+@nodes_arg
+@site_option
+@json_option
+@dry_run_option
+def health_cmd(nodes, site_file, as_json, dry_run) -> None:
+    """BMC sensors and SEL as node health (bmc-temperature, bmc-psu, bmc-fan, bmc-sel): drain on
+    failure under the health breaker, resume after clean runs. For cron on the head node. Exit 1
+    when a check failed, 3 when a BMC was unreachable."""
+    from ..bmc import health as bh
+
+    site = get_site(site_file)
+    names = ops.check_nodes(site, nodes)
+    with Store.for_site(site) as store:
+        out = bh.run(site, _fleet(site), _backend(), store, names, act=not dry_run)
+    if as_json:
+        print_json(out)
+    else:
+        style = {"pass": "green", "fail": "red", "error": "magenta"}
+        console.print(table(None, ["node", "check", "status", "detail"],
+                            [(v["node"], v["check_id"], f"[{style[v['status']]}]{v['status']}[/]", escape(v["detail"]))
+                             for v in out["verdicts"]]))
+        for a in out["actions"]:
+            console.print(f"{a['node']}: {a['action']}: {escape(a['why'])}")
+    failed = any(v["status"] == "fail" for v in out["verdicts"])
+    _exit(EXIT_UNREACHABLE if out["unreachable"] else EXIT_PROBLEMS if failed else 0)
