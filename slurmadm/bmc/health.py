@@ -16,6 +16,7 @@ result, never a drain.
 from __future__ import annotations
 
 import fnmatch
+import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from .model import Sensor, SelEvent
 
 CHECKS = ("bmc-temperature", "bmc-psu", "bmc-fan", "bmc-sel")
 CONTEXT = "bmc"
-SEL_SEEN = "bmc-sel-seen"  # node_state: newest SEL timestamp already judged
+SEL_SEEN = "bmc-sel-seen"  # node_state: the SEL events already judged (JSON list of event_key)
 CLEAN = "bmc-clean-runs"
 
 
@@ -41,15 +42,20 @@ class Verdict:
     detail: str
 
 
+def event_key(e: SelEvent) -> str:
+    """Identity of a SEL event across runs (timestamps converted from the BMC clock jitter by a
+    second between reads, so they cannot say what is new)."""
+    return f"{e.record_id}:{e.sensor}:{e.event}"
+
+
 def judge(node: str, sensors: list[Sensor], events: list[SelEvent], *, temp_globs: list[str],
-          sel_severity: str, seen: float) -> list[Verdict]:
+          sel_severity: str, seen: set[str]) -> list[Verdict]:
     hot = [s for s in sensors if s.type == "temperature" and any(fnmatch.fnmatch(s.name, g) for g in temp_globs)
            and s.status == "critical"]
     psu = [s for s in sensors if s.type == "psu" and s.status != "ok"]
     fans = [s for s in sensors if s.type == "fan" and s.status == "critical"]
     rank = {"info": 0, "warning": 1, "critical": 2}
-    new = [e for e in events if e.timestamp is not None and e.timestamp > seen
-           and rank[e.severity] >= rank[sel_severity]]
+    new = [e for e in events if event_key(e) not in seen and rank[e.severity] >= rank[sel_severity]]
 
     def v(check: str, bad: list, text) -> Verdict:
         return Verdict(node, check, "fail" if bad else "pass", text(bad) if bad else "ok")
@@ -71,17 +77,19 @@ def run(site, fleet: Fleet, backend: SlurmBackend, store: Store, nodes: list[str
     run_id = uuid.uuid4().hex[:12]
     now = time.time()
     verdicts: list[Verdict] = []
-    newest: dict[str, float] = {}
+    newest: dict[str, list[str]] = {}
     for r in rows:
         if not r.ok:
             verdicts.append(Verdict(r.node, "bmc-sel", "error", r.error))
             continue
         sensors, events = r.value
-        seen = float(store.get_node_state(r.node, SEL_SEEN) or 0)
+        raw = store.get_node_state(r.node, SEL_SEEN)
+        seen = set(json.loads(raw)) if raw else None
+        if seen is None:  # first run on this node: what is in the SEL already is history, not news
+            seen = {event_key(e) for e in events}
         verdicts += judge(r.node, sensors, events, temp_globs=h.temperature_sensors, sel_severity=h.sel_severity,
                           seen=seen)
-        stamps = [e.timestamp for e in events if e.timestamp is not None]
-        newest[r.node] = max([seen, *stamps])
+        newest[r.node] = [event_key(e) for e in events][-512:]
     with store.transaction() as db:
         db.executemany("INSERT INTO check_results (ts, run_id, node, context, check_id, status, severity, detail,"
                        " value, duration_ms) VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -109,7 +117,7 @@ def run(site, fleet: Fleet, backend: SlurmBackend, store: Store, nodes: list[str
                 store.set_node_state(node, CLEAN, "0")
                 actions.append({"node": node, "action": "resume", "why": info.reason})
         if act and node in newest:
-            store.set_node_state(node, SEL_SEEN, repr(newest[node]))
+            store.set_node_state(node, SEL_SEEN, json.dumps(newest[node]))
     return {"run_id": run_id, "verdicts": [v.__dict__ for v in verdicts], "actions": actions,
             "unreachable": [r.node for r in rows if not r.ok]}
 

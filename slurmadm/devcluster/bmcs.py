@@ -41,7 +41,7 @@ def prepare(dc: "DevCluster") -> None:
     if not pw.exists():
         fd = os.open(pw, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_urlsafe(18) + "\n")
+            fh.write(secrets.token_urlsafe(15) + "\n")  # 20 characters: the IPMI 2.0 maximum
     if not (d / "cert.pem").exists():
         from .redfish_emulator import make_certificate
 

@@ -222,7 +222,7 @@ def test_health_judge():
     events = [SelEvent(1, 10.0, "HGX BB Temp", "t", "Upper Critical going high", "critical"),
               SelEvent(2, 20.0, "PSU2 Status", "p", "Failure detected", "critical")]
     got = {v.check_id: v for v in health.judge("n", sensors, events, temp_globs=["HGX BB Temp", "GPU* Temp"],
-                                               sel_severity="critical", seen=15.0)}
+                                               sel_severity="critical", seen={health.event_key(events[0])})}
     assert got["bmc-temperature"].status == "fail" and "HGX BB Temp 92°C" in got["bmc-temperature"].detail
     assert "CPU1" not in got["bmc-temperature"].detail
     assert got["bmc-psu"].status == "fail"
