@@ -72,7 +72,9 @@ def slurms_own(n: NodeInfo) -> bool:
 
 def select(nodes: list[NodeInfo], *, now: float, down_since: dict[str, float], recovered_at: dict[str, float],
            grace_s: float, window_s: float, cycles_last_hour: int, max_per_hour: int,
-           drain_cap_fraction: float) -> list[Candidate]:
+           drain_cap_fraction: float, everyone: list[NodeInfo] | None = None) -> list[Candidate]:
+    """`nodes`: the ones to consider; `everyone`: all of Slurm's nodes (the breaker's count)."""
+    everyone = nodes if everyone is None else everyone
     out: list[Candidate] = []
     budget = max_per_hour - cycles_last_hour
     for n in nodes:
@@ -101,7 +103,7 @@ def select(nodes: list[NodeInfo], *, now: float, down_since: dict[str, float], r
                                  down_for))
             continue
         if not n.drained:
-            why = breaker(n, nodes, drain_cap_fraction)
+            why = breaker(n, everyone, drain_cap_fraction)
             if why:
                 out.append(Candidate(n.name, "alert", f"breaker: {why}", down_for))
                 continue
@@ -154,7 +156,7 @@ class Recovery:
         pool = [n for n in everyone if wanted is None or n.name in wanted]
         return select(pool, now=now, down_since=down_since, recovered_at=recovered_at, grace_s=self.cfg.grace_s,
                       window_s=self.cfg.window_s, cycles_last_hour=cycles, max_per_hour=self.cfg.max_cycles_per_hour,
-                      drain_cap_fraction=self.site.health.drain_cap_fraction)
+                      drain_cap_fraction=self.site.health.drain_cap_fraction, everyone=everyone)
 
     # ------------------------------------------------------------------ acting
     def run(self, candidates: list[Candidate], reason: str) -> Report:

@@ -189,6 +189,15 @@ def test_recover_breaker_caps_drains():
     assert got["b200-001"].action == "alert" and "breaker" in got["b200-001"].why
 
 
+def test_recover_breaker_counts_the_whole_partition_not_only_the_asked_nodes():
+    down = node("b200-001", state="DOWN", reason="Not responding")
+    rest = [node(f"b200-{i:03d}") for i in range(2, 5)]
+    got = recover.select([down], now=1000.0, down_since={"b200-001": 0.0}, recovered_at={}, grace_s=60,
+                         window_s=3600, cycles_last_hour=0, max_per_hour=4, drain_cap_fraction=0.5,
+                         everyone=[down, *rest])
+    assert got[0].action == "cycle"
+
+
 def test_sel_evidence_prefers_bad_events():
     ev = [SelEvent(1, 1.0, "ACPI State", "x", "Online", "info"),
           SelEvent(2, 2.0, "PSU2 Status", "Power Supply", "Failure detected", "critical")]
