@@ -76,11 +76,11 @@ def serial(ports: list[int], cmds: list[list[str]], env) -> tuple[float, int]:
 
 
 def xargs(ports: list[int], cmds: list[list[str]], env, parallel: int) -> tuple[float, int]:
-    script = " ; ".join(shlex.join(ipmitool_argv(0, *c)).replace("-p 0", "-p \"$0\"") for c in cmds)
+    script = " && ".join(shlex.join(ipmitool_argv(0, *c)).replace("-p 0", "-p \"$0\"") for c in cmds)
     t = time.monotonic()
-    r = subprocess.run(["xargs", "-P", str(parallel), "-n", "1", "sh", "-c", f"{script} >/dev/null && echo ok"],
+    r = subprocess.run(["xargs", "-P", str(parallel), "-n", "1", "sh", "-c", f"{{ {script}; }} >/dev/null && echo OK"],
                        input="\n".join(map(str, ports)) + "\n", env=env, capture_output=True, text=True)
-    return time.monotonic() - t, r.stdout.count("ok")
+    return time.monotonic() - t, r.stdout.split().count("OK")
 
 
 def main() -> int:
@@ -118,6 +118,7 @@ def main() -> int:
             res: dict[str, dict] = {}
             t, rows = timed(lambda: fleet.run(names, lambda c: c.bmc.power_state()))
             res["power: slurmadm (library)"] = {"s": t, "ok": sum(r.ok for r in rows),
+                                                "last_live_s": max(r.seconds for r in rows if r.ok),
                                                 "dead_row_s": next(r.seconds for r in rows if r.node == dead)}
             t, proc = timed(lambda: subprocess.run(
                 [sys.executable, "-m", "slurmadm", "bmc", "power", "status", compress(names), "--json",
@@ -132,7 +133,9 @@ def main() -> int:
 
             t, rows = timed(lambda: fleet.run(names, lambda c: (c.bmc.sensors(), c.bmc.sel())))
             res["sensors+SEL: slurmadm (library)"] = {"s": t, "ok": sum(r.ok for r in rows),
-                                                      "sensors": len(rows[0].value[0]) if rows[0].ok else 0}
+                                                      "last_live_s": max((r.seconds for r in rows if r.ok), default=0),
+                                                      "sensors": len(rows[0].value[0]) if rows[0].ok else 0,
+                                                      "errors": sorted({r.error for r in rows if not r.ok})[:3]}
             if not args.skip_serial_sensors:
                 t, ok = serial(ports, [["sdr", "list"], ["sel", "list"]], env)
                 res["sensors+SEL: ipmitool serial"] = {"s": t, "ok": ok}

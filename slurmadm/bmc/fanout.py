@@ -45,8 +45,9 @@ class Conn:
     """The sessions of one node's BMC for one command: `bmc` speaks the site's protocol,
     `redfish` is for inventory and firmware. Both opened lazily, with the login retried."""
 
-    def __init__(self, target: Target, creds: Credentials, site: Site, tls):
+    def __init__(self, target: Target, creds: Credentials, site: Site, tls, on_login=lambda: None):
         self.target = target
+        self._on_login = on_login
         self.node = target.node
         self._creds = creds
         self._site = site
@@ -58,7 +59,9 @@ class Conn:
         retries = self._site.bmc.retries
         for attempt in range(retries + 1):
             try:
-                return make()
+                client = make()
+                self._on_login()
+                return client
             except UnreachableError:
                 if attempt == retries:
                     raise
@@ -106,24 +109,37 @@ class Fleet:
         self.tls = TlsPolicy(ca_file=b.tls_ca_file, fingerprint=b.tls_fingerprint, insecure=b.tls_insecure)
 
     @property
-    def default_deadline(self) -> float:
-        """What one BMC may cost a command: its timeout for each try (bmc.retries + 1)."""
+    def login_deadline(self) -> float:
+        """What a BMC that does not answer costs a command: its timeout for each login try
+        (bmc.retries + 1). A dead BMC is given up on after this."""
         b = self.site.bmc
         return b.timeout_s * (b.retries + 1)
 
+    @property
+    def default_deadline(self) -> float:
+        """What an answering BMC may take for the whole operation (many calls: sensors, SEL)."""
+        return self.login_deadline + 10 * self.site.bmc.timeout_s
+
     def run(self, nodes: list[str], fn: Callable[[Conn], Any], *, deadline_s: float | None = None,
             progress: Callable[[Row], None] | None = None) -> list[Row]:
-        """fn(conn) on every node's BMC, at most bmc.fanout at once; rows in `nodes` order."""
+        """fn(conn) on every node's BMC, at most bmc.fanout at once; rows in `nodes` order. A BMC
+        not logged in after login_deadline, or not done after deadline_s, becomes an error row."""
         deadline_s = self.default_deadline if deadline_s is None else deadline_s
+        login_s = min(self.login_deadline, deadline_s)
         pending = list(targets(self.site, nodes))
         rows: dict[str, Row] = {}
         running: dict[str, float] = {}
+        logged_in: set[str] = set()
         cond = threading.Condition()
         shown: set[str] = set()
         fanout = self.site.bmc.fanout
 
         def work(target: Target) -> None:
-            conn = Conn(target, self.creds, self.site, self.tls)
+            def mark() -> None:
+                with cond:
+                    logged_in.add(target.node)
+
+            conn = Conn(target, self.creds, self.site, self.tls, on_login=mark)
             start = time.monotonic()
             try:
                 row = Row(target.node, True, fn(conn))
@@ -148,9 +164,11 @@ class Fleet:
                     threading.Thread(target=work, args=(target,), daemon=True, name=f"bmc-{target.node}").start()
                 now = time.monotonic()
                 for node, started in list(running.items()):
-                    if now - started >= deadline_s:
+                    limit = deadline_s if node in logged_in else login_s
+                    if now - started >= limit:
                         del running[node]
-                        rows[node] = Row(node, False, error=f"{node}: BMC did not answer within {deadline_s:g} s",
+                        what = "did not finish" if node in logged_in else "did not answer"
+                        rows[node] = Row(node, False, error=f"{node}: BMC {what} within {limit:g} s",
                                          seconds=round(now - started, 3))
                 if progress is not None:
                     for node in [n for n in rows if n not in shown]:
@@ -158,6 +176,6 @@ class Fleet:
                         progress(rows[node])
                 if not running and not pending:
                     break
-                soonest = min(running.values()) + deadline_s - now if running else 0.05
+                soonest = min(running.values()) + login_s - now if running else 0.05
                 cond.wait(timeout=max(0.005, min(soonest, 0.5)))
         return [rows[n] for n in nodes if n in rows]
