@@ -48,7 +48,7 @@ grep -E '^NodeName' "$STATE-reference/gres.conf"
 grep -E '^SwitchName' "$STATE-reference/topology.conf"
 
 step "a 4-node dev cluster: munge, MariaDB, slurmdbd, slurmctld, 4 x slurmd, stand-in GPUs"
-slurmadm dev-cluster up --nodes 4 --state-dir "$STATE" --port-base "$PORT_BASE"
+slurmadm dev-cluster up --nodes 4 --bmc --state-dir "$STATE" --port-base "$PORT_BASE"   # --bmc: an IPMI + Redfish BMC per node
 eval "$(slurmadm dev-cluster env --state-dir "$STATE")"
 sinfo -N -p gpu -o "%N %T %G %c %m %f"
 slurmadm config diff --against "$STATE/etc"   # the dev cluster runs `config render` output
@@ -111,6 +111,21 @@ if [ -n "${DISPLAY:-}" ] && command -v xdg-open >/dev/null; then
 fi
 slurmadm dev-cluster gpu-fault b200-002 --clear
 slurmadm burnin status
+
+step "out-of-band: the BMCs (IPMI for power/sensors/SEL, Redfish for firmware)"
+slurmadm bmc power status b200-[001-004]
+slurmadm bmc sensors b200-001 --type temperature
+slurmadm bmc firmware status b200-[001-004]
+
+step "a dead node recovered through its BMC: b200-004's OS hangs (slurmd frozen)"
+slurmadm bmc recover install-trigger --path "$STATE/bmc/recover-trigger.sh" --log "$STATE/log/bmc-recover.log"
+kill -STOP "$(cut -d' ' -f1 "$STATE/run/slurmd-b200-004.dev.pid")"
+wait_until 90 "Slurm to mark b200-004 DOWN" sh -c "sinfo -h -n b200-004 -o %T | grep -qE 'down|\\*'"
+sinfo -h -n b200-004 -p gpu -o "%N %T %E"
+echo "Slurm's trigger runs slurmadm bmc recover: SEL, drain, power-cycle, slurmd back, health, resume"
+wait_until 240 "the recovery" sh -c "slurmadm audit log --action bmc.recover.resume --target b200-004 --json | grep -q b200-004" || true
+slurmadm audit log --action 'bmc.*' --target b200-004 --limit 6
+sinfo -h -n b200-004 -p gpu -o "%N %T %E"
 
 step "the audit trail: who changed what, and why"
 slurmadm audit log --limit 8

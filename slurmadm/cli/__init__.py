@@ -22,6 +22,7 @@ GROUPS = {
     "audit": "audit",
     "store": "store",
     "doctor": "doctor",
+    "bmc": "bmc",
 }
 
 
