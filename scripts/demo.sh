@@ -3,12 +3,34 @@
 # cluster of fake B200 nodes (real Slurm, slurmdbd and stand-in GPUs), and shows slurmadm doing
 # its job on it: configs from the site, accounts and GPU quotas, a GPU fault caught by the
 # prolog (node drained, job requeued elsewhere, node resumed once healthy), a burn-in sweep.
+#
+#   scripts/demo.sh [--port-base N] [--state-dir DIR]
+#   PORT_BASE=N STATE_DIR=DIR scripts/demo.sh
+#
+# The dev cluster listens on 127.0.0.1 ports from the port base (default 17000: slurmctld, +1
+# slurmdbd, +2 MariaDB, +11.. one slurmd per node, +400..+499 burn-in rendezvous); pick another
+# base when another dev cluster already uses those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PORT_BASE=${PORT_BASE:-17000}
+STATE_DIR=${STATE_DIR:-${SLURMADM_DEV_STATE_DIR:-/var/lib/slurmadm/dev-cluster}}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --port-base) PORT_BASE=${2:?--port-base needs a number}; shift 2 ;;
+    --port-base=*) PORT_BASE=${1#*=}; shift ;;
+    --state-dir) STATE_DIR=${2:?--state-dir needs a directory}; shift 2 ;;
+    --state-dir=*) STATE_DIR=${1#*=}; shift ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "demo.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$PORT_BASE" in
+  ''|*[!0-9]*) echo "demo.sh: --port-base: '$PORT_BASE' is not a number" >&2; exit 2 ;;
+esac
 scripts/setup.sh
 scripts/install-torch-cpu.sh .venv/bin/python >/dev/null   # burn-in all-reduce (gloo on the CPU)
 export PATH="$(pwd)/.venv/bin:$PATH"
-STATE=${SLURMADM_DEV_STATE_DIR:-/var/lib/slurmadm/dev-cluster}
+STATE=$STATE_DIR
 export COLUMNS=${COLUMNS:-150}   # rich tables: wide enough for the reasons
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -26,10 +48,14 @@ grep -E '^NodeName' "$STATE-reference/gres.conf"
 grep -E '^SwitchName' "$STATE-reference/topology.conf"
 
 step "a 4-node dev cluster: munge, MariaDB, slurmdbd, slurmctld, 4 x slurmd, stand-in GPUs"
-slurmadm dev-cluster up --nodes 4 --state-dir "$STATE"
+slurmadm dev-cluster up --nodes 4 --bmc --state-dir "$STATE" --port-base "$PORT_BASE"   # --bmc: an IPMI + Redfish BMC per node
 eval "$(slurmadm dev-cluster env --state-dir "$STATE")"
 sinfo -N -p gpu -o "%N %T %G %c %m %f"
 slurmadm config diff --against "$STATE/etc"   # the dev cluster runs `config render` output
+
+step "slurmadm doctor: what slurmadm uses here, and whether it works"
+slurmadm doctor || echo "(doctor: exit $?)"
+slurmadm doctor --node b200-001 --check nvml || true   # NVML as a compute node sees it (the stand-in library)
 
 step "accounts: GPU quotas, budgets, fairshare and QOS from the site, reconciled into slurmdbd"
 slurmadm accounts plan
@@ -57,7 +83,8 @@ for n in b200-001 b200-002 b200-004; do   # keep the others busy so Slurm picks 
 done
 job=$(sbatch --parsable --gres=gpu:8 -J victim -o /dev/null --wrap 'hostname')
 wait_until 60 "the prolog's drain" sh -c "sinfo -h -R -n b200-003 | grep -q slurmadm"
-sinfo -R
+sinfo -R -o "%70E %9u %19H %N"   # the whole reason (plain `sinfo -R` cuts it at 20 characters)
+slurmadm health status --nodes b200-003 | tail -n 4 || true   # whole reasons, from Slurm
 squeue -j "$job" -o "%i %j %T %r"   # requeued (not held): it runs on a healthy node later
 echo "cleared the fault; slurmd's HealthCheckProgram resumes the node after clean runs:"
 slurmadm dev-cluster gpu-fault b200-003 --clear
@@ -84,6 +111,21 @@ if [ -n "${DISPLAY:-}" ] && command -v xdg-open >/dev/null; then
 fi
 slurmadm dev-cluster gpu-fault b200-002 --clear
 slurmadm burnin status
+
+step "out-of-band: the BMCs (IPMI for power/sensors/SEL, Redfish for firmware)"
+slurmadm bmc power status b200-[001-004]
+slurmadm bmc sensors b200-001 --type temperature
+slurmadm bmc firmware status b200-[001-004]
+
+step "a dead node recovered through its BMC: b200-004's OS hangs (slurmd frozen)"
+slurmadm bmc recover install-trigger --path "$STATE/bmc/recover-trigger.sh" --log "$STATE/log/bmc-recover.log"
+kill -STOP "$(cut -d' ' -f1 "$STATE/run/slurmd-b200-004.dev.pid")"
+wait_until 90 "Slurm to mark b200-004 DOWN" sh -c "sinfo -h -n b200-004 -o %T | grep -qE 'down|\\*'"
+sinfo -h -n b200-004 -p gpu -o "%N %T %E"
+echo "Slurm's trigger runs slurmadm bmc recover: SEL, drain, power-cycle, slurmd back, health, resume"
+wait_until 240 "the recovery" sh -c "slurmadm audit log --action bmc.recover.resume --target b200-004 --json | grep -q b200-004" || true
+slurmadm audit log --action 'bmc.*' --target b200-004 --limit 6
+sinfo -h -n b200-004 -p gpu -o "%N %T %E"
 
 step "the audit trail: who changed what, and why"
 slurmadm audit log --limit 8

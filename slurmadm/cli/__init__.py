@@ -21,6 +21,8 @@ GROUPS = {
     "burnin": "burnin",
     "audit": "audit",
     "store": "store",
+    "doctor": "doctor",
+    "bmc": "bmc",
 }
 
 

@@ -39,7 +39,7 @@ from ..proc import run
 from ..resources import example_site, prolog_epilog_dir
 from ..site import Site, load_site
 from ..slurm.parse import parse_version
-from . import devsite, gpus, slurmconf
+from . import bmcs, devsite, gpus, slurmconf
 from .daemons import Daemon, session_members, start_time, wait_for, with_descendants
 
 DEFAULT_STATE_DIR = "/var/lib/slurmadm/dev-cluster"
@@ -110,7 +110,9 @@ class DevCluster:
     def daemons(self) -> list[Daemon]:
         """In start order."""
         fixed = [self.daemon(n) for n in ("munged", "mariadbd", "slurmdbd", "slurmctld")]
-        return fixed + [self.daemon(f"slurmd-{n}") for n in self.nodes()]
+        # the BMC emulator last: `down` stops it first, so it powers nothing back on
+        bmc = [self.daemon(bmcs.EMULATOR)] if (self.record() or {}).get("bmc") else []
+        return fixed + [self.daemon(f"slurmd-{n}") for n in self.nodes()] + bmc
 
     def env(self) -> dict[str, str]:
         """What a shell (or a prolog) needs to use this dev cluster, its stand-in GPUs included."""
@@ -137,7 +139,7 @@ class DevCluster:
     # ------------------------------------------------------------------ bring-up
     def up(self, *, nodes: int | None = None, site_file: str | None = None, port_base: int | None = None,
            progress: Callable[[str], None] = lambda msg: None, timeout: float = 180.0,
-           central_store: bool | None = None) -> dict:
+           central_store: bool | None = None, bmc: bool | None = None) -> dict:
         if os.geteuid() != 0:
             raise UsageError("dev-cluster up must run as root (it starts munged, MariaDB and Slurm daemons)")
         missing = missing_binaries()
@@ -166,14 +168,24 @@ class DevCluster:
         data = devsite.derive(src_site, nodes=nodes, state_dir=self.state_dir, ports=ports,
                               hostname=hostname, hw=hw, prolog_dir=self.p("prolog_epilog"), release=release[:2],
                               central_store=central_store)
+        bmc = bool(old.get("bmc")) if bmc is None else bmc
+        if bmc:
+            if nodes > devsite.BMC_MAX_NODES:
+                raise UsageError(f"--bmc: at most {devsite.BMC_MAX_NODES} nodes get emulated BMCs, not {nodes}")
+            data["bmc"].update(devsite.bmc_settings(ports, self.state_dir))
+            # a frozen node is marked DOWN in ~20 s rather than Slurm's default 300 s, so dead-node
+            # recovery through the BMCs can be shown and tested
+            data["slurm"].setdefault("extra", {}).setdefault("SlurmdTimeout", "20")
+            data["bmc"]["recover"] = {**data["bmc"].get("recover", {}), "grace_s": 5.0, "boot_timeout_s": 120.0}
         site = devsite.write(data, self.site_path, source=source)
         node_names = site.node_names
 
         # Something else must not hold our ports (e.g. another dev cluster with the same base).
         if not any(d.alive() for d in self.daemons()):
-            busy = [p for p in [ports.slurmctld, ports.slurmdbd, ports.mysql] if _port_busy(p)]
+            busy = [p for p in ports.every_port(len(node_names)) if _port_busy(p)]
             if busy:
-                raise UsageError(f"--port-base {port_base}: port(s) {busy} already in use; pick another base")
+                raise UsageError(f"--port-base {port_base}: port(s) {_ranges(busy)} already in use (another dev "
+                                 f"cluster?); pick another base (--port-base, or PORT_BASE=... scripts/demo.sh)")
 
         changed = self._write_configs(site, release)
         if old and (old.get("node_names") != node_names or old.get("port_base") != port_base):
@@ -189,6 +201,7 @@ class DevCluster:
             "hostname": hostname, "slurm_release": f"{release[0]}.{release[1]:02d}.{release[2]}",
             "cluster_name": site.cluster.name, "started": old.get("started") or time.time(),
             "central_store": central_store,
+            "bmc": bmc,
         }
         self.record_path.write_text(json.dumps(rec, indent=2) + "\n")
 
@@ -201,7 +214,10 @@ class DevCluster:
         if central_store:
             self._central_store(site, progress)
         self._slurmctld(progress)
+        powered_off = [n for n in node_names if not self.daemon(f"slurmd-{n}").alive()]
         self._slurmds(node_names, progress)
+        if bmc:  # restarted when slurmds were (re)started: its power state follows them
+            bmcs.start(self, node_names, ports, progress, restart=bool(powered_off))
         progress(f"waiting for {len(node_names)} nodes to be idle")
         self.wait_ready(timeout=timeout)
         self._write_env_file()
@@ -531,6 +547,15 @@ def _secret_file(path: Path) -> str:
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_urlsafe(24) + "\n")
     return path.read_text().strip()
+def _ranges(ports: list[int]) -> str:
+    """[17000, 17011, 17012, 17013] -> '17000, 17011-17013'."""
+    out: list[str] = []
+    for p in sorted(ports):
+        if out and out[-1].split("-")[-1] == str(p - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{p}"
+        else:
+            out.append(str(p))
+    return ", ".join(out)
 
 
 def _port_busy(port: int) -> bool:

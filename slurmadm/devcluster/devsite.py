@@ -73,6 +73,34 @@ class Ports:
         """All fake nodes share 127.0.0.1: burn-in all-reduces listen on base+400..base+499."""
         return self.base + 400
 
+    def every_port(self, nodes: int) -> list[int]:
+        """Every TCP port a dev cluster of `nodes` nodes listens on, for the check that nothing
+        else holds them before `up` (a capability that adds a port adds it here too)."""
+        return [self.slurmctld, self.slurmdbd, self.mysql,
+                *range(self.first_slurmd, self.first_slurmd + nodes),
+                *range(self.burnin_rendezvous, self.burnin_rendezvous + 100)]
+    # --- BMC emulators (`dev-cluster up --bmc`): node i answers IPMI on bmc_ipmi + i and
+    # Redfish on bmc_redfish + i, at most BMC_MAX_NODES nodes
+    @property
+    def bmc_ipmi(self) -> int:
+        return self.base + 300
+
+    @property
+    def bmc_redfish(self) -> int:
+        return self.base + 350
+
+
+BMC_MAX_NODES = 50
+
+
+def bmc_settings(ports: Ports, state_dir: Path) -> dict[str, Any]:
+    """The dev site's [bmc] when the dev cluster runs BMC emulators: one address, per-node ports,
+    Redfish TLS checked against the dev cluster's own CA, short timeouts (loopback)."""
+    d = state_dir.resolve()
+    return {"shared_address": "127.0.0.1", "port": ports.bmc_ipmi, "redfish_port": ports.bmc_redfish,
+            "password_file": f"{d}/bmc/password", "tls_ca_file": f"{d}/bmc/ca.pem", "timeout_s": 3.0,
+            "retries": 1, "drain_timeout_s": 60.0, "username": "admin"}
+
 
 def dev_profile(src: NodeProfile, hw: Hardware, dev_dir: Path) -> NodeProfile:
     gpus = src.gpus

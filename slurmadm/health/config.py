@@ -72,9 +72,9 @@ class HealthConfig:
     results_log: str
     policies: dict[str, dict] = field(default_factory=dict)  # check id -> overrides given
     alert_repeat_minutes: int = 60
-    ship: bool = False  # store.url set: queue records for the central store; the periodic run ships them
     # node checks beyond the GPUs (fabric, clock events, InfiniBand, host basics): plain data
     host: dict = field(default_factory=dict)
+    ship: bool = False  # store.url set: queue records for the central store; the periodic run ships them
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -122,8 +122,8 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
         results_log=h.results_log,
         policies={cid: p.model_dump(exclude_none=True) for cid, p in h.checks.items()},
         alert_repeat_minutes=h.alert_repeat_minutes,
-        ship=site.store.url is not None,
         host=host_settings(site, node),
+        ship=site.store.url is not None,
     )
 
 

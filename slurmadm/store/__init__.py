@@ -24,7 +24,6 @@ from typing import Any
 from ..errors import UnreachableError, UsageError
 from . import schema
 
-
 # Store files this process opened: a database error met later (a corrupt page read by some
 # query) is reported naming them (slurmadm.cli.common).
 OPENED: list[str] = []
