@@ -54,19 +54,26 @@ def central_ids(dc, name, store_id, table="check_results", col="id"):
                                         "ORDER BY seq", (name, store_id))]
 
 
+def restore(dc, e):
+    """Every node healthy, undrained and idle (what an earlier module may have left behind)."""
+    sh(e, "scancel", "--full", "-u", "root", check=False)
+    for n in dc.nodes():
+        fault(e, n, "--clear")
+        if node(e, n).drained:
+            sh(e, "scontrol", "update", f"nodename={n}", "state=resume")
+    assert wait_for(lambda: not sh(e, "squeue", "-h").strip(), 60)
+
+
 @pytest.fixture(scope="module")
 def env(dev_cluster):
     e = dict(os.environ)
     e.update(dev_cluster.env())
+    restore(dev_cluster, e)
     dev_cluster.set_central_store(True)
     yield e
     if not dev_cluster.daemon("mariadbd").alive():
         dev_cluster.start_database()
-    for n in dev_cluster.nodes():
-        fault(e, n, "--clear")
-        if node(e, n).drained:
-            sh(e, "scontrol", "update", f"nodename={n}", "state=resume")
-    sh(e, "scancel", "--full", "-u", "root", check=False)
+    restore(dev_cluster, e)
     dev_cluster.set_central_store(False)
 
 
@@ -133,10 +140,12 @@ def test_mariadb_down_prologs_unaffected_and_every_record_arrives_once(dev_clust
         assert out.strip()
         # a fault meanwhile drains as always (Slurm is up) and is recorded locally
         fault(env, "b200-003", "--gpu", "2", "--kind", "row-remap-failed")
-        assert wait_for(lambda: node(env, "b200-003").drained, 2 * dev_cluster.site().slurm.health_check_interval + 60,
-                        interval=1)
-        queued = {n: local_rows(dev_cluster, n)[2] for n in ("b200-001", "b200-003")}
-        assert all(queued.values()), queued
+        interval = dev_cluster.site().slurm.health_check_interval
+        assert wait_for(lambda: node(env, "b200-003").reason.startswith("slurmadm: row-remap"), 2 * interval + 60,
+                        interval=1), node(env, "b200-003")
+        # what the nodes recorded meanwhile waits in their queues
+        assert wait_for(lambda: all(local_rows(dev_cluster, n)[2] for n in ("b200-001", "b200-003")),
+                        2 * interval + 60, interval=1)
         p = run_slurmadm(env, "audit", "log")
         assert p.returncode == 3 and "central store" in p.stderr  # the head says where the problem is
     finally:
