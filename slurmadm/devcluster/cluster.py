@@ -156,7 +156,11 @@ class DevCluster:
 
         # Something else must not hold our ports (e.g. another dev cluster with the same base).
         if not any(d.alive() for d in self.daemons()):
-            busy = [p for p in ports.every_port(len(node_names)) if _port_busy(p)]
+            taken = [p for p in ports.job_ports() if _port_busy(p)]
+            if taken:
+                progress(f"warning: port(s) {_ranges(taken)} of the burn-in rendezvous range are in use now; "
+                         "an all-reduce there may fail (pick another --port-base if it persists)")
+            busy = [p for p in ports.daemon_ports(len(node_names)) if _port_busy(p)]
             if busy:
                 raise UsageError(f"--port-base {port_base}: port(s) {_ranges(busy)} already in use (another dev "
                                  f"cluster?); pick another base (--port-base, or PORT_BASE=... scripts/demo.sh)")

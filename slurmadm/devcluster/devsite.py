@@ -73,12 +73,15 @@ class Ports:
         """All fake nodes share 127.0.0.1: burn-in all-reduces listen on base+400..base+499."""
         return self.base + 400
 
-    def every_port(self, nodes: int) -> list[int]:
-        """Every TCP port a dev cluster of `nodes` nodes listens on, for the check that nothing
-        else holds them before `up` (a capability that adds a port adds it here too)."""
-        return [self.slurmctld, self.slurmdbd, self.mysql,
-                *range(self.first_slurmd, self.first_slurmd + nodes),
-                *range(self.burnin_rendezvous, self.burnin_rendezvous + 100)]
+    def daemon_ports(self, nodes: int) -> list[int]:
+        """Every TCP port a dev cluster's daemons of `nodes` nodes listen on, checked free before
+        `up` (a capability that adds a daemon port adds it here too)."""
+        return [self.slurmctld, self.slurmdbd, self.mysql, *range(self.first_slurmd, self.first_slurmd + nodes)]
+
+    def job_ports(self) -> list[int]:
+        """Ports only burn-in jobs listen on, briefly (a busy one is a warning: they lie in the
+        kernel's ephemeral range, where any program's passing listener may sit for a moment)."""
+        return list(range(self.burnin_rendezvous, self.burnin_rendezvous + 100))
 
 
 def dev_profile(src: NodeProfile, hw: Hardware, dev_dir: Path) -> NodeProfile:
