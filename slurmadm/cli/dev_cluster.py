@@ -49,8 +49,11 @@ def dev_cluster() -> None:
 @click.option("--timeout", type=click.FloatRange(10, 3600), default=180.0, show_default=True,
               help="Seconds to wait for every node to be idle.")
 @click.option("--foreground", is_flag=True, help="Stay in the foreground; SIGTERM/SIGINT brings it down.")
+@click.option("--ssh/--no-ssh", default=None,
+              help="One OpenSSH sshd per fake node (own mount+UTS namespace and software stack) "
+                   "for `slurmadm fleet` (default: as last time).")
 @json_option
-def up(nodes, site_file, state_dir, port_base, timeout, foreground, as_json) -> None:
+def up(nodes, site_file, state_dir, port_base, timeout, foreground, ssh, as_json) -> None:
     """Start the dev cluster (idempotent) and wait until every node is idle."""
     dc = _cluster(state_dir)
     stop = threading.Event()
@@ -58,7 +61,7 @@ def up(nodes, site_file, state_dir, port_base, timeout, foreground, as_json) -> 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     status = dc.up(nodes=nodes, site_file=site_file, port_base=port_base, timeout=timeout,
-                   progress=progress)
+                   progress=progress, ssh=ssh)
     if as_json:
         print_json(status)
     else:
@@ -171,3 +174,32 @@ def gpu_fault(node, gpu, kind, value, clear, help_kinds, state_dir, as_json) -> 
     else:
         console.print(table(None, ["gpu", "kind", "value", "since"],
                             [(f["gpu"], f["kind"], f["value"], f["since"]) for f in out["faults"]]))
+
+
+@dev_cluster.command("set-software")
+@click.argument("node")
+@click.argument("facts", nargs=-1, required=True)
+@click.option("--at-reboot", is_flag=True,
+              help="Install now, but driver, CUDA, kernel, VBIOS and OS image run only after the next reboot.")
+@click.option("--regenerate-host-key", is_flag=True, help="Also give the node a new SSH host key (a reinstalled node).")
+@state_dir_option
+@json_option
+def set_software(node, facts, at_reboot, regenerate_host_key, state_dir, as_json) -> None:
+    """Change a fake node's software stack: FACT=VERSION ... (os_image, kernel, driver, cuda, nccl,
+    cudnn, ofed, mpi, enroot, nvidia-fabricmanager, vbios, cmdline_extra). Audited."""
+    from ..devcluster.fakenode import parse_assignments
+    from ..store import Store
+
+    dc = _recorded_cluster(state_dir)
+    values = parse_assignments(list(facts))
+    state = dc.set_software(node, values, at_boot=at_reboot)
+    if regenerate_host_key:
+        dc.regenerate_host_key(node)
+    with Store.for_site(dc.site()) as store:
+        store.audit("dev-cluster.set-software", node, "fake node software changed", values=values,
+                    at_reboot=at_reboot, new_host_key=regenerate_host_key)
+    if as_json:
+        print_json({"node": node, **state})
+    else:
+        console.print(table(None, ["fact", "installed", "running"],
+                            [(k, v, state["running"].get(k, "")) for k, v in sorted(state["installed"].items())]))
