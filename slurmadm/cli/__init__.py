@@ -20,6 +20,7 @@ GROUPS = {
     "health": "health",
     "burnin": "burnin",
     "audit": "audit",
+    "fleet": "fleet",
 }
 
 

@@ -56,6 +56,33 @@ CREATE TABLE IF NOT EXISTS node_state (
     ts    REAL NOT NULL,
     PRIMARY KEY (node, key)
 );
+""" + """
+-- fleet (slurmadm/fleet/): each node's latest software facts, and rollouts with per-node progress
+CREATE TABLE IF NOT EXISTS fleet_facts (
+    node  TEXT NOT NULL,
+    fact  TEXT NOT NULL,      -- driver, nccl, file:/etc/slurm/slurm.conf, pkg:<name>, ...
+    value TEXT NOT NULL,
+    ts    REAL NOT NULL,      -- when it was collected
+    PRIMARY KEY (node, fact)
+);
+CREATE TABLE IF NOT EXISTS fleet_rollouts (
+    id       TEXT PRIMARY KEY,   -- the plan's name
+    plan_sha TEXT NOT NULL,      -- sha256 of the plan: a changed plan is a new rollout
+    plan     TEXT NOT NULL,      -- JSON
+    state    TEXT NOT NULL,      -- running | stopped | done | failed
+    detail   TEXT NOT NULL,
+    started  REAL NOT NULL,
+    updated  REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS fleet_rollout_nodes (
+    rollout TEXT NOT NULL,
+    node    TEXT NOT NULL,
+    wave    INTEGER NOT NULL,    -- 0: canary
+    phase   TEXT NOT NULL,       -- pending, draining, steps, rebooting, verifying, done, failed, skipped
+    detail  TEXT NOT NULL,
+    ts      REAL NOT NULL,
+    PRIMARY KEY (rollout, node)
+);
 """
 
 # Capabilities append their own DDL here at import time (CREATE ... IF NOT EXISTS only).

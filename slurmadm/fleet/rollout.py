@@ -1,0 +1,1 @@
+"""Rollouts (filled in below)."""
