@@ -4,6 +4,7 @@ against the baseline, commands on many nodes, canary rollouts."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 from rich.markup import escape
@@ -164,3 +165,112 @@ def run(nodes, command, timeout_s, reason, site_file, as_json) -> None:
         sys.exit(EXIT_UNREACHABLE)
     if any(r.exit != 0 for r in replies):
         sys.exit(EXIT_PROBLEMS)
+
+
+class _RolloutGroup(Group):
+    """`fleet rollout PLAN` runs a plan; `fleet rollout status` shows rollouts."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["start", *args]
+        return super().parse_args(ctx, args)
+
+
+@fleet.group(cls=_RolloutGroup)
+def rollout() -> None:
+    """Canary rollouts: `slurmadm fleet rollout PLAN [--dry-run]`, `slurmadm fleet rollout status`."""
+
+
+@rollout.command("start")
+@click.argument("plan_file", metavar="PLAN", type=click.Path(dir_okay=False))
+@click.option("--reservation", default=None, metavar="NAME",
+              help="Use this active maintenance reservation (its nodes) instead of draining.")
+@click.option("--restart", is_flag=True, help="Forget the stored progress of this plan and start over.")
+@dry_run_option
+@reason_option("software rollout")
+@site_option
+@json_option
+def rollout_start(plan_file, reservation, restart, dry_run, reason, site_file, as_json) -> None:
+    """Roll PLAN out: canary nodes, then waves; stop when more than max_failed_fraction fail.
+    Re-running after an interruption continues where it stopped. Exit 1 when it stopped or a
+    node failed."""
+    from ..files import exclusive_lock
+    from ..fleet import rollout as ro
+    from ..slurm import get_backend
+
+    site = get_site(site_file)
+    plan, sha = ro.load_plan(plan_file)
+    if reservation is not None and not reservation.replace("-", "").replace("_", "").isalnum():
+        raise UsageError(f"--reservation: {reservation!r} is not a reservation name")
+    opts = ro.Options(reservation=reservation, restart=restart)
+    with Store.for_site(site) as store:
+        if dry_run:
+            r = ro.Rollout(site, plan, sha, backend=None, remote=None, store=store, options=opts)
+            plan_view = r.dry_run()
+            if as_json:
+                print_json(plan_view)
+                return
+            console.print(f"rollout [bold]{escape(plan.name)}[/bold] (dry run, nothing changed): "
+                          f"hold by {plan_view['hold']}, stop after more than {plan_view['max_failed']} failure(s)")
+            console.print(table(None, ["wave", "nodes", "count"],
+                                [(w["wave"], w["nodes"], w["count"]) for w in plan_view["waves"]]))
+            for i, cmd in enumerate(plan_view["steps"], 1):
+                console.print(f"step {i}: {escape(cmd)}")
+            if plan.reboot:
+                console.print(f"reboot: {escape(plan_view['reboot_command'])}")
+            if plan.expect:
+                console.print("expect: " + ", ".join(f"{k}={v}" for k, v in plan.expect.items()))
+            if plan.health_command:
+                console.print(f"health: {escape(plan.health_command)}")
+            return
+        lock = Path(str(site.store.path) + ".rollout.lock")
+        with exclusive_lock(lock, lambda holder: f"another rollout is running ({holder})"):
+            store.audit("fleet.rollout.run", plan.name, reason, plan=str(plan_file), restart=restart,
+                        reservation=reservation)
+            remote = fleetmod.remote_for(site)
+            try:
+                r = ro.Rollout(site, plan, sha, backend=get_backend(), remote=remote, store=store, options=opts,
+                               progress=progress)
+                result = r.run()
+            finally:
+                remote.close()
+    if as_json:
+        print_json(result.as_dict())
+    else:
+        _show_rollout(result.name, result.state, result.detail, list(result.nodes.values()))
+    if result.state != "done":
+        sys.exit(EXIT_PROBLEMS)
+
+
+def _show_rollout(name, state, detail, nodes) -> None:
+    style = {"done": "green", "running": "yellow"}.get(state, "red")
+    console.print(f"rollout [bold]{escape(name)}[/bold]: [{style}]{state}[/{style}]"
+                  + (f" ({escape(detail)})" if detail else ""))
+    groups: dict[tuple, list[str]] = {}
+    for s in nodes:
+        groups.setdefault((s.wave, s.phase, s.detail if s.phase in ("failed", "skipped") else ""), []).append(s.node)
+    console.print(table(None, ["wave", "nodes", "phase", "detail"],
+                        [("canary" if w == 0 else w, compress(ns), p, escape(d))
+                         for (w, p, d), ns in sorted(groups.items())]))
+
+
+@rollout.command("status")
+@click.argument("name", required=False)
+@site_option
+@json_option
+def rollout_status(name, site_file, as_json) -> None:
+    """The rollouts in the store (or one), with each node's phase."""
+    from ..fleet import rollout as ro
+
+    site = get_site(site_file)
+    with Store.for_site(site) as store:
+        found = ro.status(store, name)
+    if name and not found:
+        raise UsageError(f"no rollout named {name!r} in {site.store.path}")
+    if as_json:
+        print_json({"rollouts": [s.as_dict() for s in found]})
+        return
+    if not found:
+        console.print("no rollouts")
+    for s in found:
+        _show_rollout(s.name, s.state, s.detail, s.nodes)

@@ -186,6 +186,10 @@ class FakeNode:
             "nv-fabricmanager": _script(f"Fabric Manager version is : {inst['nvidia-fabricmanager']}"),
             "mpirun": _script(f"mpirun (Open MPI) {inst['mpi']}\n\nReport bugs to https://www.open-mpi.org/community/help/"),
             "enroot": _script(inst["enroot"]),
+            # slurmadm on the node (the rollout's health command), with the dev cluster's environment
+            "slurmadm": (
+                f"#!/bin/sh\n. {shlex.quote(str(self.state_dir / 'env'))}\n"
+                f"exec {shlex.quote(sys.executable)} -m slurmadm \"$@\"\n"),
             "dev-software": (
                 "#!/bin/sh\n# the fake node's package manager: dev-software install FACT=VERSION ...\n"
                 f"exec {shlex.quote(sys.executable)} -m slurmadm.devcluster.fakenode "
@@ -292,7 +296,10 @@ def main(argv: list[str] | None = None) -> int:
             from .cluster import DevCluster
 
             dc = DevCluster(Path(args.state_dir))
-            state = dc.set_software(args.node, parse_assignments(args.pairs), at_boot=True)
+            values = parse_assignments(args.pairs)
+            state = dc.set_software(args.node, values, at_boot=True)
+            with open(FakeNode(Path(args.state_dir), args.node).dir / "installs.log", "a") as log:
+                log.write(json.dumps({"ts": time.time(), "values": values}) + "\n")
             pending = sorted(k for k, v in state["installed"].items() if state["running"].get(k) != v)
             print(f"installed on {args.node}" + (f"; after reboot: {', '.join(pending)}" if pending else ""))
         elif args.cmd == "show":

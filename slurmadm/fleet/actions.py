@@ -69,7 +69,7 @@ def apply(actions: list[Action], backend, store, *, why: str) -> None:
         for a in actions:
             if a.action == "drain":
                 backend.drain([a.node], a.reason)
-                store.audit("node.drain", a.node, why, reason=a.reason, by="fleet drift")
+                store.audit("node.drain", a.node, why, slurm_reason=a.reason, by="fleet drift")
             elif a.action == "resume":
                 backend.resume([a.node])
-                store.audit("node.resume", a.node, why, reason=a.reason, by="fleet drift")
+                store.audit("node.resume", a.node, why, slurm_reason=a.reason, by="fleet drift")
