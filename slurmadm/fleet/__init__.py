@@ -10,7 +10,7 @@ The operations, importable for scripts (they return data and print nothing):
     found = fleet.drift(site, got)                              # [Difference] grouped by value
     replies = fleet.run(site, ["b200-001"], "uptime")           # [Reply]
     groups = fleet.fold(replies)                                 # clush -b style groups
-    plan = fleet.rollout.load_plan("driver-575.toml")           # see slurmadm/fleet/rollout.py
+    from slurmadm.fleet import rollout                          # canary rollouts: rollout.py
 
 Facts come over SSH (`ssh.ParamikoRemote`, or any `ssh.Remote`), one command per node, and are
 stored with their time (store table fleet_facts). Drift compares each fact with the site's
@@ -229,5 +229,3 @@ def fold(replies: list[Reply]) -> list[Group]:
     out = [Group(sorted(ns), e, o, err) for (e, o, err), ns in groups.items()]
     return sorted(out, key=lambda g: (g.error != "", -len(g.nodes), g.hostlist))
 
-
-from . import rollout  # noqa: E402  (the rollout engine uses the operations above)

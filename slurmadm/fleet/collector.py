@@ -208,3 +208,33 @@ def baseline(software) -> dict[str, str]:
     for key, value in software.extra.items():
         want[key if key in KNOWN_FACTS else f"pkg:{key}"] = value
     return want
+
+
+# Facts cheap enough for the periodic health check on the node itself (file reads only).
+CHEAP_FACTS = ("os_image", "kernel", "driver", "nccl")
+
+
+def local_facts(root: str = "/") -> dict[str, str]:
+    """The cheap facts of the machine this runs on, read the way the collector reads them."""
+    import os
+    from pathlib import Path
+
+    base = Path(root)
+
+    def read(rel: str) -> str:
+        try:
+            return (base / rel.lstrip("/")).read_text(errors="replace")
+        except OSError:
+            return ""
+
+    listing = []
+    for d in LIB_DIRS:
+        try:
+            listing += os.listdir(base / d.lstrip("/"))
+        except OSError:
+            continue
+    text = "\n".join([
+        "@@os-release", read("/etc/os-release"), "@@kernel", read("/proc/sys/kernel/osrelease"),
+        "@@nvrm", read("/proc/driver/nvidia/version"), "@@libs", "\n".join(listing), "@@end", ""])
+    got = parse(text)
+    return {k: v for k, v in got.items() if k in CHEAP_FACTS}

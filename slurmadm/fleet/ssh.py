@@ -11,6 +11,7 @@ stdout and stderr come back merged, in order, as `clush`/`pdsh` show them.
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 import time
@@ -146,6 +147,10 @@ class ParamikoRemote:
                 reply.kind, reply.error = "auth", f"{where}: key not accepted for user {self.fleet.user}"
             else:
                 reply.kind, reply.error = "unreachable", f"{where}: ssh: {_one_line(exc)}"
+        except paramiko.ssh_exception.NoValidConnectionsError as exc:
+            codes = {getattr(e, "errno", None) for e in exc.errors.values()}
+            why = "connection refused (sshd down?)" if codes == {errno.ECONNREFUSED} else _one_line(exc)
+            reply.kind, reply.error = "unreachable", f"{where}: {why}"
         except (socket.timeout, TimeoutError):
             reply.kind, reply.error = "unreachable", f"{where}: no answer within {self.fleet.connect_timeout_s:g} s"
         except OSError as exc:

@@ -71,6 +71,8 @@ class HealthConfig:
     results_log: str
     policies: dict[str, dict] = field(default_factory=dict)  # check id -> overrides given
     alert_repeat_minutes: int = 60
+    # [software] baseline of the facts the software-drift check reads on the node (fleet/collector.py)
+    software_baseline: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -118,7 +120,14 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
         results_log=h.results_log,
         policies={cid: p.model_dump(exclude_none=True) for cid, p in h.checks.items()},
         alert_repeat_minutes=h.alert_repeat_minutes,
+        software_baseline=_software_baseline(site),
     )
+
+
+def _software_baseline(site) -> dict[str, str]:
+    from ..fleet.collector import CHEAP_FACTS, baseline
+
+    return {k: v for k, v in baseline(site.software).items() if k in CHEAP_FACTS}
 
 
 def cache_dir() -> Path:

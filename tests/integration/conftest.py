@@ -24,7 +24,7 @@ def dev_cluster() -> DevCluster:
     state = Path(os.environ.get("SLURMADM_TEST_STATE_DIR") or f"/tmp/slurmadm-test-{TEST_PORT_BASE}")
     dc = DevCluster(state)
     dc.down(purge=True)  # never inherit jobs, drains or accounts from an earlier session
-    dc.up(nodes=4, port_base=TEST_PORT_BASE, timeout=180)
+    dc.up(nodes=4, port_base=TEST_PORT_BASE, timeout=180, ssh=True)  # sshd per node: tests/integration/test_fleet.py
     yield dc
     dc.down(purge=True)
 

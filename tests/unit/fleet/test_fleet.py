@@ -120,3 +120,16 @@ def test_drift_drains_respect_ownership_and_breaker():
 
 def test_node_facts_json_shape():
     assert NodeFacts("n", 1.0, {"a": "b"}).as_dict()["facts"] == {"a": "b"}
+
+
+def test_local_cheap_facts_from_a_root(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/os-release").write_text('ID=ubuntu\nVERSION_ID="24.04"\nIMAGE_ID=ubuntu-24.04-dgx\n')
+    (tmp_path / "proc/sys/kernel").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel/osrelease").write_text("6.8.0-60-generic\n")
+    (tmp_path / "proc/driver/nvidia").mkdir(parents=True)
+    (tmp_path / "proc/driver/nvidia/version").write_text((FIX / "nvrm-open-565.txt").read_text())
+    (tmp_path / "usr/lib/x86_64-linux-gnu").mkdir(parents=True)
+    (tmp_path / "usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5").write_text("")
+    assert F.local_facts(str(tmp_path)) == {"os_image": "ubuntu-24.04-dgx", "kernel": "6.8.0-60-generic",
+                                             "driver": "565.57.01", "nccl": "2.21.5"}
