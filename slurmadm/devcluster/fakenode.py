@@ -178,7 +178,7 @@ class FakeNode:
             # `nvidia-smi -q` header lines in the format of public logs (e.g. MatthiasSchinzel/sysmon #12)
             "nvidia-smi": _script(
                 "==============NVSMI LOG==============\n\n"
-                "Timestamp                                 : $(date)\n"
+                "Timestamp                                 : Mon Dec  1 00:00:00 2026\n"
                 f"Driver Version                            : {run_['driver']}\n"
                 f"CUDA Version                              : {run_['cuda']}\n\n"
                 "Attached GPUs                             : 8\n" + gpu_lines),

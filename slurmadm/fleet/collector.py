@@ -55,25 +55,24 @@ def script(hash_files: Iterable[str] = (), packages: Iterable[str] = ()) -> str:
     if files and not re.fullmatch(r"[A-Za-z0-9_./*?\- ]+", files):
         raise UsageError(f"software.hash_files: {files!r} has characters that are not allowed")
     has = "command -v {0} >/dev/null 2>&1 &&"
+    libs = " ".join(f"{d}/libnccl.so.* {d}/libcudnn.so.*" for d in LIB_DIRS)
+    # Few processes per node (128 nodes at once): files in one grep, library names and pyxis by
+    # shell globbing (builtins), tools only where they exist.
     lines = [
         "exec 2>/dev/null",
         "export LC_ALL=C PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "s() { echo \"@@$1\"; }",
-        "s os-release; cat /etc/os-release",
-        "s kernel; cat /proc/sys/kernel/osrelease",
-        "s hostname; cat /proc/sys/kernel/hostname",
-        "s cmdline; cat /proc/cmdline",
-        "s nvrm; cat /proc/driver/nvidia/version",
+        "s read; grep -H '' " + " ".join(READ_FILES),
         f"s nvidia-smi; {has.format('nvidia-smi')} timeout 30 nvidia-smi -q | "
         "grep -E '^(Driver|KMD|CUDA|CUDA UMD) Version|VBIOS Version'",
-        f"s libs; ls -1 {' '.join(LIB_DIRS)} | grep -E '^lib(nccl|cudnn)\\.so\\.[0-9]'",
+        f"s libs; for f in {libs}; do [ -e \"$f\" ] && echo \"${{f##*/}}\"; done",
         f"s ofed; {has.format('ofed_info')} timeout 20 ofed_info -s",
-        f"s mpi; {has.format('mpirun')} timeout 10 mpirun --version | head -n 1",
-        f"s docker; {has.format('docker')} timeout 10 docker --version",
-        f"s podman; {has.format('podman')} timeout 10 podman --version",
-        f"s enroot; {has.format('enroot')} timeout 10 enroot version",
-        f"s pyxis; ls {' '.join(PYXIS)}",
-        f"s nvidia-fabricmanager; {has.format('nv-fabricmanager')} timeout 10 nv-fabricmanager --version",
+        f"s mpi; {has.format('mpirun')} mpirun --version",
+        f"s docker; {has.format('docker')} docker --version",
+        f"s podman; {has.format('podman')} podman --version",
+        f"s enroot; {has.format('enroot')} enroot version",
+        f"s pyxis; for f in {' '.join(PYXIS)}; do [ -e \"$f\" ] && echo \"$f\"; done",
+        f"s nvidia-fabricmanager; {has.format('nv-fabricmanager')} nv-fabricmanager --version",
     ]
     if files:
         lines.append(f"s files; sha256sum {files}")
@@ -82,6 +81,12 @@ def script(hash_files: Iterable[str] = (), packages: Iterable[str] = ()) -> str:
                      f"${{Version}}\\n' {pkgs}; else rpm -q --qf '%{{NAME}} %{{VERSION}}-%{{RELEASE}}\\n' {pkgs}; fi")
     lines.append("s end")
     return "\n".join(lines) + "\n"
+
+
+# Read in one `grep -H '' FILE...` (each line comes back as FILE:LINE); section name per file.
+READ_FILES = ("/etc/os-release", "/proc/sys/kernel/osrelease", "/proc/sys/kernel/hostname", "/proc/cmdline",
+              "/proc/driver/nvidia/version")
+_READ_SECTION = dict(zip(READ_FILES, ("os-release", "kernel", "hostname", "cmdline", "nvrm")))
 
 
 def sections(text: str) -> dict[str, str]:
@@ -93,6 +98,12 @@ def sections(text: str) -> dict[str, str]:
             out[current] = []
         elif current is not None:
             out[current].append(line)
+    if "read" in out:  # split the one grep back into its files
+        for line in out.pop("read"):
+            for path, name in _READ_SECTION.items():
+                if line.startswith(path + ":"):
+                    out.setdefault(name, []).append(line[len(path) + 1:])
+                    break
     return {k: "\n".join(v).strip() for k, v in out.items()}
 
 
@@ -235,6 +246,7 @@ def local_facts(root: str = "/") -> dict[str, str]:
             continue
     text = "\n".join([
         "@@os-release", read("/etc/os-release"), "@@kernel", read("/proc/sys/kernel/osrelease"),
-        "@@nvrm", read("/proc/driver/nvidia/version"), "@@libs", "\n".join(listing), "@@end", ""])
+        "@@nvrm", read("/proc/driver/nvidia/version"), "@@libs",
+        "\n".join(n for n in listing if n.startswith(("libnccl.so.", "libcudnn.so."))), "@@end", ""])
     got = parse(text)
     return {k: v for k, v in got.items() if k in CHEAP_FACTS}
