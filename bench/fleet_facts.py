@@ -101,7 +101,7 @@ def main() -> int:
         # the site slurmadm reads: the example, with these nodes' ports, keys and a scratch store
         src["fleet"] = {"host_pattern": "127.0.0.1", "ports": ports, "key_file": str(key),
                         "known_hosts": str(tmp / "ssh" / "known_hosts"), "fanout": args.fanout,
-                        "connect_timeout_s": 20.0, "command_timeout_s": 60.0}
+                        "connect_timeout_s": 60.0, "command_timeout_s": 300.0}
         src["store"] = {"path": str(tmp / "slurmadm.db")}
         site = parse_site(tomli_w.dumps(src))
         script = collector.script(site.software.hash_files, collector.packages_of(site.software.extra))
@@ -111,7 +111,7 @@ def main() -> int:
         ssh_cfg.write_text("".join(
             f"Host {n}\n  HostName 127.0.0.1\n  Port {p}\n  User root\n  IdentityFile {key}\n"
             f"  IdentitiesOnly yes\n  UserKnownHostsFile {tmp / 'ssh' / 'known_hosts'}\n"
-            "  StrictHostKeyChecking yes\n  BatchMode yes\n  ConnectTimeout 20\n" for n, p in ports.items()))
+            "  StrictHostKeyChecking yes\n  BatchMode yes\n  ConnectTimeout 60\n" for n, p in ports.items()))
         hostlist = compress(names)
         clush = ["clush", "-b", "-f", str(args.fanout), "-o", f"-F {ssh_cfg}", "-w", hostlist, "/bin/sh -s"]
 

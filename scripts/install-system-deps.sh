@@ -9,6 +9,8 @@ PACKAGES=(
   gcc libc6-dev                                    # the stand-in NVML library is compiled from C
   python3 python3-venv python3-dev                 # slurmadm itself
   git ca-certificates procps
+  openssh-server openssh-client util-linux clustershell   # fleet: an sshd per fake node in unshare
+                                                          # namespaces; clush for bench/fleet_facts.py
 )
 PACKAGES+=("$@")   # callers may add more (e.g. openssh-server ipmitool prometheus)
 

@@ -54,7 +54,7 @@ from ..errors import SiteError, UnreachableError, UsageError
 from ..hostlist import compress, expand
 from ..proc import run as proc_run
 from ..site.profiles import Strict
-from ..slurm.ownership import OWNER_PREFIX, format_reason
+from ..slurm.ownership import OWNER_PREFIX, format_reason, reason_check_id
 
 PKG_TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+._:~=\-]*$")
 CHECK_ID = "rollout"
@@ -485,6 +485,12 @@ class Rollout:
                 raise NodeFailed(f"not in the active maintenance reservation {self.opt.reservation}")
         elif info.drained and info.reason.startswith(f"{OWNER_PREFIX} {CHECK_ID}: {self.plan.name}"):
             pass  # ours from an earlier run
+        elif (info.drained and reason_check_id(info.reason) == "drift"
+              and not info.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED", "MAINTENANCE", "RESERVED"}):
+            # drained by `fleet drift`: the rollout is what fixes it, so it takes the node over
+            self.backend.set_reason([node], self.reason)
+            self.db.audit("node.drain", node, f"rollout {self.plan.name}", slurm_reason=self.reason,
+                          took_over=info.reason)
         elif info.drained or info.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED", "MAINTENANCE", "RESERVED",
                                            "POWERED_DOWN", "POWERING_DOWN"}:
             tracker.node(st, "skipped", f"held by someone else ({info.state_text}: {info.reason or 'no reason'})")
