@@ -96,7 +96,9 @@ def main() -> int:
                 d.start(["nsenter", f"--target={first}", "--mount", "--uts", "--",
                          "/usr/sbin/sshd", "-D", "-e", "-f", str(cfg_i)])
             daemons.append(d)
-        assert wait_for(lambda: all(port_open(p) for p in ports.values()), 60), "not every sshd listens"
+        if not wait_for(lambda: all(port_open(p) for p in ports.values()), 120, interval=0.5):
+            dead = [(d.name, d.tail()) for d, p in zip(daemons, ports.values()) if not port_open(p)]
+            sys.exit(f"{len(dead)} sshd do not listen: {dead[:3]}")
 
         # the site slurmadm reads: the example, with these nodes' ports, keys and a scratch store
         src["fleet"] = {"host_pattern": "127.0.0.1", "ports": ports, "key_file": str(key),
