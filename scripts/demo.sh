@@ -89,7 +89,8 @@ run = "dev-software install nccl=2.26.2"   # a real site: packages = ["libnccl2=
 nccl = "2.26.2"
 PLAN
 slurmadm fleet rollout "$STATE/nccl-2.26.toml" --dry-run
-slurmadm fleet rollout "$STATE/nccl-2.26.toml" --reason "demo"
+slurmadm fleet rollout "$STATE/nccl-2.26.toml" --reason "demo" \
+  || echo "(exit $?: a node failed or was held by another owner, e.g. a burn-in drain; see the status)"
 slurmadm fleet rollout status nccl-2.26.2
 sinfo -N -p gpu -o "%N %T"
 
