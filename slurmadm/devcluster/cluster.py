@@ -411,9 +411,9 @@ class DevCluster:
         fn = self.fake_node(node)
         fn.ensure_host_key(regenerate=True)
         self.daemon(f"sshd-{node}").stop()
-        self._restart_node_daemons(node, fn, slurmd=False)
+        self._restart_sshd(node, fn)
 
-    def _restart_node_daemons(self, node: str, fn: fakenode.FakeNode, *, slurmd: bool) -> None:
+    def _restart_sshd(self, node: str, fn: fakenode.FakeNode) -> None:
         port = self._ssh_port(node)
         self._start_sshd(node, fn, port)
         d = self.daemon(f"sshd-{node}")
@@ -429,7 +429,7 @@ class DevCluster:
             fn.boot()
             running = fn.software()["running"]
             gpus.set_versions(self.p("gpus"), node, driver_version=running["driver"], cuda_version=running["cuda"])
-            self._restart_node_daemons(node, fn, slurmd=False)
+            self._restart_sshd(node, fn)
         self._start_slurmd(node, self._slurm_env(), rebooted=True)
 
     def _write_reboot_program(self) -> None:

@@ -183,3 +183,14 @@ def test_changed_plan_needs_a_new_name_or_restart(site, tmp_path):
     with pytest.raises(Exception, match="another version of this plan"):
         go(site, w, plan2, sha2)
     assert go(site, w, plan2, sha2, restart=True).state == "done"
+
+
+def test_reservation_mode_holds_by_the_reservation_not_a_drain(site, tmp_path):
+    w = World()
+    w.reservation_nodes = lambda name: ["b200-001", "b200-002", "b200-003"] if name == "maint-dec" else None
+    plan, sha = make_plan(tmp_path, max_failed_fraction="1.0")
+    res = go(site, w, plan, sha, reservation="maint-dec")
+    assert [res.nodes[n].phase for n in NODES] == ["done", "done", "done", "failed"]
+    assert "not in the active maintenance reservation maint-dec" in res.nodes["b200-004"].detail
+    assert not any(what in ("drain", "resume") for _, what in w.log)
+    assert w.nccl["b200-001"] == "2.26.2" and w.nccl["b200-004"] == "2.25.1"
