@@ -60,6 +60,9 @@ def facts(site, nodes: Sequence[str], *, refresh: bool = True, remote: Remote | 
           store: Store | None = None, on_node: Callable[[NodeFacts], None] | None = None) -> dict[str, NodeFacts]:
     """Each node's facts: collected over SSH (all nodes when `refresh`, else only those with
     nothing stored), stored with their time. Unreachable nodes are entries with `error` set."""
+    own_remote = remote is None and refresh
+    if own_remote:
+        remote = remote_for(site)  # first: a missing key or known_hosts changes nothing
     own_store = store is None
     store = store or Store.for_site(site)
     try:
@@ -67,8 +70,9 @@ def facts(site, nodes: Sequence[str], *, refresh: bool = True, remote: Remote | 
         todo = [n for n in nodes if n not in have]
         got: dict[str, NodeFacts] = dict(have)
         if todo:
-            own_remote = remote is None
-            remote = remote or remote_for(site)
+            if remote is None:
+                own_remote = True
+                remote = remote_for(site)
             try:
                 def done(reply: Reply) -> None:
                     nf = _node_facts(reply)
@@ -80,11 +84,14 @@ def facts(site, nodes: Sequence[str], *, refresh: bool = True, remote: Remote | 
             finally:
                 if own_remote:
                     remote.close()
+                    own_remote = False
             fresh = {r.node: _node_facts(r) for r in replies}
             _save(store, [nf for nf in fresh.values() if not nf.error])
             got.update(fresh)
         return {n: got[n] for n in nodes}
     finally:
+        if own_remote and remote is not None:
+            remote.close()
         if own_store:
             store.close()
 
