@@ -23,6 +23,7 @@ GROUPS = {
     "store": "store",
     "doctor": "doctor",
     "bmc": "bmc",
+    "fleet": "fleet",
 }
 
 

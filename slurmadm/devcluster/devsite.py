@@ -119,7 +119,7 @@ def dev_profile(src: NodeProfile, hw: Hardware, dev_dir: Path) -> NodeProfile:
         memory_gib=max(1, hw.real_memory_mib // 1024),
         gpus=dev_gpus,
         nics=src.nics,
-        boot_seconds=5,  # its "reboot" is /bin/true
+        boot_seconds=5,  # its "reboot" restarts its slurmd (bin/reboot)
     )
 
 
@@ -132,7 +132,8 @@ def _drop_none(value: Any) -> Any:
 
 
 def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: str, hw: Hardware,
-           prolog_dir: Path, release: Release, central_store: bool = False) -> dict[str, Any]:
+           prolog_dir: Path, release: Release, central_store: bool = False,
+           ssh: bool = False) -> dict[str, Any]:
     """The dev site as a plain dict (TOML-ready), for the installed Slurm `release`."""
     if nodes < 1:
         raise UsageError("--nodes: must be at least 1")
@@ -229,7 +230,8 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "constrain_ram_space": False,
         "constrain_swap_space": False,
         "prolog_dir": str(prolog_dir),
-        "reboot_program": "/bin/true",
+        # restarts the node's slurmd (and sshd): `scontrol reboot` goes through Slurm's states
+        "reboot_program": f"{d}/bin/reboot",
         "mail_prog": "",  # no job mail from the dev cluster (MailProg=/bin/true)
         "resume_timeout": 60,
         "health_check_interval": 30,
@@ -272,6 +274,19 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "rendezvous_port": ports.burnin_rendezvous,
     })
     data["bmc"]["password_file"] = f"{d}/bmc/password"
+    if ssh:  # every fake node's sshd on 127.0.0.1, its own port (fakenode.py)
+        from .fakenode import ssh_port
+
+        data["fleet"] = {
+            **data.get("fleet", {}),
+            "host_pattern": "127.0.0.1",
+            "ports": {n: ssh_port(ports.base, i) for i, n in enumerate(keep)},
+            "key_file": f"{d}/ssh/id_ed25519",
+            "known_hosts": f"{d}/ssh/known_hosts",
+            "drain_timeout_s": 300.0,
+            "reboot_timeout_s": 120.0,
+        }
+        data["software"]["hash_files"] = [f"{d}/etc/slurm.conf", f"{d}/etc/gres.conf"]
     return data
 
 

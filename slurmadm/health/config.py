@@ -75,6 +75,8 @@ class HealthConfig:
     # node checks beyond the GPUs (fabric, clock events, InfiniBand, host basics): plain data
     host: dict = field(default_factory=dict)
     ship: bool = False  # store.url set: queue records for the central store; the periodic run ships them
+    # [software] baseline of the facts the software-drift check reads on the node (fleet/collector.py)
+    software_baseline: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -124,7 +126,14 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
         alert_repeat_minutes=h.alert_repeat_minutes,
         host=host_settings(site, node),
         ship=site.store.url is not None,
+        software_baseline=_software_baseline(site),
     )
+
+
+def _software_baseline(site) -> dict[str, str]:
+    from ..fleet.collector import CHEAP_FACTS, baseline
+
+    return {k: v for k, v in baseline(site.software).items() if k in CHEAP_FACTS}
 
 
 def host_settings(site, node: str) -> dict:
