@@ -10,6 +10,9 @@ PACKAGES=(
   python3 python3-venv python3-dev                 # slurmadm itself
   git ca-certificates procps
   chromium fonts-dejavu-core                       # tests: the burn-in report in a headless browser
+  ipmitool curl                                    # slurmadm bmc: the emulators' cross-check clients
+  openssh-server openssh-client util-linux clustershell   # fleet: an sshd per fake node in unshare
+                                                          # namespaces; clush for bench/fleet_facts.py
 )
 PACKAGES+=("$@")   # callers may add more (e.g. openssh-server ipmitool prometheus)
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import SlurmadmError
+from ..errors import SlurmadmError, UsageError
+from ..proc import run as run_command
 from ..files import exclusive_lock
 from ..health.actions import breaker
 from ..hostlist import compress
@@ -168,8 +169,25 @@ class Sweep:
             "selection": {"chosen": sel.chosen, "skipped": sel.skipped, "in_window": sel.in_window},
             "reservation": self.reservation if sel.chosen else None,
             "node_job": self._node_request(next(iter(sel.chosen))).srun_argv() if sel.chosen else None,
+            "prerequisites": self.prerequisites(),
             "changes": "none (dry run)",
         }
+
+    def prerequisites(self) -> list[str]:
+        """What the sweep's jobs need and Slurm lacks (read from sacctmgr and sinfo), one line each."""
+        env = None
+        accts = run_command(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={self.user}",
+                             f"cluster={self.site.cluster.name}", "format=account,partition,qos"], env=env).stdout
+        assocs: dict[tuple[str, str], set[str]] = {}
+        for line in accts.splitlines():
+            parts = line.split("|")
+            if len(parts) >= 3 and parts[0]:
+                assocs[(parts[0], parts[1])] = {q for q in parts[2].split(",") if q}
+        qos_names = set(run_command(["sacctmgr", "-n", "-P", "show", "qos", "format=name"], env=env).stdout.split())
+        partitions = {p.rstrip("*") for p in run_command(["sinfo", "-h", "-o", "%P"], env=env).stdout.split()}
+        python_ok = "" if os.access(self.python, os.X_OK) else f"{self.python}: not an executable file"
+        return missing_prerequisites(self.site, user=self.user, partitions=partitions, assocs=assocs,
+                                     qos_names=qos_names, python_ok=python_ok)
 
     def run(self, named: str | None) -> dict[str, Any]:
         """The whole sweep under the lock. Returns the JSON summary (its `exit_code` says 0/1).
@@ -177,6 +195,10 @@ class Sweep:
         cancelled, its nodes restored, the reservation deleted, and the sweep recorded."""
         if named:
             named_nodes(self.site, named)  # bad --nodes: refused before anything else happens
+        problems = self.prerequisites()  # before anything is reserved: a sweep that cannot test fails now
+        if problems:
+            raise UsageError("burn-in cannot run: " + problems[0]
+                             + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
         cleaning = False
         fired: list[int] = []
         with sweep_lock(self.site), _signals_raise(lambda: not cleaning, fired):
@@ -536,6 +558,12 @@ class Sweep:
     # ------------------------------------------------------------------ record and report
     def _finish(self) -> dict[str, Any]:
         failed = any(r.verdict == "fail" for r in self.runs.values()) or bool(self.links)
+        problem = ""
+        if self.runs and not any(r.verdict in ("pass", "fail") for r in self.runs.values()):
+            # nodes were selected and none was tested (jobs refused, never started): not a success
+            first = next((r.detail for r in self.runs.values() if r.detail), "")
+            problem = f"none of the {len(self.runs)} selected node(s) was tested" + (f": {first}" if first else "")
+            failed = True
         finished = dt.datetime.now()
         sel = self.selection
         summary = {
@@ -554,6 +582,7 @@ class Sweep:
             "pairs": [p.to_json() for p in (self.plan.results if self.plan else [])],
             "links": [vars(link) for link in self.links],
             "pair_note": self.pair_note,
+            "problem": problem,
             "slowdown_warn_percent": self.b.slowdown_warn_percent,
             "exit_code": 1 if failed else 0,
         }
@@ -604,3 +633,26 @@ def _started(stdout: str) -> bool:
 def _tail(text: str) -> str:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1][:300] if lines else "no output"
+
+
+def missing_prerequisites(site: Site, *, user: str, partitions: set[str], assocs: dict[tuple[str, str], set[str]],
+                          qos_names: set[str], python_ok: str) -> list[str]:
+    """What a sweep by `user` needs from Slurm and does not have; each line names the fix.
+    `assocs`: (account, partition) -> QOS of the user's associations; `python_ok`: '' or why not."""
+    b = site.burnin
+    part = burnin_partition(site)
+    fix = "(create it with `slurmadm accounts apply`)"
+    out = []
+    if part not in partitions:
+        out.append(f"partition {part!r} (burnin.partition) is not in Slurm (apply the site's slurm.conf: "
+                   "`slurmadm config apply`)")
+    if b.qos not in qos_names:
+        out.append(f"QOS {b.qos!r} (burnin.qos) does not exist in slurmdbd {fix}")
+    mine = {a: q for (a, p), q in assocs.items() if a == b.account and p in ("", part)}
+    if not mine:
+        out.append(f"user {user} has no association with account {b.account!r} (burnin.account) {fix}")
+    elif b.qos in qos_names and not any(not q or b.qos in q for q in mine.values()):
+        out.append(f"user {user} in account {b.account!r} may not use QOS {b.qos!r} {fix}")
+    if python_ok:
+        out.append(f"the all-reduce program cannot run: {python_ok} (burnin.python)")
+    return out

@@ -20,7 +20,10 @@ GROUPS = {
     "health": "health",
     "burnin": "burnin",
     "audit": "audit",
+    "store": "store",
     "doctor": "doctor",
+    "bmc": "bmc",
+    "fleet": "fleet",
 }
 
 

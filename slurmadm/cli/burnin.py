@@ -10,7 +10,7 @@ from rich.text import Text
 from ..burnin import history, report, schedule
 from ..burnin.sweep import Sweep
 from ..site import site_path
-from ..store import Store
+from ..store import Store, read
 from .common import (Group, console, dry_run_option, get_site, info, json_option, print_json, progress,
                      reason_option, say, site_option, styled, table, warn)
 
@@ -95,8 +95,8 @@ def _show_summary(s: dict) -> None:
 def status(site_file, limit, as_json) -> None:
     """The last sweeps, newest first."""
     s = get_site(site_file)
-    with Store.for_site(s) as store:
-        rows = history.sweeps(store, limit=limit)
+    with read.reader(s) as r:
+        rows = history.sweeps(r, limit=limit)
     if as_json:
         print_json(rows)
         return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sqlite3
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -18,6 +19,7 @@ from .. import config  # noqa: F401  (adds the config rules to every site check,
 from ..errors import EXIT_USAGE, SiteError, SlurmadmError
 from ..health import sitecheck  # noqa: F401  (adds the health check-id rules likewise)
 from ..site import Site, load_site
+from ..store import store_error
 
 # Human output goes to stdout through rich; errors and progress to stderr. markup=False: text
 # from data (drain reasons with `[prolog]`, site keys like `[health.models.b200]`, paths) is
@@ -221,6 +223,10 @@ class Group(click.Group):
                 raise
             code = report_error(exc)
             ctx.exit(code)
+        except sqlite3.DatabaseError as exc:  # a corrupt store page met by a read: one line, exit 3
+            if ctx.parent is not None:
+                raise
+            ctx.exit(report_error(store_error(exc)))
         except KeyboardInterrupt:
             click.echo("slurmadm: interrupted", err=True)
             ctx.exit(130)

@@ -11,9 +11,11 @@ import click
 from ..config import apply as apply_mod
 from ..config import diff as diff_mod
 from ..config import fmt, node, render, resolve_release
+from ..config import unit as unit_mod
 from ..errors import EXIT_PROBLEMS, UnreachableError, UsageError
 from ..files import write_atomic
 from ..site import Site, site_path
+from ..store import Store
 from .common import (
     Group,
     console,
@@ -121,6 +123,8 @@ def apply_cmd(site_file, release, dry_run, reason, target, as_json) -> None:
     site, _, files = _render(site_file, release)
     result = apply_mod.apply(site, files, reason=reason, dry_run=dry_run, target=target)
     the_plan = result.plan
+    for line in [] if as_json else result.warnings:  # (--json: under "warnings")
+        click.echo(f"slurmadm: warning: {line}", err=True)
     if as_json:
         print_json(result.as_dict(site))
     elif not the_plan.files:
@@ -172,3 +176,36 @@ def check_node(site_file, node_name, timeout, as_json) -> None:
             f"({facts.cpus} CPUs, {len(gpus)} GPUs)")
     if problems:
         click.get_current_context().exit(EXIT_PROBLEMS)
+
+
+@config.command("slurmd-unit")
+@site_option
+@click.option("--dest", type=click.Path(file_okay=False), default=None,
+              help=f"systemd directory to write into (default {unit_mod.SYSTEMD_DIR}).")
+@dry_run_option
+@reason_option("slurmd unit ordering")
+@json_option
+def slurmd_unit(site_file, dest, dry_run, reason, as_json) -> None:
+    """Write a slurmd.service drop-in ordering slurmd after slurm.slurmd_after (default
+    nvidia-persistenced.service): slurmd exits if gres.conf's /dev/nvidia* do not exist yet.
+    Run on every compute node (or ship the file with the node image), then `systemctl daemon-reload`."""
+    site = get_site(site_file)
+    files = unit_mod.plan(site, dest)
+    if dry_run:
+        if as_json:
+            print_json([{"path": str(f.path), "status": f.status(), "text": f.text} for f in files])
+            return
+        for f in files:
+            console.print(f"[bold]{f.path}[/bold] ({f.status()}):", highlight=False)
+            console.print(f.text, markup=False, highlight=False)
+        console.print("dry run: nothing written")
+        return
+    with Store.for_site(site) as store:
+        done = unit_mod.install(files, store, reason=reason)
+    if as_json:
+        print_json([{"path": str(p), "status": st} for p, st in done])
+        return
+    for path, st in done:
+        console.print(f"{path}: {st}", highlight=False)
+    if any(st != "unchanged" for _, st in done):
+        console.print("then: systemctl daemon-reload", highlight=False)

@@ -15,10 +15,10 @@ from ..health import config as hconfig
 from ..health import engine, sitecheck  # noqa: F401  (sitecheck registers the check-id validation)
 from ..health.checks import BY_ID, CHECKS, SETTINGS, policy
 from ..health.hook import local_node
-from ..store import Store
+from ..store import read
 from .audit import parse_since
 from .common import (Group, console, dry_run_option, get_site, json_option, print_json, say, site_option, styled, table,
-                     when)
+                     warn, when)
 
 STATUS_STYLE = {"pass": "green", "skip": "dim", "warn": "yellow", "fail": "red", "error": "magenta"}
 
@@ -141,11 +141,12 @@ def status_cmd(site_file, as_json, nodes) -> None:
 
     site = get_site(site_file)
     wanted = set(require_nodes(site, nodes)) if nodes else None
-    with Store.for_site(site) as store:
-        rows = store.db.execute(
-            "SELECT r.* FROM check_results r JOIN (SELECT node, check_id, MAX(id) AS id FROM check_results "
-            "GROUP BY node, check_id) last ON r.id = last.id ORDER BY r.node, r.check_id").fetchall()
-    out = [dict(r) for r in rows if wanted is None or r["node"] in wanted]
+    with read.reader(site) as r:
+        out = read.latest_results(r, wanted)
+        silent = read.silent_nodes(r, site)
+    silent = {n: last for n, last in silent.items() if wanted is None or n in wanted}
+    for line in read.silent_lines(silent, site.store.stale_after_minutes, when):
+        warn(line)
     drained = _drained(site, wanted)
     reasons = {n.name: n.reason for n in drained} if isinstance(drained, list) else None
     for r in out:  # the node's drain reason now ("" when not drained; None when Slurm did not answer)
@@ -173,26 +174,17 @@ def status_cmd(site_file, as_json, nodes) -> None:
 @click.option("--node", help="Only this node.")
 @click.option("--check", "check_id", help="Only this check id.")
 @click.option("--status", type=click.Choice(["pass", "fail", "warn", "error", "skip"]), help="Only this status.")
+@click.option("--context", type=click.Choice(["prolog", "epilog", "periodic", "run"]), help="Only this context.")
 @click.option("--since", help="Only results since a date (2026-11-01) or an age (24h, 7d).")
 @click.option("--limit", type=click.IntRange(1, 100000), default=200, show_default=True)
-def history_cmd(site_file, as_json, node, check_id, status, since, limit) -> None:
-    """Past check results, newest first."""
+def history_cmd(site_file, as_json, node, check_id, status, context, since, limit) -> None:
+    """Past check results, newest first (every node's, from the central store when the site has one)."""
     site = get_site(site_file)
     if check_id and check_id not in BY_ID:
         raise UsageError(f"--check: unknown check id {check_id!r} (known: {', '.join(BY_ID)})")
-    sql, args = "SELECT * FROM check_results WHERE 1=1", []
-    for col, val in (("node", node), ("check_id", check_id), ("status", status)):
-        if val:
-            sql += f" AND {col} = ?"
-            args.append(val)
-    since_ts = parse_since(since)
-    if since_ts is not None:
-        sql += " AND ts >= ?"
-        args.append(since_ts)
-    sql += " ORDER BY id DESC LIMIT ?"
-    args.append(limit)
-    with Store.for_site(site) as store:
-        out = [dict(r) for r in store.db.execute(sql, args).fetchall()]
+    with read.reader(site) as r:
+        out = read.history(r, node=node, check_id=check_id, status=status, context=context,
+                           since=parse_since(since), limit=limit)
     if as_json:
         print_json(out)
         return
@@ -218,8 +210,8 @@ def calibrate_cmd(site_file, as_json, model, since, margin) -> None:
     models = {site.node_profile(n).gpus.model for n in site.node_names}
     if model and model not in models:
         raise UsageError(f"--model: no node has GPU model {model!r} (site has: {', '.join(sorted(models))})")
-    with Store.for_site(site) as store:
-        out = calibrate(site, store, parse_since(since), margin, model)
+    with read.reader(site) as r:
+        out = calibrate(site, r, parse_since(since), margin, model)
     if as_json:
         print_json(out)
         return

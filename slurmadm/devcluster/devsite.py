@@ -73,15 +73,43 @@ class Ports:
         """All fake nodes share 127.0.0.1: burn-in all-reduces listen on base+400..base+499."""
         return self.base + 400
 
-    def daemon_ports(self, nodes: int) -> list[int]:
+    def daemon_ports(self, nodes: int, *, bmc: bool = False, ssh: bool = False) -> list[int]:
         """Every TCP port a dev cluster's daemons of `nodes` nodes listen on, checked free before
-        `up` (a capability that adds a daemon port adds it here too)."""
-        return [self.slurmctld, self.slurmdbd, self.mysql, *range(self.first_slurmd, self.first_slurmd + nodes)]
+        `up`: Slurm's, and the Redfish emulators' (--bmc; IPMI is UDP) and sshds' (--ssh) when on
+        (a capability that adds a daemon port adds it here too)."""
+        ports = [self.slurmctld, self.slurmdbd, self.mysql, *range(self.first_slurmd, self.first_slurmd + nodes)]
+        if bmc:
+            ports += range(self.bmc_redfish, self.bmc_redfish + nodes)
+        if ssh:
+            ports += range(self.base + 500, self.base + 500 + nodes)  # fakenode.ssh_port
+        return ports
 
     def job_ports(self) -> list[int]:
         """Ports only burn-in jobs listen on, briefly (a busy one is a warning: they lie in the
         kernel's ephemeral range, where any program's passing listener may sit for a moment)."""
         return list(range(self.burnin_rendezvous, self.burnin_rendezvous + 100))
+
+    # --- BMC emulators (`dev-cluster up --bmc`): node i answers IPMI on bmc_ipmi + i and
+    # Redfish on bmc_redfish + i, at most BMC_MAX_NODES nodes
+    @property
+    def bmc_ipmi(self) -> int:
+        return self.base + 300
+
+    @property
+    def bmc_redfish(self) -> int:
+        return self.base + 350
+
+
+BMC_MAX_NODES = 50
+
+
+def bmc_settings(ports: Ports, state_dir: Path) -> dict[str, Any]:
+    """The dev site's [bmc] when the dev cluster runs BMC emulators: one address, per-node ports,
+    Redfish TLS checked against the dev cluster's own CA, short timeouts (loopback)."""
+    d = state_dir.resolve()
+    return {"shared_address": "127.0.0.1", "port": ports.bmc_ipmi, "redfish_port": ports.bmc_redfish,
+            "password_file": f"{d}/bmc/password", "tls_ca_file": f"{d}/bmc/ca.pem", "timeout_s": 3.0,
+            "retries": 1, "drain_timeout_s": 60.0, "username": "admin"}
 
 
 def dev_profile(src: NodeProfile, hw: Hardware, dev_dir: Path) -> NodeProfile:
@@ -101,7 +129,7 @@ def dev_profile(src: NodeProfile, hw: Hardware, dev_dir: Path) -> NodeProfile:
         memory_gib=max(1, hw.real_memory_mib // 1024),
         gpus=dev_gpus,
         nics=src.nics,
-        boot_seconds=5,  # its "reboot" is /bin/true
+        boot_seconds=5,  # its "reboot" restarts its slurmd (bin/reboot)
     )
 
 
@@ -114,7 +142,8 @@ def _drop_none(value: Any) -> Any:
 
 
 def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: str, hw: Hardware,
-           prolog_dir: Path, release: Release) -> dict[str, Any]:
+           prolog_dir: Path, release: Release, central_store: bool = False,
+           ssh: bool = False) -> dict[str, Any]:
     """The dev site as a plain dict (TOML-ready), for the installed Slurm `release`."""
     if nodes < 1:
         raise UsageError("--nodes: must be at least 1")
@@ -190,7 +219,7 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "storage_port": ports.mysql, "storage_user": "slurm",
         "storage_password_file": f"{d}/mysql/slurm.password",
     })
-    data["store"] = {"path": f"{d}/slurmadm.db", "audit_log": f"{d}/log/audit.jsonl"}
+    data["store"] = store_section(state_dir, ports, central=central_store)
     data["slurm"].update({
         "config_dir": f"{d}/etc",
         "slurmctld_port": ports.slurmctld,
@@ -198,7 +227,7 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "slurmd_spool_dir": f"{d}/spool/d/%n",
         "log_dir": f"{d}/log",
         "run_dir": f"{d}/run",
-        "munge_socket": f"{d}/munge/munge.socket",
+        "munge_socket": f"{d}/run/munge/munge.socket",  # DevCluster.munge_socket
         "slurm_user": "root",
         "release": fmt(release) if fmt(release) in RELEASES else "auto",
         "proctrack": "linuxproc",
@@ -211,10 +240,15 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "constrain_ram_space": False,
         "constrain_swap_space": False,
         "prolog_dir": str(prolog_dir),
-        "reboot_program": "/bin/true",
+        # restarts the node's slurmd (and sshd): `scontrol reboot` goes through Slurm's states
+        "reboot_program": f"{d}/bin/reboot",
+        "mail_prog": "",  # no job mail from the dev cluster (MailProg=/bin/true)
         "resume_timeout": 60,
         "health_check_interval": 30,
     })
+    # Usage reaches sshare (GrpTRESRaw: what budgets are charged) every PriorityCalcPeriod; one
+    # minute instead of five, so `accounts report` shows a finished job soon.
+    data["slurm"]["extra"] = {**data["slurm"].get("extra", {}), "PriorityCalcPeriod": "1"}
     # Health checks against the stand-in GPUs (gpus/); sized for a handful of nodes:
     # - the breaker's cap is a fraction of a partition: 10 % of 4 nodes would forbid every drain;
     # - there is nothing to all-reduce on, so nccl-allreduce runs only when asked (`health run
@@ -250,6 +284,19 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "rendezvous_port": ports.burnin_rendezvous,
     })
     data["bmc"]["password_file"] = f"{d}/bmc/password"
+    if ssh:  # every fake node's sshd on 127.0.0.1, its own port (fakenode.py)
+        from .fakenode import ssh_port
+
+        data["fleet"] = {
+            **data.get("fleet", {}),
+            "host_pattern": "127.0.0.1",
+            "ports": {n: ssh_port(ports.base, i) for i, n in enumerate(keep)},
+            "key_file": f"{d}/ssh/id_ed25519",
+            "known_hosts": f"{d}/ssh/known_hosts",
+            "drain_timeout_s": 300.0,
+            "reboot_timeout_s": 120.0,
+        }
+        data["software"]["hash_files"] = [f"{d}/etc/slurm.conf", f"{d}/etc/gres.conf"]
     return data
 
 
@@ -263,3 +310,18 @@ def write(data: dict[str, Any], path: Path, *, source: str) -> Site:
     site = parse_site(text, source=str(path))
     write_atomic(path, text)
     return site
+
+
+CENTRAL_DB = "slurmadm"  # the central store's database and user in the dev cluster's MariaDB
+
+
+def store_section(state_dir: Path, ports: Ports, *, central: bool) -> dict[str, Any]:
+    """The dev site's [store]: one SQLite file shared by every fake node; or, with a central
+    store, a file per node (stores/<node>.db, as on real hosts) shipping to the dev cluster's
+    MariaDB (its own `slurmadm` database and user, never slurmdbd's)."""
+    d = str(state_dir)
+    if not central:
+        return {"path": f"{d}/slurmadm.db", "audit_log": f"{d}/log/audit.jsonl"}
+    return {"path": f"{d}/stores/{{node}}.db", "audit_log": f"{d}/log/audit.jsonl",
+            "url": f"mysql://{CENTRAL_DB}@127.0.0.1:{ports.mysql}/{CENTRAL_DB}",
+            "password_file": f"{d}/etc/store.password", "stale_after_minutes": 5, "ship_batch": 500}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import re
 import socket
 import sqlite3
 import sys
@@ -193,19 +192,14 @@ def nvml(ctx: Context) -> Finding:
 # ------------------------------------------------------------------------------ store
 
 
-def _tables(sql: str) -> list[str]:
-    return re.findall(r"CREATE TABLE IF NOT EXISTS\s+(\w+)", sql)
-
-
 @register("store", "store")
 def store(ctx: Context) -> Finding:
-    from .. import burnin  # noqa: F401  (capabilities append their tables to EXTRA_SCHEMA)
-    from ..burnin import history  # noqa: F401
-    from ..store import EXTRA_SCHEMA, SCHEMA
+    from ..store import schema
 
-    path = Path(ctx.site.store.path)
-    want = _tables(SCHEMA + "\n".join(EXTRA_SCHEMA))
-    data = {"path": str(path), "backend": "sqlite", "expected_tables": want}
+    path = Path(ctx.site.store.local_path())
+    want = [t.name for t in schema.TABLES if t.where != "central"]
+    data = {"path": str(path), "backend": "sqlite", "expected_tables": want,
+            "schema_version": schema.SCHEMA_VERSION}
     if not path.exists():
         parent_ok = os.access(path.parent if path.parent.exists() else path.parent.parent, os.W_OK)
         return Finding("store", "warn" if parent_ok else "fail",
@@ -229,8 +223,12 @@ def store(ctx: Context) -> Finding:
     writable = os.access(path, os.W_OK)
     summary = (f"store {path} (SQLite, {mode}, schema version {version}): {len(have)} tables, {events} audit events"
                + ("" if writable else "; read-only for this user"))
-    if missing:  # a capability's tables appear when it first records (a fresh store has the shared ones)
-        summary += f"; not yet used: {', '.join(missing)}"
+    if version > schema.SCHEMA_VERSION:
+        return Finding("store", "fail", summary + f"; written by a newer slurmadm (this one knows {schema.SCHEMA_VERSION})",
+                       "upgrade slurmadm on this host", data)
+    if missing or version < schema.SCHEMA_VERSION:  # the next command that records migrates it
+        return Finding("store", "warn", summary + f"; older schema (this slurmadm: {schema.SCHEMA_VERSION})",
+                       "run `slurmadm store migrate` (or any command that records)", data)
     return Finding("store", "ok" if writable else "warn", summary,
                    "" if writable else "run slurmadm as root (or the store's owner) to record", data)
 
