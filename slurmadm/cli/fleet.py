@@ -13,8 +13,10 @@ from .. import fleet as fleetmod
 from ..errors import EXIT_PROBLEMS, EXIT_UNREACHABLE, UsageError
 from ..hostlist import compress, expand
 from ..store import Store
-from .common import Group, console, dry_run_option, get_site, json_option, print_json, progress, reason_option
-from .common import site_option, table, warn, when
+from .common import Group, dry_run_option, get_site, json_option, print_json, progress, reason_option
+from .common import site_option, warn, when
+from .common import markup_console as console  # this module escapes every value itself
+from .common import markup_table as table
 
 
 @click.group(cls=Group)
