@@ -9,6 +9,7 @@ PACKAGES=(
   gcc libc6-dev                                    # the stand-in NVML library is compiled from C
   python3 python3-venv python3-dev                 # slurmadm itself
   git ca-certificates procps
+  prometheus prometheus-alertmanager prometheus-node-exporter tmux  # monitoring: rules (promtool), tests, bench, `top`
 )
 PACKAGES+=("$@")   # callers may add more (e.g. openssh-server ipmitool prometheus)
 

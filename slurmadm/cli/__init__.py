@@ -20,6 +20,11 @@ GROUPS = {
     "health": "health",
     "burnin": "burnin",
     "audit": "audit",
+    # monitoring (issue 13)
+    "exporter": "exporter",
+    "monitor": "monitor",
+    "jobs": "jobs",
+    "top": "top",
 }
 
 

@@ -71,6 +71,7 @@ class HealthConfig:
     results_log: str
     policies: dict[str, dict] = field(default_factory=dict)  # check id -> overrides given
     alert_repeat_minutes: int = 60
+    job_map_dir: str = "/run/slurmadm/jobs"  # monitor.job_map_dir: the prolog's GPU -> job records
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -118,6 +119,7 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
         results_log=h.results_log,
         policies={cid: p.model_dump(exclude_none=True) for cid, p in h.checks.items()},
         alert_repeat_minutes=h.alert_repeat_minutes,
+        job_map_dir=site.monitor.job_map_dir,
     )
 
 

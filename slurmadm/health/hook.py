@@ -73,7 +73,20 @@ def main(argv: list[str] | None = None) -> None:
         print(f"slurmadm: error: {exc}", file=sys.stderr)
         engine.leave(exc.exit_code)
         return
+    if args.context == "epilog" or (args.context == "prolog" and report.exit_code == 0):
+        _record_job_gpus(cfg, node, args.context)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str))
     print(engine.summary_line(report), file=sys.stderr)
     engine.leave(report.exit_code)
+
+
+def _record_job_gpus(cfg, node: str, context: str) -> None:
+    """The GPU -> job map the node exporter labels GPU metrics with (prolog writes, epilog
+    removes). Best effort: a map that cannot be written never fails a job."""
+    try:
+        from ..exporter.jobmap import record_from_env
+
+        record_from_env(dict(os.environ), node, cfg.job_map_dir, context)
+    except Exception as exc:  # noqa: BLE001
+        print(f"slurmadm: warning: GPU->job map: {exc}", file=sys.stderr)

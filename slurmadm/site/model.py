@@ -18,6 +18,7 @@ from .accounts import AccountingSettings, Organization, Project, Qos, SlurmName,
 from .burnin import BurninSection
 from .fleet import BmcSection, SoftwareBaseline
 from .health import HealthSection, ModelThresholds
+from .monitor import MonitorSection
 from .profiles import BUILTIN_PROFILES, NodeProfile, Strict
 
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -186,6 +187,7 @@ class Site(Strict):
     bmc: BmcSection = BmcSection()
     software: SoftwareBaseline = SoftwareBaseline()
     burnin: BurninSection = BurninSection()
+    monitor: MonitorSection = MonitorSection()
 
     # ---- derived views (computed once; the model is frozen) ----
 
