@@ -1,0 +1,127 @@
+"""`slurmadm monitor`: alert rules, dashboard, the Alertmanager webhook, the dev cluster's stack."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import click
+
+from ..errors import UsageError
+from ..proc import run
+from .common import Group, console, get_site, info, json_option, print_json, progress, site_option
+
+
+@click.group(cls=Group)
+def monitor() -> None:
+    """Prometheus alert rules, a Grafana dashboard, and the webhook that isolates nodes on alerts."""
+
+
+def _write(text: str, out: str | None, what: str) -> None:
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    from ..files import write_atomic
+
+    write_atomic(out, text)
+    info(f"{what}: wrote {out}")
+
+
+@monitor.command("rules")
+@site_option
+@click.option("--out", metavar="FILE", help="Write here (default: stdout).")
+@click.option("--check/--no-check", default=True, show_default=True,
+              help="Check the rules with `promtool check rules` (when promtool is installed).")
+def rules_cmd(site_file: str | None, out: str | None, check: bool) -> None:
+    """Prometheus alert rules from the site (thresholds and actions under [monitor])."""
+    import tempfile
+
+    from ..monitor import rules
+
+    text = rules.render(get_site(site_file))
+    if check and shutil.which("promtool"):
+        with tempfile.NamedTemporaryFile("w", suffix=".yml") as fh:
+            fh.write(text)
+            fh.flush()
+            proc = run(["promtool", "check", "rules", fh.name], check=False, timeout=60)
+        if proc.returncode != 0:
+            raise UsageError(f"promtool check rules refused the generated rules: {proc.stdout.strip()} "
+                             f"{proc.stderr.strip()}")
+    _write(text, out, "rules")
+
+
+@monitor.command("dashboard")
+@site_option
+@click.option("--out", metavar="FILE", help="Write here (default: stdout).")
+def dashboard_cmd(site_file: str | None, out: str | None) -> None:
+    """A Grafana dashboard (JSON model) over the slurmadm exporters."""
+    from ..monitor import dashboard
+
+    _write(dashboard.render(get_site(site_file)), out, "dashboard")
+
+
+@monitor.command("webhook")
+@site_option
+@click.option("--listen", metavar="ADDR:PORT", help="Default: monitor.webhook_listen.")
+def webhook_cmd(site_file: str | None, listen: str | None) -> None:
+    """Alertmanager webhook receiver: drains the node of an alert the site maps to "drain",
+    resumes it on resolved (only its own drains). Token from monitor.webhook_token_file."""
+    from ..exporter.server import serve_forever
+    from ..monitor.webhook import Isolator, make_server, read_token
+    from ..slurm import get_backend
+    from ..store import Store
+
+    site = get_site(site_file)
+    m = site.monitor
+    token = read_token(m.webhook_token_file)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    isolator = Isolator(site=site, backend=get_backend(), store_factory=lambda: Store.for_site(site))
+    server = make_server(listen or m.webhook_listen, token=token, max_bytes=m.webhook_max_bytes, isolator=isolator)
+    info(f"slurmadm monitor webhook on http://{listen or m.webhook_listen}/alerts")
+    serve_forever(server)
+
+
+@monitor.group("dev-stack", cls=Group)
+def dev_stack() -> None:
+    """Prometheus, Alertmanager, the exporters and the webhook on a dev cluster (ports from its port base)."""
+
+
+def _stack(state_dir: str | None):
+    from ..devcluster.cluster import DevCluster, default_state_dir
+    from ..monitor.stack import MonitorStack
+
+    return MonitorStack(DevCluster(state_dir or default_state_dir()))
+
+
+_state = click.option("--state-dir", metavar="DIR", help="The dev cluster's state directory.")
+
+
+@dev_stack.command("up")
+@_state
+@json_option
+def stack_up(state_dir: str | None, as_json: bool) -> None:
+    status = _stack(state_dir).up(progress=progress)
+    if as_json:
+        print_json(status)
+    else:
+        for k, v in status["urls"].items():
+            console.print(f"{k:16} {v}")
+
+
+@dev_stack.command("down")
+@_state
+def stack_down(state_dir: str | None) -> None:
+    for name in _stack(state_dir).down():
+        progress(f"stopped {name}")
+
+
+@dev_stack.command("status")
+@_state
+@json_option
+def stack_status(state_dir: str | None, as_json: bool) -> None:
+    status = _stack(state_dir).status()
+    if as_json:
+        print_json(status)
+        return
+    for d in status["daemons"]:
+        console.print(f"{d['name']:32} {'up' if d['alive'] else 'down'}")
