@@ -16,7 +16,7 @@ from ..errors import UsageError
 
 def parse_listen(text: str, what: str = "--listen") -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536 or not host:  # 0: any free port
         raise UsageError(f"{what}: {text!r} is not ADDR:PORT (e.g. 0.0.0.0:9410)")
     return host.strip("[]"), int(port)
 

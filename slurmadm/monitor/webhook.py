@@ -185,6 +185,8 @@ def make_server(listen: str, *, token: str, max_bytes: int, isolator: Isolator) 
 
         def _reply(self, code: int, data: dict) -> None:
             body = (json.dumps(data, sort_keys=True) + "\n").encode()
+            if code >= 400:
+                self.close_connection = True  # an unread request body must not be taken for the next request
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
