@@ -24,13 +24,12 @@ from ..slurm.ownership import OWNER_PREFIX, reason_check_id
 from .cache import CachedRead
 from .node import source_metrics
 
-# squeue -O: each field padded to a generous width and ended by "|" (stripped when parsed); the
-# job name last, as it is the one field that may itself hold a "|".
+# squeue -O "Field:|": no width (so no padding and no truncation), "|" after each field; the job
+# name last, as it is the one field that may itself hold a "|".
 SQUEUE_FIELDS = ("JobID", "State", "Reason", "UserName", "Account", "Partition", "BatchFlag", "TimeUsed",
                  "tres-alloc", "NodeList", "Name")
 SQUEUE_ARGV = ["squeue", "-h", "-a", "-O",
-               ",".join(f"{f}:200|" if i < len(SQUEUE_FIELDS) - 1 else f"{f}:200"
-                        for i, f in enumerate(SQUEUE_FIELDS))]
+               ",".join(f"{f}:|" if i < len(SQUEUE_FIELDS) - 1 else f"{f}:" for i, f in enumerate(SQUEUE_FIELDS))]
 
 
 @dataclass(frozen=True)
