@@ -109,6 +109,13 @@ class DevCluster:
         fixed = [self.daemon(n) for n in ("munged", "mariadbd", "slurmdbd", "slurmctld")]
         return fixed + [self.daemon(f"slurmd-{n}") for n in self.nodes()]
 
+    def extra_daemons(self) -> list[Daemon]:
+        """Processes capabilities started beside the cluster under its run/ directory (e.g. the
+        monitoring stack's `monitor-*`), stopped first by `down` so none outlives a purge."""
+        known = {d.pidfile.name for d in self.daemons()}
+        return [self.daemon(p.name[: -len(".dev.pid")]) for p in sorted(self.p("run").glob("*.dev.pid"))
+                if p.name not in known]
+
     def env(self) -> dict[str, str]:
         """What a shell (or a prolog) needs to use this dev cluster, its stand-in GPUs included."""
         return {
@@ -391,7 +398,7 @@ class DevCluster:
 
     def down(self, *, progress: Callable[[str], None] = lambda msg: None, purge: bool = False) -> list[str]:
         """Stop every process this dev cluster started (and only those). Returns what stopped."""
-        daemons = self.daemons()
+        daemons = self.daemons() + self.extra_daemons()
         env = self._slurm_env()
         if self.daemon("slurmctld").alive():
             jobs = run(["squeue", "-h", "-o", "%i"], env=env, check=False, timeout=10).stdout.split()

@@ -113,6 +113,13 @@ class MonitorStack:
 
     # ---------------------------------------------------------------- up / down
     def up(self, *, progress=lambda msg: None, timeout: float = 90.0) -> dict:
+        try:
+            return self._up(progress, timeout)
+        except BaseException:
+            self.down()  # nothing half-started is left behind
+            raise
+
+    def _up(self, progress, timeout: float) -> dict:
         self.write_files()
         env = {**self.dc.env()}
         me = [sys.executable, "-m", "slurmadm"]
