@@ -25,9 +25,11 @@ def exporter(ctx: click.Context, mode: str | None, listen: str | None, node: str
     if mode is None:
         raise UsageError("exporter: --mode node|head is required (or: exporter install --mode ...)")
     from ..exporter import head_collector, node_collector
-    from ..exporter.server import make_server, serve_forever
+    from ..exporter.server import make_server, parse_listen, serve_forever
     from ..health.hook import local_node
 
+    if listen is not None:
+        parse_listen(listen)  # a bad address is a usage error before anything is read
     site = get_site(site_file)
     if mode == "node":
         name = local_node(node)

@@ -23,7 +23,9 @@ def _write(text: str, out: str | None, what: str) -> None:
         return
     from ..files import write_atomic
 
-    write_atomic(out, text)
+    from pathlib import Path
+
+    write_atomic(Path(out), text)
     info(f"{what}: wrote {out}")
 
 
