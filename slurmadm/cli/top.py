@@ -26,6 +26,7 @@ def top(site_file: str | None, interval: float, once: bool, prometheus: str | No
     reason, projects near quota. q quits."""
     from rich.live import Live
 
+    from ..errors import SlurmadmError
     from ..exporter.head import SlurmHead
     from ..slurm import get_backend
     from ..top import build_frame, read_frame
@@ -41,8 +42,15 @@ def top(site_file: str | None, interval: float, once: bool, prometheus: str | No
     try:
         tty.setcbreak(fd)
         with Live(console=console, screen=True, auto_refresh=False, transient=True) as live:
+            last = None
             while True:
-                live.update(build_frame(site, read_frame(site, source, url), width=console.width), refresh=True)
+                try:
+                    last = read_frame(site, source, url)
+                except SlurmadmError as exc:  # Slurm away for a moment: keep the last frame, say why
+                    if last is None:
+                        raise
+                    last.error = f"Slurm: {exc} (showing {time.strftime('%H:%M:%S', time.localtime(last.at))})"
+                live.update(build_frame(site, last, width=console.width), refresh=True)
                 deadline = time.monotonic() + interval
                 while (left := deadline - time.monotonic()) > 0:
                     ready, _, _ = select.select([fd], [], [], left)
