@@ -49,17 +49,21 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def make_server(collector, listen: str) -> ThreadingHTTPServer:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    host, port = parse_listen(listen)
-    handler = type("Handler", (_Handler,), {"registry": registry})
+def listen_http(handler: type[BaseHTTPRequestHandler], listen: str, what: str = "--listen") -> ThreadingHTTPServer:
+    """A threading HTTP server on ADDR:PORT, or a UsageError naming `what` (port taken, bad address)."""
+    host, port = parse_listen(listen, what)
     try:
         server = ThreadingHTTPServer((host, port), handler)
     except OSError as exc:
-        raise UsageError(f"--listen {listen}: cannot listen ({exc.strerror or exc})") from None
+        raise UsageError(f"{what} {listen}: cannot listen ({exc.strerror or exc})") from None
     server.daemon_threads = True
     return server
+
+
+def make_server(collector, listen: str) -> ThreadingHTTPServer:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return listen_http(type("Handler", (_Handler,), {"registry": registry}), listen)
 
 
 def serve_forever(server: ThreadingHTTPServer) -> None:

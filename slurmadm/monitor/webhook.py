@@ -176,7 +176,7 @@ def read_token(path: str) -> str:
 
 
 def make_server(listen: str, *, token: str, max_bytes: int, isolator: Isolator) -> ThreadingHTTPServer:
-    from ..exporter.server import parse_listen
+    from ..exporter.server import listen_http
 
     expected = f"Bearer {token}".encode()
 
@@ -233,10 +233,4 @@ def make_server(listen: str, *, token: str, max_bytes: int, isolator: Isolator) 
         def log_message(self, format: str, *args) -> None:  # noqa: A002
             pass
 
-    host, port = parse_listen(listen, "monitor.webhook_listen")
-    try:
-        server = ThreadingHTTPServer((host, port), Handler)
-    except OSError as exc:
-        raise UsageError(f"webhook: cannot listen on {listen} ({exc.strerror or exc})") from None
-    server.daemon_threads = True
-    return server
+    return listen_http(Handler, listen, "monitor.webhook_listen")
