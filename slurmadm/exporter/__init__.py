@@ -13,11 +13,17 @@ def node_collector(site, node: str):
     m = site.monitor
     h = site.health
     return NodeCollector(
-        node=node, gpus=NvmlGpus(), ib=SysfsInfiniband(m.sysfs_root), host=ProcHost(),
+        node=node, gpus=NvmlGpus(), ib=SysfsInfiniband(sysfs_root(site, node)), host=ProcHost(),
         health=StoreHealth(site.store.path, node),
         xids=LogXids(h.xid_source.replace("{node}", node), node, h.xid_window_minutes * 60.0, dict(h.xid_actions)),
         job_map_dir=m.job_map_dir, cache_s=m.node_cache_s, deadline_s=m.read_deadline_s,
         idle_util_percent=m.idle_util_percent)
+
+
+def sysfs_root(site, node: str) -> str:
+    """monitor.sysfs_root, else the health checks' own (health.sysfs_root), else /sys."""
+    root = site.monitor.sysfs_root or getattr(site.health, "sysfs_root", None) or "/sys"
+    return root.replace("{node}", node)
 
 
 def head_collector(site, *, env=None):

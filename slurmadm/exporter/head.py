@@ -33,6 +33,9 @@ SQUEUE_ARGV = ["squeue", "-h", "-a", "-O",
                ",".join(f"{f}:|" if i < len(SQUEUE_FIELDS) - 1 else f"{f}:" for i, f in enumerate(SQUEUE_FIELDS))]
 
 
+DRIFT_CHECK = "software-drift"  # the fleet's health check id
+
+
 @dataclass(slots=True)
 class Job:
     job_id: str
@@ -238,10 +241,13 @@ class HeadCollector:
                 # SQLite: with MAX() the bare column comes from the row holding the maximum
                 for node, ts, verdict in db.execute("SELECT node, MAX(ts), verdict FROM burnin_nodes GROUP BY node"):
                     out["burnin"][node] = (float(ts), str(verdict))
-            if "fleet_facts" in tables:
-                cols = {r[1] for r in db.execute("PRAGMA table_info(fleet_facts)")}
-                if "drift" in cols:
-                    out["drift"] = int(db.execute("SELECT COUNT(*) FROM fleet_facts WHERE drift != 0").fetchone()[0])
+            if "check_results" in tables:
+                # drift: nodes whose latest software-drift verdict (fleet's health check) is not a pass
+                rows = db.execute(
+                    "SELECT c.status FROM check_results c JOIN (SELECT node, MAX(id) AS id FROM check_results "
+                    "WHERE check_id = ? GROUP BY node) last ON c.id = last.id", (DRIFT_CHECK,)).fetchall()
+                if rows:
+                    out["drift"] = sum(1 for (status,) in rows if status in ("fail", "warn"))
         finally:
             db.close()
         return out

@@ -169,7 +169,7 @@ class NodeCollector:
                     [*base, counter], n)
             g("slurmadm_gpu_processes", "Compute and graphics processes on the GPU").add_metric(base, len(s.pids))
             g("slurmadm_gpu_unallocated_in_use", "1 when processes use a GPU no job was allocated").add_metric(
-                base, 1 if s.pids and job is None and jobs else 0)
+                base, 1 if s.pids and job is None else 0)
             found = xid_by_pci.get(pci_key_from_bus_id(s.bus_id), [])
             last = max(found, key=lambda x: x.last_ts) if found else None
             g("slurmadm_gpu_last_xid", "Last XID within the health window, 0 if none (DCGM_FI_DEV_XID_ERRORS)"

@@ -24,8 +24,9 @@ class MonitorSection(Strict):
     # A read that has not answered within this many seconds is abandoned: the scrape answers
     # with the last good values, marked stale (slurmadm_exporter_source_stale).
     read_deadline_s: Annotated[float, Field(gt=0, le=120)] = 3.0
-    # InfiniBand ports are read from <sysfs_root>/class/infiniband.
-    sysfs_root: Annotated[str, Field(pattern=r"^/")] = "/sys"
+    # InfiniBand ports are read from <sysfs_root>/class/infiniband ({node}: the node's name);
+    # unset: health.sysfs_root where the site has one, else /sys.
+    sysfs_root: Annotated[str, Field(pattern=r"^/")] | None = None
     # The prolog records which job holds which GPUs here (one file per job, removed by the epilog).
     job_map_dir: Annotated[str, Field(pattern=r"^/")] = "/run/slurmadm/jobs"
     # Prometheus that `slurmadm jobs idle` and `slurmadm top` ask (http://host:port).

@@ -292,3 +292,30 @@ def test_a_hung_gpu_makes_the_scrape_stale_not_slow(node_exporter):
     finally:
         gpus.clear(g, "b200-002")
     assert wait_for(lambda: value(node_exporter(), "slurmadm_exporter_source_stale", source="gpu") == 0, 60)
+
+
+def test_head_reads_last_burnin_verdicts_and_drift_from_the_store(tmp_path):
+    from slurmadm.burnin import history  # noqa: F401  (declares the burn-in tables)
+    from slurmadm.exporter.head import DRIFT_CHECK, HeadCollector
+    from slurmadm.store import Store
+
+    site = parse_site((REPO / "site.example.toml").read_text(), source="site.example.toml")
+    with Store(tmp_path / "s.db") as store, store.transaction() as db:
+        for sweep, ts, verdict in (("s1", 100.0, "fail"), ("s2", 200.0, "pass")):
+            db.execute("INSERT INTO burnin_nodes (sweep_id, node, why, verdict, ts) VALUES (?,?,?,?,?)",
+                       (sweep, "b200-001", "idle", verdict, ts))
+        for i, (node, status) in enumerate((("b200-001", "warn"), ("b200-001", "pass"), ("b200-002", "fail"),
+                                            ("b200-003", "pass"))):
+            db.execute("INSERT INTO check_results (ts, run_id, node, context, check_id, status, severity, detail,"
+                       " value, duration_ms) VALUES (?, 'r', ?, 'periodic', ?, ?, 'warning', '', NULL, 1)",
+                       (i, node, DRIFT_CHECK, status))
+    class NoSlurm:
+        def read(self):
+            raise AssertionError("not read here")
+
+    c = HeadCollector(site=site, source=NoSlurm(), cache_s=0, deadline_s=5, store_path=str(tmp_path / "s.db"))
+    got = c._store_read()
+    assert got["burnin"] == {"b200-001": (200.0, "pass")}
+    assert got["drift"] == 1  # b200-002; b200-001's latest is a pass
+    empty = HeadCollector(site=site, source=NoSlurm(), cache_s=0, deadline_s=5, store_path=str(tmp_path / "none.db"))
+    assert empty._store_read() == {"burnin": {}, "drift": None}
