@@ -80,7 +80,28 @@ def webhook_cmd(site_file: str | None, listen: str | None) -> None:
     isolator = Isolator(site=site, backend=get_backend(), store_factory=lambda: Store.for_site(site))
     server = make_server(listen or m.webhook_listen, token=token, max_bytes=m.webhook_max_bytes, isolator=isolator)
     info(f"slurmadm monitor webhook on http://{listen or m.webhook_listen}/alerts")
+    start_sweeper(isolator, m.resume_check_s)
     serve_forever(server)
+
+
+def start_sweeper(isolator, every_s: float) -> None:
+    """Finish pending resumes (resolved alerts waiting for clean health runs) in the background."""
+    import threading
+    import time
+
+    log = logging.getLogger("slurmadm.monitor.webhook")
+
+    def loop() -> None:
+        while True:
+            time.sleep(every_s)  # a period, not a wait for a condition
+            try:
+                for r in isolator.sweep():
+                    if r["why"] == "resumed":
+                        log.warning("webhook: %s resumed", r["node"])
+            except Exception as exc:  # noqa: BLE001 - Slurm or the store away: next period
+                log.error("webhook: resume check: %s", exc)
+
+    threading.Thread(target=loop, daemon=True, name="slurmadm-webhook-resume").start()
 
 
 @monitor.group("dev-stack", cls=Group)

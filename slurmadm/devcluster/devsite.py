@@ -277,6 +277,7 @@ def monitor_settings(src: dict[str, Any], d: str, ports: Ports) -> dict[str, Any
         "prometheus_url": f"http://127.0.0.1:{ports.monitor_prometheus}",
         "webhook_listen": f"127.0.0.1:{ports.monitor_webhook}",
         "webhook_token_file": f"{d}/monitor/webhook.token",
+        "resume_check_s": 2.0,
         "gpu_temp_for": "30s", "error_rise_window": "20s", "absent_for": "30s", "quota_for": "1m",
         "actions": {**MonitorSection().actions, **src.get("actions", {}), "GpuPcieReplayRising": "drain"},
         "idle_minutes": 0.25,

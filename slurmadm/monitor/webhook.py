@@ -9,8 +9,10 @@ Alertmanager POSTs its webhook payload (version 4: {"status", "alerts": [{"statu
   a site node: on `firing`, drains the node with reason `slurmadm: alert-<name>: <summary>
   [alert]` under the same ownership rules and breaker as health (`may_drain`, `breaker`); on
   `resolved`, resumes the node only if slurmadm drained it for that same alert, nobody changed the
-  state meanwhile (`may_resume`), and the node's latest health verdicts are all clean (the health
-  rule's spirit: a resolved alert alone does not prove the node good);
+  state meanwhile (`may_resume`), and health's own rule holds: health.resume_after_clean_runs
+  consecutive clean periodic health runs since the resolve (a resolved alert alone does not prove
+  the node good). Alertmanager sends `resolved` once, so the pending resume is kept in the store
+  and `sweep()` (every monitor.resume_check_s) finishes it;
 - records an audit event per action and per refusal.
 """
 
@@ -21,6 +23,7 @@ import json
 import logging
 import re
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
@@ -32,6 +35,7 @@ from ..slurm.ownership import format_reason, is_ours, may_drain, may_resume, rea
 
 log = logging.getLogger("slurmadm.monitor.webhook")
 CONTEXT = "alert"
+PENDING_KEY = "monitor.resume-pending"  # node_state: {"check_id", "ts"} of a resolved alert awaiting the health rule
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
 
@@ -89,23 +93,27 @@ class Slurm(Protocol):
 class Isolator:
     """What an alert does to a node: pure rules over Slurm's view, acting through the adapter."""
 
-    def __init__(self, *, site, backend: Slurm, store_factory, health_clean=None):
+    def __init__(self, *, site, backend: Slurm, store_factory):
         self.site = site
         self.backend = backend
         self.store_factory = store_factory  # a Store per request: an SQLite handle stays in its thread
         self.store = None
         self.actions = dict(site.monitor.actions)
         self.nodes = set(site.node_names)
-        # node -> '' when its latest health verdicts are clean, else why not
-        self.health_clean = health_clean or self._health_clean
+        self.resume_after = site.health.resume_after_clean_runs
         self.lock = threading.Lock()
 
-    def _health_clean(self, node: str) -> str:
+    def clean_runs_since(self, node: str, since: float) -> int:
+        """Consecutive clean periodic health runs on the node since `since`, counted back from the
+        latest (a run with a failing or erroring check resets the count), as health counts them."""
         rows = self.store.db.execute(
-            "SELECT c.check_id, c.status FROM check_results c JOIN (SELECT check_id, MAX(id) AS id FROM "
-            "check_results WHERE node=? GROUP BY check_id) last ON c.id = last.id", (node,)).fetchall()
-        bad = sorted(r[0] for r in rows if r[1] in ("fail", "error"))
-        return f"health checks failing: {', '.join(bad)}" if bad else ""
+            "SELECT run_id, MIN(ts) AS t, MAX(CASE WHEN status IN ('fail', 'error') THEN 1 ELSE 0 END) AS bad "
+            "FROM check_results WHERE node=? AND context='periodic' AND ts > ? GROUP BY run_id ORDER BY t",
+            (node, since)).fetchall()
+        count = 0
+        for r in rows:
+            count = 0 if r["bad"] else count + 1
+        return count
 
     def handle(self, alerts: list[Alert]) -> list[dict[str, str]]:
         results = []
@@ -132,6 +140,8 @@ class Isolator:
         if node is None:
             return {"action": "none", "why": "Slurm does not know the node"}
         if a.status == "firing":
+            if is_ours(node) and reason_check_id(node.reason) == check_id:
+                self.store.delete_node_state(a.node, PENDING_KEY)  # firing again: no resume pending
             verdict = may_drain(node)
             if not verdict.act:
                 return {"action": "none", "why": verdict.why}
@@ -143,19 +153,57 @@ class Isolator:
             self.backend.drain([a.node], reason)
             self._audit("node.drain", a.node, reason, alert=a.name, fingerprint=a.fingerprint)
             return {"action": "drain", "why": reason}
-        # resolved
+        # resolved: wait for the health rule (resume_after_clean_runs clean periodic runs since)
         if not is_ours(node) or reason_check_id(node.reason) != check_id:
             return {"action": "none", "why": f"not drained by slurmadm for {check_id}"}
         verdict = may_resume(node)
         if not verdict.act:
             return {"action": "none", "why": verdict.why}
-        dirty = self.health_clean(a.node)
-        if dirty:
-            self._audit("monitor.alert", a.node, f"{check_id} resolved, not resuming: {dirty}", alert=a.name)
-            return {"action": "none", "why": dirty}
-        self.backend.resume([a.node])
-        self._audit("node.resume", a.node, f"{check_id} resolved (was: {node.reason})", alert=a.name)
-        return {"action": "resume", "why": f"{check_id} resolved"}
+        if self.store.get_node_state(a.node, PENDING_KEY) is None:
+            self.store.set_node_state(a.node, PENDING_KEY, json.dumps({"check_id": check_id, "ts": time.time()}))
+            self._audit("monitor.alert-resolved", a.node, f"{check_id} resolved; resume after {self.resume_after} "
+                        "clean periodic health runs", alert=a.name)
+        return {"action": "pending-resume", "why": self._try_resume(node)}
+
+    def _try_resume(self, node: NodeInfo) -> str:
+        raw = self.store.get_node_state(node.name, PENDING_KEY)
+        try:
+            pending = json.loads(raw or "")
+            check_id, since = str(pending["check_id"]), float(pending["ts"])
+        except (ValueError, KeyError, TypeError):
+            self.store.delete_node_state(node.name, PENDING_KEY)
+            return "no pending resume"
+        if not is_ours(node) or reason_check_id(node.reason) != check_id or not may_resume(node).act:
+            self.store.delete_node_state(node.name, PENDING_KEY)  # someone else took the node over
+            return "the node is no longer drained by slurmadm for this alert: nothing to resume"
+        clean = self.clean_runs_since(node.name, since)
+        if clean < self.resume_after:
+            return f"clean periodic health runs since the resolve: {clean} of {self.resume_after}"
+        self.backend.resume([node.name])
+        self.store.delete_node_state(node.name, PENDING_KEY)
+        self._audit("node.resume", node.name, f"{check_id} resolved and {clean} clean periodic health runs since "
+                    f"(was: {node.reason})", alert=check_id[len("alert-"):])
+        return "resumed"
+
+    def sweep(self) -> list[dict[str, str]]:
+        """Resume the nodes whose alert resolved once the health rule is met (the server calls
+        this every monitor.resume_check_s; a resolved alert arrives only once)."""
+        out = []
+        with self.lock, self.store_factory() as store:
+            self.store = store
+            try:
+                names = [r[0] for r in store.db.execute("SELECT node FROM node_state WHERE key=?", (PENDING_KEY,))]
+                if not names:
+                    return out
+                view = {n.name: n for n in self.backend.nodes()}
+                for name in names:
+                    if name in view:
+                        out.append({"node": name, "why": self._try_resume(view[name])})
+                    else:
+                        store.delete_node_state(name, PENDING_KEY)
+            finally:
+                self.store = None
+        return out
 
 
 def read_token(path: str) -> str:

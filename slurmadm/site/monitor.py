@@ -54,6 +54,8 @@ class MonitorSection(Strict):
     webhook_listen: ListenAddr = "127.0.0.1:9412"
     webhook_token_file: Annotated[str, Field(pattern=r"^/")] = "/etc/slurmadm/webhook.token"
     webhook_max_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 1024 * 1024
+    # How often the webhook looks whether a node whose alert resolved has had its clean health runs.
+    resume_check_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
     # Idle GPUs in running jobs (Princeton jobstats / job_defense_shield): a GPU is idle while
     # every sample is at or under idle_util_percent; a job is reported after idle_minutes.
     idle_util_percent: Annotated[float, Field(ge=0, le=100)] = 0.0

@@ -68,6 +68,7 @@ def hook(tmp_path):
 
     post.slurm = slurm
     post.store_path = store_path
+    post.iso = iso
     yield post
     server.shutdown()
     server.server_close()
@@ -80,14 +81,35 @@ def alert(name="GpuEccUncorrected", node="b200-003", status="firing", summary="b
                         "endsAt": "0001-01-01T00:00:00Z", "fingerprint": "abc123"}]}
 
 
-def test_firing_drains_with_an_alert_reason_and_resolved_resumes(hook):
+def periodic_runs(store_path, node, *statuses: str) -> None:
+    """Periodic health runs on the node, now, one run per status (what slurmd's HealthCheckProgram records)."""
+    import time
+    import uuid
+
+    with Store(store_path) as store, store.transaction() as db:
+        for status in statuses:
+            run = uuid.uuid4().hex[:8]
+            for check in ("ecc-uncorrected", "xid"):
+                db.execute("INSERT INTO check_results (ts, run_id, node, context, check_id, status, severity, detail,"
+                           " value, duration_ms) VALUES (?, ?, ?, 'periodic', ?, ?, 'critical', '', NULL, 1)",
+                           (time.time(), run, node, check, status if check == "xid" else "pass"))
+
+
+def test_firing_drains_with_an_alert_reason_and_resolved_resumes_after_clean_health_runs(hook):
     code, out = hook(alert())
     assert code == 200 and out["results"][0]["action"] == "drain"
     node = hook.slurm.view["b200-003"]
     assert node.drained and node.reason == "slurmadm: alert-GpuEccUncorrected: b200-003 GPU5: 2 uncorrected ECC [alert]"
     assert hook(alert())[1]["results"][0]["action"] == "none"  # Alertmanager repeats: idempotent
     code, out = hook(alert(status="resolved"))
-    assert out["results"][0]["action"] == "resume" and not hook.slurm.view["b200-003"].drained
+    assert out["results"][0]["action"] == "pending-resume" and "0 of 3" in out["results"][0]["why"]
+    assert hook.slurm.view["b200-003"].drained
+    periodic_runs(hook.store_path, "b200-003", "pass", "pass")
+    assert hook.iso.sweep()[0]["why"].endswith("2 of 3") and hook.slurm.view["b200-003"].drained
+    periodic_runs(hook.store_path, "b200-003", "pass")
+    assert hook.iso.sweep() == [{"node": "b200-003", "why": "resumed"}]
+    assert not hook.slurm.view["b200-003"].drained
+    assert hook.iso.sweep() == []  # nothing pending any more
     with Store(hook.store_path) as store:
         actions = [(e.action, e.target) for e in store.events()]
     assert ("node.drain", "b200-003") in actions and ("node.resume", "b200-003") in actions
@@ -113,15 +135,23 @@ def test_resolved_resumes_only_a_drain_for_the_same_alert(hook):
     assert hook.slurm.view["b200-003"].drained
 
 
-def test_resume_waits_for_clean_health_verdicts(hook):
+def test_a_failing_health_run_restarts_the_count_and_firing_again_cancels(hook):
     hook(alert())
-    with Store(hook.store_path) as store, store.transaction() as db:
-        db.execute("INSERT INTO check_results (ts, run_id, node, context, check_id, status, severity, detail,"
-                   " value, duration_ms) VALUES (1, 'r', 'b200-003', 'periodic', 'ecc-uncorrected', 'fail',"
-                   " 'critical', 'GPU5 volatile uncorrected ECC=2', 2, 1)")
-    out = hook(alert(status="resolved"))[1]["results"][0]
-    assert out["action"] == "none" and "ecc-uncorrected" in out["why"]
-    assert hook.slurm.view["b200-003"].drained
+    hook(alert(status="resolved"))
+    periodic_runs(hook.store_path, "b200-003", "pass", "pass", "fail", "pass")
+    assert hook.iso.sweep()[0]["why"].endswith("1 of 3")
+    hook(alert())  # the fault is back before the resume: no resume pending any more
+    periodic_runs(hook.store_path, "b200-003", "pass", "pass", "pass")
+    assert hook.iso.sweep() == [] and hook.slurm.view["b200-003"].drained
+
+
+def test_a_pending_resume_is_dropped_when_an_admin_takes_the_node(hook):
+    hook(alert())
+    hook(alert(status="resolved"))
+    hook.slurm.view["b200-003"] = replace(hook.slurm.view["b200-003"], reason="RMA ticket 42", reason_user="bob")
+    periodic_runs(hook.store_path, "b200-003", "pass", "pass", "pass")
+    assert "no longer drained by slurmadm" in hook.iso.sweep()[0]["why"]
+    assert hook.slurm.view["b200-003"].drained and hook.slurm.calls[-1][0] == "drain"
 
 
 def test_the_breaker_holds_back_drains_past_the_cap(hook):
