@@ -26,6 +26,7 @@ from ..files import write_atomic
 from . import rules
 
 PROMETHEUS = "prometheus"
+PORT_RETRIES = 5
 ALERTMANAGER_NAMES = ("prometheus-alertmanager", "alertmanager")
 
 
@@ -124,38 +125,47 @@ class MonitorStack:
         env = {**self.dc.env()}
         me = [sys.executable, "-m", "slurmadm"]
         site = str(self.dc.site_path)
-        for i, n in enumerate(self.nodes):
-            d = self.dc.daemon(f"monitor-exporter-{n}")
-            if not d.alive():
-                d.start([*me, "exporter", "--mode", "node", "--node", n, "--site", site,
-                         "--listen", f"127.0.0.1:{self.ports.monitor_node_exporter(i)}"],
-                        env={**env, "SLURMD_NODENAME": n})
-        starts = [
-            ("monitor-exporter-head", [*me, "exporter", "--mode", "head", "--site", site]),
-            ("monitor-webhook", [*me, "monitor", "webhook", "--site", site]),
+        starts: list[tuple[str, list[str], dict[str, str]]] = [
+            (f"monitor-exporter-{n}", [*me, "exporter", "--mode", "node", "--node", n, "--site", site,
+                                       "--listen", f"127.0.0.1:{self.ports.monitor_node_exporter(i)}"],
+             {**env, "SLURMD_NODENAME": n})
+            for i, n in enumerate(self.nodes)
+        ]
+        starts += [
+            ("monitor-exporter-head", [*me, "exporter", "--mode", "head", "--site", site], env),
+            ("monitor-webhook", [*me, "monitor", "webhook", "--site", site], env),
             ("monitor-alertmanager", [_binary(ALERTMANAGER_NAMES), f"--config.file={self.dir / 'alertmanager.yml'}",
                                       f"--storage.path={self.dir / 'alertmanager-data'}",
                                       f"--web.listen-address=127.0.0.1:{self.ports.monitor_alertmanager}",
-                                      "--cluster.listen-address=", "--log.level=warn"]),
+                                      "--cluster.listen-address=", "--log.level=warn"], env),
             ("monitor-prometheus", [_binary((PROMETHEUS,)), f"--config.file={self.dir / 'prometheus.yml'}",
                                     f"--storage.tsdb.path={self.dir / 'prometheus-data'}",
                                     f"--web.listen-address=127.0.0.1:{self.ports.monitor_prometheus}",
-                                    "--web.enable-lifecycle", "--log.level=warn"]),
+                                    "--web.enable-lifecycle", "--log.level=warn"], env),
         ]
         progress(f"starting {len(self.nodes)} node exporters, the head exporter, the webhook, "
                  "Alertmanager and Prometheus")
-        for name, argv in starts:
+        for name, argv, e in starts:
             d = self.dc.daemon(name)
             if not d.alive():
-                d.start(argv, env=env)
+                d.start(argv, env=e)
+        retries = {name: 0 for name, _a, _e in starts}
         urls = self.urls()
         checks = [urls["prometheus"] + "/-/ready", urls["alertmanager"] + "/-/ready", urls["head_exporter"],
                   *[urls[f"exporter_{n}"] for n in self.nodes]]
 
         def ready() -> bool:
-            for d in self.daemons():
-                if not d.alive():
-                    raise UnreachableError(f"{d.name} died: {d.tail()}")
+            for name, argv, e in starts:
+                d = self.dc.daemon(name)
+                if d.alive():
+                    continue
+                # Our fixed ports lie in Linux's ephemeral range (32768-60999): a busy machine's
+                # outgoing connection may hold one for a moment. Try again, a few times.
+                if "in use" in d.tail(5) and retries[name] < PORT_RETRIES:
+                    retries[name] += 1
+                    d.start(argv, env=e)
+                    continue
+                raise UnreachableError(f"{d.name} died: {d.tail()}")
             return all(http_get(u, timeout=3)[0] == 200 for u in checks)
 
         if not wait_for(ready, timeout, interval=0.3):
