@@ -74,19 +74,21 @@ slurmadm monitor rules --out "$STATE/monitor/rules-demo.yml"   # what Prometheus
 slurmadm monitor dashboard --out "$STATE/monitor/grafana-dashboard.json"
 echo "PCIe replays rising on b200-004 GPU3 (no health check drains for it: this is the alert path):"
 slurmadm dev-cluster gpu-fault b200-004 --gpu 3 --kind pcie-replay --value 1000
-wait_until 90 "the alert's drain" sh -c "sinfo -h -R -n b200-004 | grep -q alert-" && sinfo -R
-curl -s "$PROM/api/v1/alerts" | python3 -c 'import json,sys
-for a in json.load(sys.stdin)["data"]["alerts"]: print("  alert", a["labels"]["alertname"], a["labels"].get("node", ""), a["state"])'
+wait_until 90 "the alert's drain" sh -c "sinfo -h -R -n b200-004 | grep -q alert-" && sinfo -R -o "%12N %E"
+python3 -c 'import json, sys, urllib.request
+for a in json.load(urllib.request.urlopen(sys.argv[1] + "/api/v1/alerts"))["data"]["alerts"]:
+    print("  Prometheus alert:", a["labels"]["alertname"], a["labels"].get("node", ""), a["state"])' "$PROM"
+echo "slurmadm top (a live view, refreshing; q quits) - one frame of it, with the isolated node:"
+slurmadm top --once
+echo "clearing the fault: the alert resolves; the webhook resumes b200-004 after clean health runs:"
 slurmadm dev-cluster gpu-fault b200-004 --clear
-wait_until 120 "the resolved alert's resume" sh -c "! sinfo -h -R -n b200-004 | grep -q alert-" \
+wait_until 180 "the resolved alert's resume" sh -c "! sinfo -h -R -n b200-004 | grep -q alert-" \
   && echo "alert resolved: b200-004 resumed by the webhook"
 echo "a job holding 8 GPUs and using none:"
 idle=$(sbatch --parsable --gres=gpu:8 -J idle-gpus -o /dev/null --wrap 'sleep 300')
 wait_until 90 "the idle report" sh -c "slurmadm jobs idle --json | grep -q '\"job_id\": \"$idle\"'"
 slurmadm jobs idle || true
 scancel "$idle"
-step "slurmadm top (a live view; q quits): one frame of it"
-slurmadm top --once
 
 step "the audit trail: who changed what, and why"
 slurmadm audit log --limit 8
