@@ -187,19 +187,25 @@ def test_bad_payloads_are_400_naming_the_problem(hook, raw, why):
     assert code == 400 and why in out["error"] and hook.slurm.calls == []
 
 
-def test_parse_payload_reads_alertmanagers_documented_example():
-    # The example payload of Alertmanager's webhook_config documentation (version 4), one alert.
-    body = json.dumps({
-        "version": "4", "groupKey": "{}:{alertname=\"GpuXidFatal\"}", "truncatedAlerts": 0, "status": "firing",
-        "receiver": "slurmadm", "groupLabels": {"alertname": "GpuXidFatal"}, "commonLabels": {},
-        "commonAnnotations": {}, "externalURL": "http://am:9093",
-        "alerts": [{"status": "firing", "labels": {"alertname": "GpuXidFatal", "node": "b200-007", "gpu": "3"},
-                    "annotations": {"summary": "b200-007 GPU3: an XID"}, "startsAt": "2026-12-01T08:00:00Z",
-                    "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "http://prom/graph", "fingerprint": "f"}]})
-    (a,) = parse_payload(body.encode())
-    assert (a.name, a.node, a.status, a.summary) == ("GpuXidFatal", "b200-007", "firing", "b200-007 GPU3: an XID")
+FIXTURES = REPO / "tests" / "fixtures" / "alertmanager"
+
+
+def test_parse_payload_reads_real_alertmanager_payloads():
+    (a,) = parse_payload((FIXTURES / "webhook-firing.json").read_bytes())
+    assert (a.name, a.node, a.status) == ("GpuXidFatal", "b200-007", "firing")
+    assert a.summary == "b200-007 GPU3: an XID NVIDIA's catalog says to drain for" and a.fingerprint
+    (r,) = parse_payload((FIXTURES / "webhook-resolved.json").read_bytes())
+    assert (r.status, r.fingerprint) == ("resolved", a.fingerprint)
     with pytest.raises(BadPayload):
         parse_payload(b"")
+
+
+def test_real_payloads_over_http_drain_then_hold_the_resume(hook):
+    code, out = hook(None, raw=(FIXTURES / "webhook-firing.json").read_bytes())
+    assert code == 200 and out["results"][0]["action"] == "drain"
+    assert hook.slurm.view["b200-007"].reason.startswith("slurmadm: alert-GpuXidFatal: b200-007 GPU3")
+    code, out = hook(None, raw=(FIXTURES / "webhook-resolved.json").read_bytes())
+    assert code == 200 and out["results"][0]["action"] == "pending-resume"
 
 
 def test_token_file_must_be_private_and_long(tmp_path):
