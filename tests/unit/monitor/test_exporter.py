@@ -224,6 +224,7 @@ def node_exporter(tmp_path_factory):
 
     assert wait_for(up, 60, interval=0.2)
     scrape.gdir = tmp / "gpus"
+    scrape.jobs = tmp / "jobs"
     yield scrape
     proc.terminate()
     proc.wait(10)
@@ -319,3 +320,19 @@ def test_head_reads_last_burnin_verdicts_and_drift_from_the_store(tmp_path):
     assert got["drift"] == 1  # b200-002; b200-001's latest is a pass
     empty = HeadCollector(site=site, source=NoSlurm(), cache_s=0, deadline_s=5, store_path=str(tmp_path / "none.db"))
     assert empty._store_read() == {"burnin": {}, "drift": None}
+
+
+def test_a_process_on_a_gpu_no_job_holds_is_flagged(node_exporter):
+    job = {"SLURM_JOB_ID": "77", "SLURM_JOB_USER": "carol", "SLURM_JOB_ACCOUNT": "ml-vision",
+           "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7"}
+    jobmap.record_from_env(job, "b200-002", str(node_exporter.jobs), "epilog")  # the job ended
+    gpus.inject(node_exporter.gdir, "b200-002", 7, "leftover-process", 4242)
+    try:
+        assert wait_for(lambda: value(node_exporter(), "slurmadm_gpu_unallocated_in_use", gpu="7", jobid="") == 1,
+                        20, interval=0.2)
+        text = node_exporter()
+        assert value(text, "slurmadm_gpu_processes", gpu="7") == 1
+        assert value(text, "slurmadm_gpu_unallocated_in_use", gpu="6") == 0
+    finally:
+        gpus.clear(node_exporter.gdir, "b200-002")
+        jobmap.record_from_env(job, "b200-002", str(node_exporter.jobs), "prolog")
