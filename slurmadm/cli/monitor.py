@@ -62,6 +62,42 @@ def dashboard_cmd(site_file: str | None, out: str | None) -> None:
     _write(dashboard.render(get_site(site_file)), out, "dashboard")
 
 
+@monitor.command("prometheus-config")
+@site_option
+@click.option("--rules-file", default="/etc/prometheus/rules/slurmadm.yml", show_default=True,
+              help="Where `monitor rules --out` put the rules.")
+@click.option("--alertmanager", default="127.0.0.1:9093", show_default=True, metavar="HOST:PORT")
+@click.option("--out", metavar="FILE", help="Write here (default: stdout).")
+def prometheus_config_cmd(site_file: str | None, rules_file: str, alertmanager: str, out: str | None) -> None:
+    """A prometheus.yml: the node exporter of every site node (labelled node=...), the head
+    exporter on the first controller, the rules, the Alertmanager."""
+    import yaml
+
+    from ..monitor import promconfig
+
+    site = get_site(site_file)
+    cfg = promconfig.prometheus_config(site, rules_file=rules_file, alertmanager=alertmanager)
+    _write("# written by `slurmadm monitor prometheus-config`\n" + yaml.safe_dump(cfg, sort_keys=False), out,
+           "prometheus config")
+
+
+@monitor.command("alertmanager-config")
+@site_option
+@click.option("--webhook-url", metavar="URL", help="Default: http://<monitor.webhook_listen>/alerts.")
+@click.option("--out", metavar="FILE", help="Write here (default: stdout).")
+def alertmanager_config_cmd(site_file: str | None, webhook_url: str | None, out: str | None) -> None:
+    """An alertmanager.yml route + receiver that sends slurmadm's alerts to the webhook (token by file)."""
+    import yaml
+
+    from ..monitor import promconfig
+
+    site = get_site(site_file)
+    url = webhook_url or f"http://{site.monitor.webhook_listen}/alerts"
+    _write("# written by `slurmadm monitor alertmanager-config`\n"
+           + yaml.safe_dump(promconfig.alertmanager_config(site, webhook_url=url), sort_keys=False), out,
+           "alertmanager config")
+
+
 @monitor.command("webhook")
 @site_option
 @click.option("--listen", metavar="ADDR:PORT", help="Default: monitor.webhook_listen.")

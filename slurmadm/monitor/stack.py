@@ -23,7 +23,7 @@ from ..devcluster.daemons import Daemon, wait_for
 from ..devcluster.devsite import Ports
 from ..errors import UnreachableError, UsageError
 from ..files import write_atomic
-from . import rules
+from . import promconfig, rules
 
 PROMETHEUS = "prometheus"
 PORT_RETRIES = 5
@@ -77,29 +77,16 @@ class MonitorStack:
                    for i, n in enumerate(self.nodes)}}
 
     def prometheus_config(self, site) -> dict:
-        m = site.monitor
-        return {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
-            "rule_files": [str(self.dir / "rules.yml")],
-            "alerting": {"alertmanagers": [{"static_configs": [
-                {"targets": [f"127.0.0.1:{self.ports.monitor_alertmanager}"]}]}]},
-            "scrape_configs": [
-                {"job_name": m.node_job, "static_configs": [
-                    {"targets": [f"127.0.0.1:{self.ports.monitor_node_exporter(i)}"], "labels": {"node": n}}
-                    for i, n in enumerate(self.nodes)]},
-                {"job_name": m.head_job, "static_configs": [
-                    {"targets": [f"127.0.0.1:{self.ports.monitor_head_exporter}"]}]},
-            ],
-        }
+        cfg = promconfig.prometheus_config(
+            site, rules_file=str(self.dir / "rules.yml"), alertmanager=f"127.0.0.1:{self.ports.monitor_alertmanager}",
+            node_target=lambda i, _n: f"127.0.0.1:{self.ports.monitor_node_exporter(i)}",
+            head_target=f"127.0.0.1:{self.ports.monitor_head_exporter}", interval="1s")
+        cfg["global"]["scrape_timeout"] = "1s"
+        return cfg
 
     def alertmanager_config(self) -> dict:
-        return {
-            "route": {"receiver": "slurmadm", "group_by": ["alertname", "node"], "group_wait": "1s",
-                      "group_interval": "1s", "repeat_interval": "1h"},
-            "receivers": [{"name": "slurmadm", "webhook_configs": [{
-                "url": self.urls()["webhook"], "send_resolved": True,
-                "http_config": {"authorization": {"type": "Bearer", "credentials_file": str(self.token_file)}}}]}],
-        }
+        return promconfig.alertmanager_config(self.dc.site(), webhook_url=self.urls()["webhook"],
+                                              token_file=str(self.token_file), group_wait="1s", group_interval="1s")
 
     def write_files(self) -> None:
         site = self.dc.site()

@@ -181,3 +181,27 @@ def test_top_frame_shows_nodes_drains_queue_and_projects():
     for needle in ("b200-001", "b200-002", "b200-003", "slurmadm: xid: GPU2 XID 79", "[alice] cable [x]",
                    "QOSGrpGRES", quota.name, "100%", "97%"):
         assert needle in text, needle
+
+
+def test_prometheus_and_alertmanager_configs_pass_their_own_checkers(site_file, tmp_path):
+    r = CliRunner()
+    rules = tmp_path / "rules.yml"
+    assert r.invoke(cli, ["monitor", "rules", "--site", str(site_file), "--out", str(rules)]).exit_code == 0
+    prom = tmp_path / "prometheus.yml"
+    out = r.invoke(cli, ["monitor", "prometheus-config", "--site", str(site_file), "--rules-file", str(rules),
+                         "--out", str(prom)])
+    assert out.exit_code == 0, out.output
+    p = subprocess.run(["promtool", "check", "config", str(prom)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    import yaml
+
+    cfg = yaml.safe_load(prom.read_text())
+    nodes = cfg["scrape_configs"][0]["static_configs"]
+    assert len(nodes) == 128 and nodes[2] == {"targets": ["b200-003:9410"], "labels": {"node": "b200-003"}}
+    am = tmp_path / "alertmanager.yml"
+    assert r.invoke(cli, ["monitor", "alertmanager-config", "--site", str(site_file), "--out", str(am)]).exit_code == 0
+    assert "credentials_file: /etc/slurmadm/webhook.token" in am.read_text()
+    amtool = shutil.which("amtool")
+    if amtool:  # Debian's prometheus-alertmanager ships it
+        p = subprocess.run([amtool, "check-config", str(am)], capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
