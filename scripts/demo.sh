@@ -58,6 +58,16 @@ wait_until 240 "the requeued job" sh -c "sacct -n -X -j $job -o State | grep -q 
   && sacct -X -j "$job" -o JobID,JobName,State,NodeList,Restarts%8 2>/dev/null \
   || sacct -X -j "$job" -o JobID,JobName,State,NodeList
 
+step "health on an HGX B200: NVIDIA's Xid catalog, NVSwitch fabric, InfiniBand (slurmadm health checks lists all)"
+# a non-fatal NVLink5 sub-code (catalog: IGNORE) leaves the node in service; a fatal one drains
+slurmadm dev-cluster gpu-fault b200-004 --gpu 2 --kind xid --value 144:SAW_MVB:0x8
+slurmadm health run --node b200-004 --checks xid --dry-run || true
+slurmadm dev-cluster gpu-fault b200-004 --gpu 2 --kind fabric --value not-started
+slurmadm dev-cluster ib-fault b200-004 --hca mlx5_3 --kind down
+slurmadm health run --node b200-004 --checks fabric,infiniband --dry-run || echo "(exit $?: faults found; dry run, nothing drained)"
+slurmadm dev-cluster gpu-fault b200-004 --clear
+slurmadm dev-cluster ib-fault b200-004 --clear
+
 step "nightly burn-in: NVLinks down on b200-002, then a sweep of the 4 nodes"
 slurmadm dev-cluster gpu-fault b200-002 --gpu 1 --kind nvlink-down --value 2
 slurmadm burnin run || echo "(exit $?: a node failed burn-in; see the report)"

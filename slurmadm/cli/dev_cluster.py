@@ -119,6 +119,43 @@ def _show(st: dict) -> None:
         console.print(table(None, ["node", "state"], sorted(st["nodes"].items())))
 
 
+@dev_cluster.command("ib-fault")
+@click.argument("node")
+@click.option("--hca", default=None, help="The HCA (e.g. mlx5_3).")
+@click.option("--kind", type=click.Choice(["down", "rate", "errors", "missing", "flap"]), default=None,
+              help="down, rate (200 Gb/s), errors (symbol_error +5000, link_downed +3), missing, flap (2 x Link down).")
+@click.option("--clear", is_flag=True, help="Every stand-in HCA of NODE healthy again (kernel-log lines stay).")
+@state_dir_option
+@json_option
+def ib_fault(node, hca, kind, clear, state_dir, as_json) -> None:
+    """Inject a fault into NODE's stand-in InfiniBand sysfs (what health.sysfs_root points at), or
+    --clear. Every change is an audit event."""
+    from ..devcluster import gpus, ibsysfs
+    from ..store import Store
+
+    dc = _recorded_cluster(state_dir)
+    if node not in dc.nodes():
+        raise UsageError(f"NODE: {node!r} is not a node of this dev cluster ({', '.join(dc.nodes())})")
+    site = dc.site()
+    if clear:
+        ibsysfs.write_healthy(dc.p("gpus"), node, site.node_profile(node))
+        out = {"node": node, "cleared": True}
+        what = "cleared stand-in InfiniBand faults"
+    else:
+        if not hca or not kind:
+            raise UsageError("--hca and --kind: which HCA gets which fault (or --clear)")
+        ibsysfs.ib_fault(dc.p("gpus"), node, hca, kind, port=site.node_profile(node).nics.port,
+                         kmsg=gpus.kmsg_path(dc.p("gpus"), node))
+        out = {"node": node, "hca": hca, "kind": kind}
+        what = f"stand-in {hca}: {kind}"
+    with Store.for_site(site) as store:
+        store.audit("dev-cluster.ib-fault", node, what, **{k: v for k, v in out.items() if k != "node"})
+    if as_json:
+        print_json(out)
+    else:
+        console.print(f"{node}: {what}")
+
+
 @dev_cluster.command("gpu-fault")
 @click.argument("node")
 @click.option("--gpu", type=int, default=None, help="Physical GPU slot (0-7).")
@@ -126,9 +163,11 @@ def _show(st: dict) -> None:
 @click.option("--value", default=None, help="The fault's value (an XID number, error count, GENxWIDTH, ...).")
 @click.option("--clear", is_flag=True, help="Remove faults: all of NODE's, or those of --gpu and/or --kind.")
 @click.option("--help-kinds", is_flag=True, help="List the fault kinds and exit.")
+@click.option("--minutes-ago", type=click.IntRange(0, 60 * 24 * 30), default=0, show_default=True,
+              help="Date the fault (an xid's kernel-log line) this many minutes in the past.")
 @state_dir_option
 @json_option
-def gpu_fault(node, gpu, kind, value, clear, help_kinds, state_dir, as_json) -> None:
+def gpu_fault(node, gpu, kind, value, clear, help_kinds, minutes_ago, state_dir, as_json) -> None:
     """Inject a fault into a stand-in GPU of NODE, or --clear faults; without --kind or --clear,
     list NODE's faults. Every change is an audit event."""
     from ..devcluster import gpus
@@ -153,7 +192,10 @@ def gpu_fault(node, gpu, kind, value, clear, help_kinds, state_dir, as_json) -> 
     elif kind is not None:
         if gpu is None:
             raise UsageError("--gpu: which GPU (0-7) gets the fault?")
-        record = gpus.inject(gdir, node, gpu, kind, value)
+        import datetime as _dt
+
+        when = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=minutes_ago)
+        record = gpus.inject(gdir, node, gpu, kind, value, now=when)
         with Store.for_site(dc.site()) as store:
             store.audit("dev-cluster.gpu-fault.inject", node, f"stand-in GPU{gpu}: {kind}", **record)
         out = {"node": node, "injected": record}

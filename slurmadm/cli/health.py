@@ -14,7 +14,7 @@ from rich.markup import escape
 from ..errors import UsageError
 from ..health import config as hconfig
 from ..health import engine, sitecheck  # noqa: F401  (sitecheck registers the check-id validation)
-from ..health.checks import BY_ID, CHECKS, policy
+from ..health.checks import BY_ID, CHECKS, SETTINGS, policy
 from ..health.hook import local_node
 from ..store import Store
 from .audit import parse_since
@@ -96,7 +96,8 @@ def checks_cmd(site_file, as_json) -> None:
     for spec in CHECKS:
         p = policy(spec, cfg)
         rows.append({"id": spec.id, "title": spec.title, "severity": p.severity, "contexts": list(p.contexts),
-                     "on_fail": p.on_fail, "on_error": p.on_error, "timeout_s": p.timeout_s})
+                     "on_fail": p.on_fail, "on_error": p.on_error, "timeout_s": p.timeout_s,
+                     "settings": list(SETTINGS.get(spec.id, ()))})
     if as_json:
         print_json(rows)
         return

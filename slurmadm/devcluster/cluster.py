@@ -240,6 +240,9 @@ class DevCluster:
             gpus.write_healthy(self.p("gpus"), node, site.node_profile(node),
                                driver_version=site.software.driver_version,
                                cuda_version=site.software.cuda_version)
+            from . import ibsysfs  # stand-in InfiniBand sysfs (health.sysfs_root points here)
+
+            ibsysfs.write_healthy(self.p("gpus"), node, site.node_profile(node))
         env = {**self.env(), "SLURMADM_PYTHON": sys.executable}
         text = "# written by `slurmadm dev-cluster up`; read by hook-env.sh\n" + "".join(
             f"{k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))

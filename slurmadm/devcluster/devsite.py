@@ -245,6 +245,11 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "prolog_timeout_s": 10.0,
         "epilog_timeout_s": 20.0,
         "periodic_timeout_s": 20.0,
+        # the stand-in InfiniBand sysfs (devcluster/ibsysfs.py); no Fabric Manager process here
+        "sysfs_root": f"{d}/gpus/{{node}}.sysfs",
+        "fabric_manager_process": "",
+        # the site's /home, /scratch, ... do not exist here: the machine's root stands in
+        "mounts": [{"path": "/", "writable": True, "min_free_gib": 0.1}],
     })
     health.setdefault("checks", {})
     health["checks"]["nccl-allreduce"] = {**health["checks"].get("nccl-allreduce", {}), "contexts": ["run"]}

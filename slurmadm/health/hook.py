@@ -12,10 +12,8 @@ and stderr and lets the job run (exit 0) rather than have Slurm drain every node
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import socket
 import sys
 import syslog
 import time
@@ -28,11 +26,21 @@ def local_node(explicit: str | None) -> str:
         # act as that Slurm node, as slurmd would tell us (the dev cluster's stand-in NVML reads it)
         os.environ["SLURMD_NODENAME"] = explicit
         return explicit
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    return os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
 
 
-def main(argv: list[str] | None = None) -> None:
-    started = time.monotonic()
+def _as_slurm_runs_it(argv: list[str]):
+    """`prolog` alone, as the hook scripts run it: no argparse import (a few ms of every prolog)."""
+    if len(argv) == 1 and argv[0] in CONTEXTS:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(context=argv[0], node=None, site=None, checks=None, dry_run=False, json=False)
+    return None
+
+
+def _parse(argv: list[str] | None):
+    import argparse
+
     ap = argparse.ArgumentParser(prog="python -m slurmadm.health", description=__doc__.splitlines()[0])
     ap.add_argument("context", choices=CONTEXTS)
     ap.add_argument("--node", help="act as this Slurm node (default: $SLURMD_NODENAME, then the host name)")
@@ -40,7 +48,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--checks", help="comma-separated check ids (default: the context's checks)")
     ap.add_argument("--dry-run", action="store_true", help="report what would be drained/resumed; change nothing")
     ap.add_argument("--json", action="store_true", help="the full report as JSON on stdout")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    started = time.monotonic()
+    args = _as_slurm_runs_it(sys.argv[1:] if argv is None else argv) or _parse(argv)
 
     from ..errors import SlurmadmError
     from . import config, engine

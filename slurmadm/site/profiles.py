@@ -38,6 +38,9 @@ class GpuSpec(Strict):
     pcie_gen: Annotated[int, Field(ge=1, le=7)] = 5
     pcie_width: Annotated[int, Field(ge=1, le=32)] = 16
     power_limit_w: PositiveInt = 1000
+    # NVSwitch chips on the baseboard (HGX B200: 2; H100/H200: 4; PCIe cards: 0). With NVSwitches
+    # the `fabric` health check wants every GPU's fabric registration complete and Fabric Manager up.
+    nvswitches: Annotated[int, Field(ge=0, le=64)] = 2
 
     @model_validator(mode="after")
     def _per_gpu_lists(self) -> "GpuSpec":
@@ -60,6 +63,10 @@ class NicSpec(Strict):
     count: Annotated[int, Field(ge=0)] = 8
     gbps: PositiveInt = 400
     kind: Literal["infiniband", "ethernet"] = "infiniband"
+    # The compute HCAs (a hostlist-style pattern of /sys/class/infiniband names) and the port on
+    # each that the `infiniband` health check inspects. Empty: not checked.
+    hcas: Annotated[str, Field(pattern=r"^[A-Za-z0-9_\-\[\],]*$")] = "mlx5_[0-7]"
+    port: Annotated[int, Field(ge=1, le=255)] = 1
 
 
 class NodeProfile(Strict):
@@ -76,6 +83,8 @@ class NodeProfile(Strict):
     boot_seconds: PositiveInt = 600
     gpus: GpuSpec
     nics: NicSpec = NicSpec()
+    # Populated DIMMs the `host-memory` check expects (EDAC sysfs); omitted: not counted.
+    dimms: Annotated[int, Field(ge=1, le=1024)] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -123,7 +132,8 @@ BUILTIN_PROFILES: dict[str, NodeProfile] = {
         cores_per_socket=56,
         threads_per_core=2,
         memory_gib=2048,
-        gpus=GpuSpec(model="h200", nvml_name="NVIDIA H200", memory_gib=141, pcie_gen=5, power_limit_w=700),
+        gpus=GpuSpec(model="h200", nvml_name="NVIDIA H200", memory_gib=141, pcie_gen=5, power_limit_w=700,
+                     nvswitches=4),
         nics=NicSpec(),
     ),
     "hgx-h100": NodeProfile(
@@ -133,7 +143,8 @@ BUILTIN_PROFILES: dict[str, NodeProfile] = {
         threads_per_core=2,
         memory_gib=2048,
         gpus=GpuSpec(
-            model="h100", nvml_name="NVIDIA H100 80GB HBM3", memory_gib=80, pcie_gen=5, power_limit_w=700
+            model="h100", nvml_name="NVIDIA H100 80GB HBM3", memory_gib=80, pcie_gen=5, power_limit_w=700,
+            nvswitches=4,
         ),
         nics=NicSpec(),
     ),
