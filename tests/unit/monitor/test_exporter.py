@@ -108,11 +108,17 @@ def test_the_health_hook_writes_the_map_in_a_real_prolog_run(tmp_path):
     gpus.build_library(lib)
     data = tomllib.loads((REPO / "site.example.toml").read_text())
     data["store"] = {"path": str(tmp_path / "s.db")}
-    data["health"].update(results_log=str(tmp_path / "h.jsonl"), xid_source=str(tmp_path / "gpus/{node}.kmsg"))
+    data["health"].update(results_log=str(tmp_path / "h.jsonl"), xid_source=str(tmp_path / "gpus/{node}.kmsg"),
+                          sysfs_root=str(tmp_path / "gpus/{node}.sysfs"), fabric_manager_process="", mounts=[])
     data["health"]["checks"]["nccl-allreduce"] = {"contexts": ["run"]}
+    # this machine's memory stands in for the node's 2 TB (host-memory reads the real /proc/meminfo)
+    data["profiles"]["hgx-b200"]["memory_gib"] = max(1, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 30)
     data["monitor"] = {"job_map_dir": str(tmp_path / "jobs")}
     (tmp_path / "site.toml").write_text(tomli_w.dumps(data))
     gpus.write_healthy(tmp_path / "gpus", "b200-003", BUILTIN_PROFILES["hgx-b200"], driver_version="570.133.20")
+    from slurmadm.devcluster import ibsysfs
+
+    ibsysfs.write_healthy(tmp_path / "gpus", "b200-003", BUILTIN_PROFILES["hgx-b200"])
     env = {"PATH": "/usr/bin:/bin", "SLURMADM_SITE": str(tmp_path / "site.toml"),
            "SLURMADM_CACHE_DIR": str(tmp_path / "cache"), **gpus.env_for(tmp_path / "gpus", lib),
            "SLURM_JOB_ID": "99", "SLURM_JOB_USER": "bob", "SLURM_JOB_ACCOUNT": "bio-fold", "SLURM_JOB_GPUS": "2,3"}
