@@ -154,6 +154,29 @@ wait_until 240 "the recovery" sh -c "slurmadm audit log --action bmc.recover.res
 slurmadm audit log --action 'bmc.*' --target b200-004 --limit 6
 sinfo -h -n b200-004 -p gpu -o "%N %T %E"
 
+step "monitoring: exporters, real Prometheus + Alertmanager, the webhook isolates a faulty node"
+slurmadm monitor dev-stack up --state-dir "$STATE"
+PROM=$(sed -n 's/^prometheus_url = "\(.*\)"/\1/p' "$STATE/site.toml")
+slurmadm monitor rules --out "$STATE/monitor/rules-demo.yml"   # what Prometheus evaluates (promtool-checked)
+slurmadm monitor dashboard --out "$STATE/monitor/grafana-dashboard.json"
+echo "PCIe replays rising on b200-004 GPU3 (no health check drains for it: this is the alert path):"
+slurmadm dev-cluster gpu-fault b200-004 --gpu 3 --kind pcie-replay --value 1000
+wait_until 90 "the alert's drain" sh -c "sinfo -h -R -n b200-004 | grep -q alert-" && sinfo -R -o "%12N %E"
+python3 -c 'import json, sys, urllib.request
+for a in json.load(urllib.request.urlopen(sys.argv[1] + "/api/v1/alerts"))["data"]["alerts"]:
+    print("  Prometheus alert:", a["labels"]["alertname"], a["labels"].get("node", ""), a["state"])' "$PROM"
+echo "slurmadm top (a live view, refreshing; q quits) - one frame of it, with the isolated node:"
+slurmadm top --once
+echo "clearing the fault: the alert resolves; the webhook resumes b200-004 after clean health runs:"
+slurmadm dev-cluster gpu-fault b200-004 --clear
+wait_until 180 "the resolved alert's resume" sh -c "! sinfo -h -R -n b200-004 | grep -q alert-" \
+  && echo "alert resolved: b200-004 resumed by the webhook"
+echo "a job holding 8 GPUs and using none:"
+idle=$(sbatch --parsable --gres=gpu:8 -J idle-gpus -o /dev/null --wrap 'sleep 300')
+wait_until 90 "the idle report" sh -c "slurmadm jobs idle --json | grep -q '\"job_id\": \"$idle\"'"
+slurmadm jobs idle || true
+scancel "$idle"
+
 step "the audit trail: who changed what, and why"
 slurmadm audit log --limit 8
 
@@ -175,4 +198,5 @@ slurmadm dev-cluster central-store off --state-dir "$STATE"
 
 step "done: the dev cluster keeps running"
 echo "use it:   eval \"\$(slurmadm dev-cluster env --state-dir $STATE)\""
+echo "live view: slurmadm top     Prometheus: $PROM"
 echo "stop it:  slurmadm dev-cluster down --state-dir $STATE"

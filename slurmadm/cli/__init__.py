@@ -24,6 +24,11 @@ GROUPS = {
     "doctor": "doctor",
     "bmc": "bmc",
     "fleet": "fleet",
+    # monitoring (issue 13)
+    "exporter": "exporter",
+    "monitor": "monitor",
+    "jobs": "jobs",
+    "top": "top",
 }
 
 

@@ -122,6 +122,13 @@ class DevCluster:
         rec = self.record()
         return bool(rec and rec.get("ssh"))
 
+    def extra_daemons(self) -> list[Daemon]:
+        """Processes capabilities started beside the cluster under its run/ directory (e.g. the
+        monitoring stack's `monitor-*`), stopped first by `down` so none outlives a purge."""
+        known = {d.pidfile.name for d in self.daemons()}
+        return [self.daemon(p.name[: -len(".dev.pid")]) for p in sorted(self.p("run").glob("*.dev.pid"))
+                if p.name not in known]
+
     def env(self) -> dict[str, str]:
         """What a shell (or a prolog) needs to use this dev cluster, its stand-in GPUs included."""
         return {
@@ -592,7 +599,7 @@ class DevCluster:
         below our slurmstepds (a slurmd forks for job steps and health checks even while it shuts
         down). SIGTERM, then SIGKILL after `kill_after` s; --purge deletes the state only after
         that (UnreachableError, nothing deleted, if something still lives)."""
-        daemons = self.daemons()
+        daemons = self.daemons() + self.extra_daemons()
         env = self._slurm_env()
         if self.daemon("slurmctld").alive():
             jobs = run(["squeue", "-h", "-o", "%i"], env=env, check=False, timeout=10).stdout.split()

@@ -23,6 +23,7 @@ from ..files import write_atomic
 from ..hostlist import compress, expand
 from ..site import Site, parse_site
 from ..site.model import SlurmSection
+from ..site.monitor import MonitorSection
 from ..site.profiles import NodeProfile
 from ..slurm.parse import parse_slurmd_c
 
@@ -67,6 +68,30 @@ class Ports:
     @property
     def first_slurmd(self) -> int:
         return self.base + 11
+
+    # Monitoring (slurmadm monitor dev-stack): base+690..base+699, node exporters from base+700.
+    @property
+    def monitor_head_exporter(self) -> int:
+        return self.base + 690
+
+    @property
+    def monitor_webhook(self) -> int:
+        return self.base + 691
+
+    @property
+    def monitor_prometheus(self) -> int:
+        return self.base + 692
+
+    @property
+    def monitor_alertmanager(self) -> int:
+        return self.base + 693
+
+    @property
+    def monitor_alertmanager_cluster(self) -> int:
+        return self.base + 694
+
+    def monitor_node_exporter(self, index: int) -> int:
+        return self.base + 700 + index
 
     @property
     def burnin_rendezvous(self) -> int:
@@ -297,7 +322,29 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
             "reboot_timeout_s": 120.0,
         }
         data["software"]["hash_files"] = [f"{d}/etc/slurm.conf", f"{d}/etc/gres.conf"]
+    data["monitor"] = monitor_settings(data.get("monitor", {}), d, ports)
     return data
+
+
+def monitor_settings(src: dict[str, Any], d: str, ports: Ports) -> dict[str, Any]:
+    """Monitoring on the dev cluster (`slurmadm monitor dev-stack`): every port from the port
+    base, short intervals so a fault becomes an alert in seconds, and PCIe replays (which no
+    health check drains for) mapped to a drain so the alert path is the one that isolates."""
+    return {
+        **src,
+        "node_listen": f"127.0.0.1:{ports.monitor_node_exporter(0)}",
+        "head_listen": f"127.0.0.1:{ports.monitor_head_exporter}",
+        "node_cache_s": 0.5, "head_cache_s": 1.0, "read_deadline_s": 2.0,
+        "job_map_dir": f"{d}/run/jobs",
+        "prometheus_url": f"http://127.0.0.1:{ports.monitor_prometheus}",
+        "webhook_listen": f"127.0.0.1:{ports.monitor_webhook}",
+        "webhook_token_file": f"{d}/monitor/webhook.token",
+        "resume_check_s": 2.0,
+        "gpu_temp_for": "30s", "error_rise_window": "20s", "absent_for": "30s", "quota_for": "1m",
+        "actions": {**MonitorSection().actions, **src.get("actions", {}), "GpuPcieReplayRising": "drain"},
+        "idle_minutes": 0.25,
+        "idle_action": "report",
+    }
 
 
 def write(data: dict[str, Any], path: Path, *, source: str) -> Site:

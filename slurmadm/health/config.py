@@ -72,6 +72,7 @@ class HealthConfig:
     results_log: str
     policies: dict[str, dict] = field(default_factory=dict)  # check id -> overrides given
     alert_repeat_minutes: int = 60
+    job_map_dir: str = "/run/slurmadm/jobs"  # monitor.job_map_dir: the prolog's GPU -> job records
     # node checks beyond the GPUs (fabric, clock events, InfiniBand, host basics): plain data
     host: dict = field(default_factory=dict)
     ship: bool = False  # store.url set: queue records for the central store; the periodic run ships them
@@ -124,6 +125,7 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
         results_log=h.results_log,
         policies={cid: p.model_dump(exclude_none=True) for cid, p in h.checks.items()},
         alert_repeat_minutes=h.alert_repeat_minutes,
+        job_map_dir=site.monitor.job_map_dir,
         host=host_settings(site, node),
         ship=site.store.url is not None,
         software_baseline=_software_baseline(site),

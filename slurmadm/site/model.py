@@ -18,6 +18,7 @@ from .accounts import AccountingSettings, Organization, Project, Qos, SlurmName,
 from .burnin import BurninSection
 from .fleet import BmcSection, FleetSection, SoftwareBaseline
 from .health import HealthSection, ModelThresholds
+from .monitor import MonitorSection
 from .profiles import BUILTIN_PROFILES, NodeProfile, Strict
 from .slurmtext import (
     UINT32_NO_VAL,
@@ -224,6 +225,7 @@ class Site(Strict):
     software: SoftwareBaseline = SoftwareBaseline()
     fleet: FleetSection = FleetSection()
     burnin: BurninSection = BurninSection()
+    monitor: MonitorSection = MonitorSection()
 
     # ---- derived views (computed once; the model is frozen) ----
 
