@@ -7,7 +7,9 @@ import time
 import click
 from rich.markup import escape
 
-from .common import Group, console, dry_run_option, get_site, json_option, print_json, reason_option, site_option, table, warn
+from .common import Group, dry_run_option, get_site, json_option, print_json, reason_option, site_option, warn
+from .common import markup_console as console  # this module escapes every value itself
+from .common import markup_table as table
 
 
 @click.group(cls=Group)

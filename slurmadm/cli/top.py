@@ -11,7 +11,8 @@ import tty
 
 import click
 
-from .common import console, get_site, site_option
+from .common import get_site, site_option
+from .common import markup_console as console  # slurmadm.top builds its frame with escaped rich markup
 
 
 @click.command("top")
