@@ -70,6 +70,11 @@ def slurms_own(n: NodeInfo) -> bool:
     return any(n.reason.startswith(r) for r in SLURM_REASONS if r) or not n.reason
 
 
+# What recovery leaves alone: the states someone else handles, except NOT_RESPONDING, the very
+# state a dead node is in (health checks leave it alone; recovery exists for it).
+RECOVERY_FOREIGN = FOREIGN_FLAGS - {"NOT_RESPONDING"}
+
+
 def select(nodes: list[NodeInfo], *, now: float, down_since: dict[str, float], recovered_at: dict[str, float],
            grace_s: float, window_s: float, cycles_last_hour: int, max_per_hour: int,
            drain_cap_fraction: float, everyone: list[NodeInfo] | None = None) -> list[Candidate]:
@@ -80,7 +85,7 @@ def select(nodes: list[NodeInfo], *, now: float, down_since: dict[str, float], r
     for n in nodes:
         if not is_down(n):
             continue
-        foreign = n.flags & FOREIGN_FLAGS
+        foreign = n.flags & RECOVERY_FOREIGN
         if foreign:
             out.append(Candidate(n.name, "skip", f"{'+'.join(sorted(foreign))}: left to whoever owns that"))
             continue

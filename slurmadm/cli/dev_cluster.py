@@ -10,7 +10,7 @@ import click
 
 from ..devcluster.cluster import DEFAULT_PORT_BASE, DevCluster, default_state_dir
 from ..errors import UsageError
-from .common import Group, console, json_option, print_json, progress, table
+from .common import Group, console, json_option, print_json, progress, say, styled, table
 
 
 def state_dir_option(fn):
@@ -49,10 +49,16 @@ def dev_cluster() -> None:
 @click.option("--timeout", type=click.FloatRange(10, 3600), default=180.0, show_default=True,
               help="Seconds to wait for every node to be idle.")
 @click.option("--foreground", is_flag=True, help="Stay in the foreground; SIGTERM/SIGINT brings it down.")
+@click.option("--central-store/--local-store", "central_store", default=None,
+              help="Per-node stores shipping to a central store in the cluster's MariaDB, or one shared "
+                   "SQLite file (default: as the last `up`; first time: local).")
 @click.option("--bmc/--no-bmc", default=None,
               help="Emulated BMCs (IPMI + Redfish) per node, wired to the nodes' power (default: as last time).")
+@click.option("--ssh/--no-ssh", default=None,
+              help="One OpenSSH sshd per fake node (own mount+UTS namespace and software stack) "
+                   "for `slurmadm fleet` (default: as last time).")
 @json_option
-def up(nodes, site_file, state_dir, port_base, timeout, foreground, bmc, as_json) -> None:
+def up(nodes, site_file, state_dir, port_base, timeout, foreground, central_store, bmc, ssh, as_json) -> None:
     """Start the dev cluster (idempotent) and wait until every node is idle."""
     dc = _cluster(state_dir)
     stop = threading.Event()
@@ -60,7 +66,7 @@ def up(nodes, site_file, state_dir, port_base, timeout, foreground, bmc, as_json
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     status = dc.up(nodes=nodes, site_file=site_file, port_base=port_base, timeout=timeout,
-                   progress=progress, bmc=bmc)
+                   progress=progress, central_store=central_store, bmc=bmc, ssh=ssh)
     if as_json:
         print_json(status)
     else:
@@ -112,10 +118,10 @@ def _show(st: dict) -> None:
     if not st["exists"]:
         console.print(f"no dev cluster in {st['state_dir']}")
         return
-    console.print(f"dev cluster [bold]{rec.get('cluster_name')}[/bold] in {st['state_dir']} "
-                  f"(Slurm {rec.get('slurm_release')}, ports from {rec.get('port_base')})")
+    say("dev cluster ", (str(rec.get("cluster_name")), "bold"), f" in {st['state_dir']} "
+        f"(Slurm {rec.get('slurm_release')}, ports from {rec.get('port_base')})")
     console.print(table(None, ["daemon", "pid", "state"],
-                        [(d["name"], d["pid"] or "", "[green]up[/green]" if d["alive"] else "[red]down[/red]")
+                        [(d["name"], d["pid"] or "", styled("up", "green") if d["alive"] else styled("down", "red"))
                          for d in st["daemons"]]))
     if st["nodes"]:
         console.print(table(None, ["node", "state"], sorted(st["nodes"].items())))
@@ -217,53 +223,13 @@ def gpu_fault(node, gpu, kind, value, clear, help_kinds, minutes_ago, state_dir,
                             [(f["gpu"], f["kind"], f["value"], f["since"]) for f in out["faults"]]))
 
 
-@dev_cluster.command("bmc-fault")
-@click.argument("node", required=False)
-@click.option("--kind", default=None, help="Fault kind (see --help-kinds).")
-@click.option("--value", default=None, help="The fault's value (seconds for slow, a PSU number, degrees C, ...).")
-@click.option("--clear", is_flag=True, help="Remove NODE's BMC faults (all, or --kind).")
-@click.option("--help-kinds", is_flag=True, help="List the fault kinds and exit.")
+@dev_cluster.command("central-store")
+@click.argument("mode", type=click.Choice(["on", "off"]))
 @state_dir_option
-@json_option
-def bmc_fault(node, kind, value, clear, help_kinds, state_dir, as_json) -> None:
-    """Inject a fault into NODE's emulated BMC (dev-cluster up --bmc), or --clear it; without
-    --kind or --clear, list NODE's BMC faults. Every change is an audit event."""
-    from ..devcluster import bmcs
-    from ..devcluster.bmc_state import FAULT_KINDS, read_faults
-    from ..store import Store
-
-    if help_kinds:
-        console.print(table(None, ["kind", "value", "what"], [(k, v, h) for k, (v, h) in FAULT_KINDS.items()]))
-        return
-    if node is None:
-        raise UsageError("NODE: which node's BMC?")
+def central_store_cmd(mode, state_dir) -> None:
+    """Switch the running dev cluster to per-node stores shipping to its MariaDB (on), or back
+    to one shared SQLite file (off). Slurm keeps running; the next hook run follows."""
     dc = _recorded_cluster(state_dir)
-    if not (dc.record() or {}).get("bmc"):
-        raise UsageError(f"the dev cluster in {dc.state_dir} has no BMC emulators (run `dev-cluster up --bmc`)")
-    if node not in dc.nodes():
-        raise UsageError(f"NODE: {node!r} is not a node of this dev cluster ({', '.join(dc.nodes())})")
-    if clear and value is not None:
-        raise UsageError("--value: only with --kind when injecting, not with --clear")
-    if clear:
-        removed = bmcs.clear_faults(dc, node, kind)
-        with Store.for_site(dc.site()) as store:
-            store.audit("dev-cluster.bmc-fault.clear", node, "cleared emulated BMC faults", kind=kind, removed=removed)
-        out = {"node": node, "cleared": removed}
-    elif kind is not None:
-        record = bmcs.set_fault(dc, node, kind, value)
-        with Store.for_site(dc.site()) as store:
-            store.audit("dev-cluster.bmc-fault.inject", node, f"emulated BMC: {kind}", **record)
-        out = {"node": node, "injected": record}
-    else:
-        if value is not None:
-            raise UsageError("--value: give --kind to inject, or --clear")
-        out = {"node": node, "faults": read_faults(bmcs.bmc_dir(dc), node)}
-    if as_json:
-        print_json(out)
-    elif "injected" in out:
-        r = out["injected"]
-        console.print(f"{node} BMC: {r['kind']}" + (f" = {r['value']}" if r["value"] is not None else ""))
-    elif "cleared" in out:
-        console.print(f"{node}: cleared {len(out['cleared'])} BMC fault(s)")
-    else:
-        console.print(table(None, ["kind", "value"], sorted(out["faults"].items())))
+    site = dc.set_central_store(mode == "on", progress=progress)
+    console.print(f"store: {site.store.url or site.store.path}"
+                  + (f" (local: {site.store.path})" if site.store.url else ""))
