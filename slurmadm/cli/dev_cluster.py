@@ -285,3 +285,32 @@ def bmc_fault(node, kind, value, clear, help_kinds, state_dir, as_json) -> None:
         console.print(f"{node}: cleared {len(out['cleared'])} BMC fault(s)")
     else:
         console.print(table(None, ["kind", "value"], sorted(out["faults"].items())))
+
+
+@dev_cluster.command("set-software")
+@click.argument("node")
+@click.argument("facts", nargs=-1, required=True)
+@click.option("--at-reboot", is_flag=True,
+              help="Install now, but driver, CUDA, kernel, VBIOS and OS image run only after the next reboot.")
+@click.option("--regenerate-host-key", is_flag=True, help="Also give the node a new SSH host key (a reinstalled node).")
+@state_dir_option
+@json_option
+def set_software(node, facts, at_reboot, regenerate_host_key, state_dir, as_json) -> None:
+    """Change a fake node's software stack: FACT=VERSION ... (os_image, kernel, driver, cuda, nccl,
+    cudnn, ofed, mpi, enroot, nvidia-fabricmanager, vbios, cmdline_extra). Audited."""
+    from ..devcluster.fakenode import parse_assignments
+    from ..store import Store
+
+    dc = _recorded_cluster(state_dir)
+    values = parse_assignments(list(facts))
+    state = dc.set_software(node, values, at_boot=at_reboot)
+    if regenerate_host_key:
+        dc.regenerate_host_key(node)
+    with Store.for_site(dc.site()) as store:
+        store.audit("dev-cluster.set-software", node, "fake node software changed", values=values,
+                    at_reboot=at_reboot, new_host_key=regenerate_host_key)
+    if as_json:
+        print_json({"node": node, **state})
+    else:
+        console.print(table(None, ["fact", "installed", "running"],
+                            [(k, v, state["running"].get(k, "")) for k, v in sorted(state["installed"].items())]))
