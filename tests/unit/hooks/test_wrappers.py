@@ -203,3 +203,11 @@ def test_root_hook_refuses_a_site_in_a_directory_others_can_write(hooks, tmp_pat
     p = run_hook(hooks, "prolog.sh")
     assert p.returncode == 0
     loud(p, str(open_dir))
+
+
+def test_slurmadm_env_cannot_turn_a_crash_into_a_refusal(hooks, tmp_path):
+    fake = tmp_path / "py1"
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    hooks.write_env(SLURMADM_PYTHON=str(fake), SLURMADM_REFUSE_EXIT="1")
+    assert run_hook(hooks, "prolog.sh").returncode == 0
