@@ -38,7 +38,8 @@ def hooks(tmp_path, lib_dir):
     data = tomllib.loads((REPO / "site.example.toml").read_text())
     data["store"] = {"path": str(tmp_path / "slurmadm.db")}
     data["health"].update(results_log=str(tmp_path / "health.jsonl"), xid_source=str(tmp_path / "gpus/{node}.kmsg"),
-                          check_timeout_s=2.0, prolog_timeout_s=8.0, epilog_timeout_s=8.0, periodic_timeout_s=8.0)
+                          check_timeout_s=10.0, prolog_timeout_s=60.0, epilog_timeout_s=60.0,
+                          periodic_timeout_s=50.0)
     data["health"]["checks"]["nccl-allreduce"] = {"contexts": ["run"]}  # nothing to all-reduce on here
     site = tmp_path / "site.toml"
     site.write_text(tomli_w.dumps(data))
@@ -69,8 +70,14 @@ class Hooks:
 
 
 def run_hook(h: Hooks, script: str, **env) -> subprocess.CompletedProcess[str]:
-    """As slurmd runs it: no PATH; SLURM_CONF (here one that does not exist: no Slurm to act on)."""
-    base = {"SLURMD_NODENAME": NODE, "SLURM_CONF": str(h / "no-slurm" / "slurm.conf")}
+    """As slurmd runs it: no PATH; SLURM_CONF (here a controller nobody listens for: Slurm cannot
+    be reached to act, and says so at once)."""
+    conf = h / "slurm" / "slurm.conf"
+    if not conf.exists():
+        conf.parent.mkdir()
+        conf.write_text("ClusterName=x\nSlurmctldHost=localhost\nSlurmctldPort=1\nNodeName=b200-003 CPUs=1\n"
+                        "PartitionName=gpu Nodes=b200-003\n")
+    base = {"SLURMD_NODENAME": NODE, "SLURM_CONF": str(conf)}
     return subprocess.run([str(h / script)], env={**base, **env}, capture_output=True, text=True, timeout=120,
                           cwd="/")
 
