@@ -75,7 +75,8 @@ def run_hook(h: Hooks, script: str, **env) -> subprocess.CompletedProcess[str]:
     conf = h / "slurm" / "slurm.conf"
     if not conf.exists():
         conf.parent.mkdir()
-        conf.write_text("ClusterName=x\nSlurmctldHost=localhost\nSlurmctldPort=1\nNodeName=b200-003 CPUs=1\n"
+        conf.write_text("ClusterName=x\nSlurmctldHost=localhost\nSlurmctldPort=1\nTCPTimeout=1\nMessageTimeout=1\n"
+                        "NodeName=b200-003 CPUs=1\n"
                         "PartitionName=gpu Nodes=b200-003\n")
     base = {"SLURMD_NODENAME": NODE, "SLURM_CONF": str(conf)}
     return subprocess.run([str(h / script)], env={**base, **env}, capture_output=True, text=True, timeout=120,
