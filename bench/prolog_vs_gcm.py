@@ -5,9 +5,10 @@
 
 - slurmadm: `prolog_epilog/prolog.sh` exactly as slurmd runs it (no PATH; SLURMD_NODENAME;
   slurmadm.env next to the script), i.e. the full fast suite of the prolog: gpu-count,
-  ecc-uncorrected, row-remap, xid, nvlink (18 links x 8 GPUs), pcie-link, thermal, ecc-corrected,
-  retired-pages, power, driver-version, persistence-mode; results to JSON lines, syslog and the
-  SQLite store. NCCL is not part of it (it is not a fast check: the prolog runs it only when
+  ecc-uncorrected, row-remap, xid, nvlink (18 links x 8 GPUs), pcie-link, thermal, clock-events,
+  fabric (8 GPUs), ecc-corrected, retired-pages, power, driver-version, infiniband (8 HCAs from a
+  stand-in sysfs tree, with the kernel-log flap scan), host-memory, mounts (/); results to JSON
+  lines, syslog and the SQLite store. NCCL is not part of it (it is not a fast check: the prolog runs it only when
   no pass is fresher than health.nccl_fresh_hours).
 - GCM: `health_checks check-nvidia-smi ... -c gpu_num -c ecc_uncorrected_volatile_total` from
   PyPI gpucm, in its own venv (scripts/setup-gcm.sh), against the same stand-in node.
@@ -36,7 +37,7 @@ import tomli_w
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from slurmadm.devcluster import gpus  # noqa: E402
+from slurmadm.devcluster import gpus, ibsysfs  # noqa: E402
 from slurmadm.site import BUILTIN_PROFILES  # noqa: E402
 
 NODE = "b200-001"
@@ -58,9 +59,14 @@ def setup(tmp: Path) -> tuple[dict[str, str], Path]:
     lib = gpus.build_library(tmp / "lib").parent
     gdir = tmp / "gpus"
     gpus.write_healthy(gdir, NODE, BUILTIN_PROFILES["hgx-b200"], driver_version=DRIVER)
+    ibsysfs.write_healthy(gdir, NODE, BUILTIN_PROFILES["hgx-b200"])  # 8 stand-in HCAs, ACTIVE at 400 Gb/s
     data = tomllib.loads((REPO / "site.example.toml").read_text())
     data["store"] = {"path": str(tmp / "slurmadm.db")}
-    data["health"].update(results_log=str(tmp / "health.jsonl"), xid_source=str(gdir / "{node}.kmsg"))
+    data["health"].update(results_log=str(tmp / "health.jsonl"), xid_source=str(gdir / "{node}.kmsg"),
+                          sysfs_root=str(gdir / "{node}.sysfs"), fabric_manager_process="",
+                          mounts=[{"path": "/", "min_free_gib": 0.1}])
+    # host-memory reads this machine's /proc/meminfo: its memory stands in for the node's 2 TB
+    data["profiles"]["hgx-b200"]["memory_gib"] = max(1, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 30)
     # the fast suite only: no GPUs here to all-reduce on (see the module docstring)
     data["health"]["checks"]["nccl-allreduce"] = {"contexts": ["epilog", "run"]}
     site = tmp / "site.toml"

@@ -9,6 +9,8 @@ PACKAGES=(
   gcc libc6-dev                                    # the stand-in NVML library is compiled from C
   python3 python3-venv python3-dev                 # slurmadm itself
   git ca-certificates procps
+  chromium fonts-dejavu-core                       # tests: the burn-in report in a headless browser
+  ipmitool curl                                    # slurmadm bmc: the emulators' cross-check clients
 )
 PACKAGES+=("$@")   # callers may add more (e.g. openssh-server ipmitool prometheus)
 

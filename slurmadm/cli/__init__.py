@@ -20,6 +20,9 @@ GROUPS = {
     "health": "health",
     "burnin": "burnin",
     "audit": "audit",
+    "store": "store",
+    "doctor": "doctor",
+    "bmc": "bmc",
 }
 
 

@@ -10,7 +10,7 @@ import click
 
 from ..devcluster.cluster import DEFAULT_PORT_BASE, DevCluster, default_state_dir
 from ..errors import UsageError
-from .common import Group, console, json_option, print_json, progress, table
+from .common import Group, console, json_option, print_json, progress, say, styled, table
 
 
 def state_dir_option(fn):
@@ -49,8 +49,13 @@ def dev_cluster() -> None:
 @click.option("--timeout", type=click.FloatRange(10, 3600), default=180.0, show_default=True,
               help="Seconds to wait for every node to be idle.")
 @click.option("--foreground", is_flag=True, help="Stay in the foreground; SIGTERM/SIGINT brings it down.")
+@click.option("--central-store/--local-store", "central_store", default=None,
+              help="Per-node stores shipping to a central store in the cluster's MariaDB, or one shared "
+                   "SQLite file (default: as the last `up`; first time: local).")
+@click.option("--bmc/--no-bmc", default=None,
+              help="Emulated BMCs (IPMI + Redfish) per node, wired to the nodes' power (default: as last time).")
 @json_option
-def up(nodes, site_file, state_dir, port_base, timeout, foreground, as_json) -> None:
+def up(nodes, site_file, state_dir, port_base, timeout, foreground, central_store, bmc, as_json) -> None:
     """Start the dev cluster (idempotent) and wait until every node is idle."""
     dc = _cluster(state_dir)
     stop = threading.Event()
@@ -58,7 +63,7 @@ def up(nodes, site_file, state_dir, port_base, timeout, foreground, as_json) -> 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     status = dc.up(nodes=nodes, site_file=site_file, port_base=port_base, timeout=timeout,
-                   progress=progress)
+                   progress=progress, central_store=central_store, bmc=bmc)
     if as_json:
         print_json(status)
     else:
@@ -110,13 +115,50 @@ def _show(st: dict) -> None:
     if not st["exists"]:
         console.print(f"no dev cluster in {st['state_dir']}")
         return
-    console.print(f"dev cluster [bold]{rec.get('cluster_name')}[/bold] in {st['state_dir']} "
-                  f"(Slurm {rec.get('slurm_release')}, ports from {rec.get('port_base')})")
+    say("dev cluster ", (str(rec.get("cluster_name")), "bold"), f" in {st['state_dir']} "
+        f"(Slurm {rec.get('slurm_release')}, ports from {rec.get('port_base')})")
     console.print(table(None, ["daemon", "pid", "state"],
-                        [(d["name"], d["pid"] or "", "[green]up[/green]" if d["alive"] else "[red]down[/red]")
+                        [(d["name"], d["pid"] or "", styled("up", "green") if d["alive"] else styled("down", "red"))
                          for d in st["daemons"]]))
     if st["nodes"]:
         console.print(table(None, ["node", "state"], sorted(st["nodes"].items())))
+
+
+@dev_cluster.command("ib-fault")
+@click.argument("node")
+@click.option("--hca", default=None, help="The HCA (e.g. mlx5_3).")
+@click.option("--kind", type=click.Choice(["down", "rate", "errors", "missing", "flap"]), default=None,
+              help="down, rate (200 Gb/s), errors (symbol_error +5000, link_downed +3), missing, flap (2 x Link down).")
+@click.option("--clear", is_flag=True, help="Every stand-in HCA of NODE healthy again (kernel-log lines stay).")
+@state_dir_option
+@json_option
+def ib_fault(node, hca, kind, clear, state_dir, as_json) -> None:
+    """Inject a fault into NODE's stand-in InfiniBand sysfs (what health.sysfs_root points at), or
+    --clear. Every change is an audit event."""
+    from ..devcluster import gpus, ibsysfs
+    from ..store import Store
+
+    dc = _recorded_cluster(state_dir)
+    if node not in dc.nodes():
+        raise UsageError(f"NODE: {node!r} is not a node of this dev cluster ({', '.join(dc.nodes())})")
+    site = dc.site()
+    if clear:
+        ibsysfs.write_healthy(dc.p("gpus"), node, site.node_profile(node))
+        out = {"node": node, "cleared": True}
+        what = "cleared stand-in InfiniBand faults"
+    else:
+        if not hca or not kind:
+            raise UsageError("--hca and --kind: which HCA gets which fault (or --clear)")
+        ibsysfs.ib_fault(dc.p("gpus"), node, hca, kind, port=site.node_profile(node).nics.port,
+                         kmsg=gpus.kmsg_path(dc.p("gpus"), node))
+        out = {"node": node, "hca": hca, "kind": kind}
+        what = f"stand-in {hca}: {kind}"
+    with Store.for_site(site) as store:
+        store.audit("dev-cluster.ib-fault", node, what, **{k: v for k, v in out.items() if k != "node"})
+    if as_json:
+        print_json(out)
+    else:
+        console.print(f"{node}: {what}")
 
 
 @dev_cluster.command("gpu-fault")
@@ -126,9 +168,11 @@ def _show(st: dict) -> None:
 @click.option("--value", default=None, help="The fault's value (an XID number, error count, GENxWIDTH, ...).")
 @click.option("--clear", is_flag=True, help="Remove faults: all of NODE's, or those of --gpu and/or --kind.")
 @click.option("--help-kinds", is_flag=True, help="List the fault kinds and exit.")
+@click.option("--minutes-ago", type=click.IntRange(0, 60 * 24 * 30), default=0, show_default=True,
+              help="Date the fault (an xid's kernel-log line) this many minutes in the past.")
 @state_dir_option
 @json_option
-def gpu_fault(node, gpu, kind, value, clear, help_kinds, state_dir, as_json) -> None:
+def gpu_fault(node, gpu, kind, value, clear, help_kinds, minutes_ago, state_dir, as_json) -> None:
     """Inject a fault into a stand-in GPU of NODE, or --clear faults; without --kind or --clear,
     list NODE's faults. Every change is an audit event."""
     from ..devcluster import gpus
@@ -153,7 +197,10 @@ def gpu_fault(node, gpu, kind, value, clear, help_kinds, state_dir, as_json) -> 
     elif kind is not None:
         if gpu is None:
             raise UsageError("--gpu: which GPU (0-7) gets the fault?")
-        record = gpus.inject(gdir, node, gpu, kind, value)
+        import datetime as _dt
+
+        when = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=minutes_ago)
+        record = gpus.inject(gdir, node, gpu, kind, value, now=when)
         with Store.for_site(dc.site()) as store:
             store.audit("dev-cluster.gpu-fault.inject", node, f"stand-in GPU{gpu}: {kind}", **record)
         out = {"node": node, "injected": record}
@@ -171,3 +218,15 @@ def gpu_fault(node, gpu, kind, value, clear, help_kinds, state_dir, as_json) -> 
     else:
         console.print(table(None, ["gpu", "kind", "value", "since"],
                             [(f["gpu"], f["kind"], f["value"], f["since"]) for f in out["faults"]]))
+
+
+@dev_cluster.command("central-store")
+@click.argument("mode", type=click.Choice(["on", "off"]))
+@state_dir_option
+def central_store_cmd(mode, state_dir) -> None:
+    """Switch the running dev cluster to per-node stores shipping to its MariaDB (on), or back
+    to one shared SQLite file (off). Slurm keeps running; the next hook run follows."""
+    dc = _recorded_cluster(state_dir)
+    site = dc.set_central_store(mode == "on", progress=progress)
+    console.print(f"store: {site.store.url or site.store.path}"
+                  + (f" (local: {site.store.path})" if site.store.url else ""))

@@ -12,6 +12,8 @@ Layout of the state directory:
   prolog_epilog/    links to slurmadm's hook scripts (slurm.conf's Prolog/Epilog/HealthCheckProgram)
                     and slurmadm.env, what they read (site, python, stand-in NVML); see hook-env.sh
   slurmadm.db       the dev site's store, shared by every fake node's health runs
+  stores/           with a central store (`up --central-store`): one store per node and the
+                    head's, shipping to MariaDB's `slurmadm` database (etc/store.password, 0600)
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from ..proc import run
 from ..resources import example_site, prolog_epilog_dir
 from ..site import Site, load_site
 from ..slurm.parse import parse_version
-from . import devsite, gpus, slurmconf
+from . import bmcs, devsite, gpus, slurmconf
 from .daemons import Daemon, session_members, start_time, wait_for, with_descendants
 
 DEFAULT_STATE_DIR = "/var/lib/slurmadm/dev-cluster"
@@ -108,7 +110,9 @@ class DevCluster:
     def daemons(self) -> list[Daemon]:
         """In start order."""
         fixed = [self.daemon(n) for n in ("munged", "mariadbd", "slurmdbd", "slurmctld")]
-        return fixed + [self.daemon(f"slurmd-{n}") for n in self.nodes()]
+        # the BMC emulator last: `down` stops it first, so it powers nothing back on
+        bmc = [self.daemon(bmcs.EMULATOR)] if (self.record() or {}).get("bmc") else []
+        return fixed + [self.daemon(f"slurmd-{n}") for n in self.nodes()] + bmc
 
     def env(self) -> dict[str, str]:
         """What a shell (or a prolog) needs to use this dev cluster, its stand-in GPUs included."""
@@ -134,7 +138,8 @@ class DevCluster:
 
     # ------------------------------------------------------------------ bring-up
     def up(self, *, nodes: int | None = None, site_file: str | None = None, port_base: int | None = None,
-           progress: Callable[[str], None] = lambda msg: None, timeout: float = 180.0) -> dict:
+           progress: Callable[[str], None] = lambda msg: None, timeout: float = 180.0,
+           central_store: bool | None = None, bmc: bool | None = None) -> dict:
         if os.geteuid() != 0:
             raise UsageError("dev-cluster up must run as root (it starts munged, MariaDB and Slurm daemons)")
         missing = missing_binaries()
@@ -159,16 +164,28 @@ class DevCluster:
         os.chmod(self.p("munge"), 0o700)
         for reachable in (self.state_dir, self.p("run"), self.p("run", "munge")):
             os.chmod(reachable, os.stat(reachable).st_mode & 0o7777 | 0o755)
+        central_store = bool(old.get("central_store")) if central_store is None else central_store
         data = devsite.derive(src_site, nodes=nodes, state_dir=self.state_dir, ports=ports,
-                              hostname=hostname, hw=hw, prolog_dir=self.p("prolog_epilog"), release=release[:2])
+                              hostname=hostname, hw=hw, prolog_dir=self.p("prolog_epilog"), release=release[:2],
+                              central_store=central_store)
+        bmc = bool(old.get("bmc")) if bmc is None else bmc
+        if bmc:
+            if nodes > devsite.BMC_MAX_NODES:
+                raise UsageError(f"--bmc: at most {devsite.BMC_MAX_NODES} nodes get emulated BMCs, not {nodes}")
+            data["bmc"].update(devsite.bmc_settings(ports, self.state_dir))
+            # a frozen node is marked DOWN in ~20 s rather than Slurm's default 300 s, so dead-node
+            # recovery through the BMCs can be shown and tested
+            data["slurm"].setdefault("extra", {}).setdefault("SlurmdTimeout", "20")
+            data["bmc"]["recover"] = {**data["bmc"].get("recover", {}), "grace_s": 5.0, "boot_timeout_s": 120.0}
         site = devsite.write(data, self.site_path, source=source)
         node_names = site.node_names
 
         # Something else must not hold our ports (e.g. another dev cluster with the same base).
         if not any(d.alive() for d in self.daemons()):
-            busy = [p for p in [ports.slurmctld, ports.slurmdbd, ports.mysql] if _port_busy(p)]
+            busy = [p for p in ports.every_port(len(node_names)) if _port_busy(p)]
             if busy:
-                raise UsageError(f"--port-base {port_base}: port(s) {busy} already in use; pick another base")
+                raise UsageError(f"--port-base {port_base}: port(s) {_ranges(busy)} already in use (another dev "
+                                 f"cluster?); pick another base (--port-base, or PORT_BASE=... scripts/demo.sh)")
 
         changed = self._write_configs(site, release)
         if old and (old.get("node_names") != node_names or old.get("port_base") != port_base):
@@ -183,6 +200,8 @@ class DevCluster:
             "nodes": nodes, "node_names": node_names, "port_base": port_base, "source_site": source,
             "hostname": hostname, "slurm_release": f"{release[0]}.{release[1]:02d}.{release[2]}",
             "cluster_name": site.cluster.name, "started": old.get("started") or time.time(),
+            "central_store": central_store,
+            "bmc": bmc,
         }
         self.record_path.write_text(json.dumps(rec, indent=2) + "\n")
 
@@ -192,8 +211,13 @@ class DevCluster:
         self._munge(progress)
         self._mariadb(site, ports, progress)
         self._slurmdbd(site, progress)
+        if central_store:
+            self._central_store(site, progress)
         self._slurmctld(progress)
+        powered_off = [n for n in node_names if not self.daemon(f"slurmd-{n}").alive()]
         self._slurmds(node_names, progress)
+        if bmc:  # restarted when slurmds were (re)started: its power state follows them
+            bmcs.start(self, node_names, ports, progress, restart=bool(powered_off))
         progress(f"waiting for {len(node_names)} nodes to be idle")
         self.wait_ready(timeout=timeout)
         self._write_env_file()
@@ -202,13 +226,7 @@ class DevCluster:
 
     def _write_configs(self, site: Site, release: tuple[int, int, int]) -> bool:
         files = config.render(site, release[:2], source=str(self.site_path))
-        pw_file = Path(site.database.storage_password_file)
-        if not pw_file.exists():
-            pw_file.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(pw_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_urlsafe(24) + "\n")
-        password = pw_file.read_text().strip()
+        password = _secret_file(Path(site.database.storage_password_file))
         files["slurmdbd.conf"] = slurmconf.slurmdbd_conf(site, password, self.state_dir)
         changed = False
         for name, text in files.items():
@@ -243,6 +261,9 @@ class DevCluster:
             gpus.write_healthy(self.p("gpus"), node, site.node_profile(node),
                                driver_version=site.software.driver_version,
                                cuda_version=site.software.cuda_version)
+            from . import ibsysfs  # stand-in InfiniBand sysfs (health.sysfs_root points here)
+
+            ibsysfs.write_healthy(self.p("gpus"), node, site.node_profile(node))
         env = {**self.env(), "SLURMADM_PYTHON": sys.executable}
         text = "# written by `slurmadm dev-cluster up`; read by hook-env.sh\n" + "".join(
             f"{k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
@@ -302,6 +323,56 @@ class DevCluster:
             f"GRANT ALL ON `{db.storage_name}`.* TO '{db.storage_user}'@'127.0.0.1';\n"
         )
         run([client, "--no-defaults", "-S", str(sock), "-u", "root"], input=sql, timeout=30)
+
+    # ------------------------------------------------------------------ the central store
+    def _central_store(self, site: Site, progress) -> None:
+        """slurmadm's own database and user in the dev cluster's MariaDB (never slurmdbd's),
+        its password in a root-only file, the schema migrated."""
+        from ..store import central
+
+        password = _secret_file(Path(site.store.password_file)).replace("'", "''")
+        name = devsite.CENTRAL_DB
+        client = shutil.which("mariadb") or shutil.which("mysql") or "mariadb"
+        sql = (  # on stdin: the password never appears in a process argument
+            f"CREATE DATABASE IF NOT EXISTS `{name}`;\n"
+            f"CREATE USER IF NOT EXISTS '{name}'@'127.0.0.1' IDENTIFIED BY '{password}';\n"
+            f"ALTER USER '{name}'@'127.0.0.1' IDENTIFIED BY '{password}';\n"
+            f"GRANT ALL ON `{name}`.* TO '{name}'@'127.0.0.1';\n"
+        )
+        run([client, "--no-defaults", "-S", str(self.p("mysql", "mysqld.sock")), "-u", "root"], input=sql, timeout=30)
+        with central.connected(site.store) as c:
+            found, steps = central.migrate(c)
+        if steps:
+            progress(f"central store: schema version {found} -> {central.schema.SCHEMA_VERSION}")
+
+    def start_database(self, progress: Callable[[str], None] = lambda msg: None) -> None:
+        """Start MariaDB (and slurmdbd, should it have died without it) after someone stopped it:
+        the central store's failure drill. Nothing else is touched."""
+        rec = self.record()
+        if rec is None:
+            raise UsageError(f"no dev cluster in {self.state_dir} (run `slurmadm dev-cluster up`)")
+        site = self.site()
+        self._mariadb(site, devsite.Ports(rec["port_base"]), progress)
+        self._slurmdbd(site, progress)
+
+    def set_central_store(self, on: bool, progress: Callable[[str], None] = lambda msg: None) -> Site:
+        """Switch the running dev cluster's store between one shared SQLite file and per-node
+        stores shipping to MariaDB, without restarting Slurm (only the dev site's [store] changes;
+        the hooks see the new site on their next run)."""
+        import tomllib
+
+        rec = self.record()
+        if rec is None:
+            raise UsageError(f"no dev cluster in {self.state_dir} (run `slurmadm dev-cluster up`)")
+        data = tomllib.loads(self.site_path.read_text())
+        data["store"] = devsite.store_section(self.state_dir, devsite.Ports(rec["port_base"]), central=on)
+        site = devsite.write(data, self.site_path, source=rec["source_site"])
+        if on:
+            if not self.daemon("mariadbd").alive():
+                raise UnreachableError("MariaDB of the dev cluster is not running (run `slurmadm dev-cluster up`)")
+            self._central_store(site, progress)
+        self.record_path.write_text(json.dumps({**rec, "central_store": on}, indent=2) + "\n")
+        return site
 
     def _slurmdbd(self, site: Site, progress) -> None:
         d = self.daemon("slurmdbd")
@@ -466,6 +537,25 @@ class DevCluster:
             except (FileNotFoundError, ProcessLookupError, PermissionError):
                 continue
         return out
+
+
+def _secret_file(path: Path) -> str:
+    """A database password in a root-only file, made (random) when missing."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(24) + "\n")
+    return path.read_text().strip()
+def _ranges(ports: list[int]) -> str:
+    """[17000, 17011, 17012, 17013] -> '17000, 17011-17013'."""
+    out: list[str] = []
+    for p in sorted(ports):
+        if out and out[-1].split("-")[-1] == str(p - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{p}"
+        else:
+            out.append(str(p))
+    return ", ".join(out)
 
 
 def _port_busy(port: int) -> bool:

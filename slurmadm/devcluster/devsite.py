@@ -73,6 +73,34 @@ class Ports:
         """All fake nodes share 127.0.0.1: burn-in all-reduces listen on base+400..base+499."""
         return self.base + 400
 
+    def every_port(self, nodes: int) -> list[int]:
+        """Every TCP port a dev cluster of `nodes` nodes listens on, for the check that nothing
+        else holds them before `up` (a capability that adds a port adds it here too)."""
+        return [self.slurmctld, self.slurmdbd, self.mysql,
+                *range(self.first_slurmd, self.first_slurmd + nodes),
+                *range(self.burnin_rendezvous, self.burnin_rendezvous + 100)]
+    # --- BMC emulators (`dev-cluster up --bmc`): node i answers IPMI on bmc_ipmi + i and
+    # Redfish on bmc_redfish + i, at most BMC_MAX_NODES nodes
+    @property
+    def bmc_ipmi(self) -> int:
+        return self.base + 300
+
+    @property
+    def bmc_redfish(self) -> int:
+        return self.base + 350
+
+
+BMC_MAX_NODES = 50
+
+
+def bmc_settings(ports: Ports, state_dir: Path) -> dict[str, Any]:
+    """The dev site's [bmc] when the dev cluster runs BMC emulators: one address, per-node ports,
+    Redfish TLS checked against the dev cluster's own CA, short timeouts (loopback)."""
+    d = state_dir.resolve()
+    return {"shared_address": "127.0.0.1", "port": ports.bmc_ipmi, "redfish_port": ports.bmc_redfish,
+            "password_file": f"{d}/bmc/password", "tls_ca_file": f"{d}/bmc/ca.pem", "timeout_s": 3.0,
+            "retries": 1, "drain_timeout_s": 60.0, "username": "admin"}
+
 
 def dev_profile(src: NodeProfile, hw: Hardware, dev_dir: Path) -> NodeProfile:
     gpus = src.gpus
@@ -104,7 +132,7 @@ def _drop_none(value: Any) -> Any:
 
 
 def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: str, hw: Hardware,
-           prolog_dir: Path, release: Release) -> dict[str, Any]:
+           prolog_dir: Path, release: Release, central_store: bool = False) -> dict[str, Any]:
     """The dev site as a plain dict (TOML-ready), for the installed Slurm `release`."""
     if nodes < 1:
         raise UsageError("--nodes: must be at least 1")
@@ -180,7 +208,7 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "storage_port": ports.mysql, "storage_user": "slurm",
         "storage_password_file": f"{d}/mysql/slurm.password",
     })
-    data["store"] = {"path": f"{d}/slurmadm.db", "audit_log": f"{d}/log/audit.jsonl"}
+    data["store"] = store_section(state_dir, ports, central=central_store)
     data["slurm"].update({
         "config_dir": f"{d}/etc",
         "slurmctld_port": ports.slurmctld,
@@ -202,9 +230,13 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "constrain_swap_space": False,
         "prolog_dir": str(prolog_dir),
         "reboot_program": "/bin/true",
+        "mail_prog": "",  # no job mail from the dev cluster (MailProg=/bin/true)
         "resume_timeout": 60,
         "health_check_interval": 30,
     })
+    # Usage reaches sshare (GrpTRESRaw: what budgets are charged) every PriorityCalcPeriod; one
+    # minute instead of five, so `accounts report` shows a finished job soon.
+    data["slurm"]["extra"] = {**data["slurm"].get("extra", {}), "PriorityCalcPeriod": "1"}
     # Health checks against the stand-in GPUs (gpus/); sized for a handful of nodes:
     # - the breaker's cap is a fraction of a partition: 10 % of 4 nodes would forbid every drain;
     # - there is nothing to all-reduce on, so nccl-allreduce runs only when asked (`health run
@@ -220,6 +252,11 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "prolog_timeout_s": 10.0,
         "epilog_timeout_s": 20.0,
         "periodic_timeout_s": 20.0,
+        # the stand-in InfiniBand sysfs (devcluster/ibsysfs.py); no Fabric Manager process here
+        "sysfs_root": f"{d}/gpus/{{node}}.sysfs",
+        "fabric_manager_process": "",
+        # the site's /home, /scratch, ... do not exist here: the machine's root stands in
+        "mounts": [{"path": "/", "writable": True, "min_free_gib": 0.1}],
     })
     health.setdefault("checks", {})
     health["checks"]["nccl-allreduce"] = {**health["checks"].get("nccl-allreduce", {}), "contexts": ["run"]}
@@ -248,3 +285,18 @@ def write(data: dict[str, Any], path: Path, *, source: str) -> Site:
     site = parse_site(text, source=str(path))
     write_atomic(path, text)
     return site
+
+
+CENTRAL_DB = "slurmadm"  # the central store's database and user in the dev cluster's MariaDB
+
+
+def store_section(state_dir: Path, ports: Ports, *, central: bool) -> dict[str, Any]:
+    """The dev site's [store]: one SQLite file shared by every fake node; or, with a central
+    store, a file per node (stores/<node>.db, as on real hosts) shipping to the dev cluster's
+    MariaDB (its own `slurmadm` database and user, never slurmdbd's)."""
+    d = str(state_dir)
+    if not central:
+        return {"path": f"{d}/slurmadm.db", "audit_log": f"{d}/log/audit.jsonl"}
+    return {"path": f"{d}/stores/{{node}}.db", "audit_log": f"{d}/log/audit.jsonl",
+            "url": f"mysql://{CENTRAL_DB}@127.0.0.1:{ports.mysql}/{CENTRAL_DB}",
+            "password_file": f"{d}/etc/store.password", "stale_after_minutes": 5, "ship_batch": 500}

@@ -52,7 +52,11 @@ SW_POWER_CAP = 0x04
 HW_SLOWDOWN = 0x08
 SW_THERMAL = 0x20
 HW_THERMAL = 0x40
+HW_POWER_BRAKE = 0x80
 SUPPORTED_REASONS = 0x1FF
+# healthMask of a healthy fabric GPU: degraded bw / route recovery / route unhealthy / access
+# timeout recovery all FALSE (2), incorrect configuration NONE (1) (pynvml NVML_GPU_FABRIC_HEALTH_MASK_*)
+FABRIC_HEALTHY = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8
 
 _NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _UUID_NS = uuid.UUID("4f0b6f8e-6c53-4d0c-9d8e-5e1f2a7c9b10")
@@ -221,6 +225,11 @@ def healthy_gpu(node: str, index: int, profile: NodeProfile) -> dict[str, Any]:
         "cpus": socket_cpulist(profile, socket),
         "procs": [],
         "graphics_procs": [],
+        # NVSwitch fabric (NVML_GPU_FABRIC_STATE_COMPLETED, success, every health field "false"/none)
+        "fabric_state": 3 if spec.nvswitches else 0,
+        "fabric_status": 0,
+        "fabric_health": FABRIC_HEALTHY,
+        "recovery_action": 0,
     }
 
 
@@ -390,6 +399,76 @@ def _apply_retired(gpu: dict[str, Any], n: int) -> None:
     gpu["retired_pending"] = 1
 
 
+_FABRIC = {
+    "not-started": {"fabric_state": 1},
+    "in-progress": {"fabric_state": 2},
+    "failed": {"fabric_state": 3, "fabric_status": 999},
+    "degraded": {"fabric_health": (FABRIC_HEALTHY & ~0x3) | 1},  # DEGRADED_BW_TRUE
+    "route-recovery": {"fabric_health": (FABRIC_HEALTHY & ~0xC) | 1 << 2},  # ROUTE_RECOVERY_TRUE (warn)
+}
+_CLOCK_EVENTS = {"hw-slowdown": HW_SLOWDOWN, "hw-thermal": HW_THERMAL, "power-brake": HW_POWER_BRAKE,
+                 "sw-power-cap": SW_POWER_CAP}
+
+
+def _choice(table: dict[str, Any]) -> Callable[[FaultKind, Any, dict[str, Any]], str]:
+    def parse(kind: FaultKind, value: Any, _gpu: dict[str, Any]) -> str:
+        if str(value) not in table:
+            raise UsageError(f"fault {kind.name}: value {value!r} is not one of {', '.join(table)}")
+        return str(value)
+
+    return parse
+
+
+def _apply_fabric(gpu: dict[str, Any], what: str) -> None:
+    if gpu["fabric_state"] == 0:
+        raise UsageError("fault fabric: this GPU's profile has no NVSwitches (gpus.nvswitches = 0)")
+    gpu.update(_FABRIC[what])
+
+
+def _apply_clock_event(gpu: dict[str, Any], what: str) -> None:
+    gpu["clock_reasons"] |= _CLOCK_EVENTS[what]
+    if what != "sw-power-cap":
+        gpu["clock_sm"] = min(gpu["clock_sm"], gpu["clock_sm_max"] // 2)
+
+
+_XID_VALUE = re.compile(r"^(\d{1,3})(?::(mig|reset|reboot|none|[A-Z][A-Z0-9_]*:0x[0-9a-fA-F]{1,8}(?::fatal)?))?$")
+
+
+def _xid_value(kind: FaultKind, value: Any, _gpu: dict[str, Any]) -> Any:
+    """`79`, `94:mig` (MIG-attributed line), `144:SAW_MVB:0x8[:fatal]` (NVLink5 sub-code),
+    `154:reset|reboot|none` (recovery action changed to ...)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    m = _XID_VALUE.match(str(value).strip()) if isinstance(value, str) else None
+    if not m or not 1 <= int(m.group(1)) <= 999:
+        raise UsageError(f"fault {kind.name}: value {value!r} is not a number or XID form (e.g. 79, 94:mig, "
+                         "144:SAW_MVB:0x8, 154:reset)")
+    if m.group(2) in ("reset", "reboot", "none") and m.group(1) != "154":
+        raise UsageError(f"fault {kind.name}: {m.group(2)} only goes with XID 154 (recovery action)")
+    return int(m.group(1)) if m.group(2) is None else f"{m.group(1)}:{m.group(2)}"
+
+
+def _apply_xid(gpu: dict[str, Any], value: Any) -> None:
+    """As a driver with Xid 154 linkage (R565+) does: an XID whose catalog action is a reset or
+    reboot also sets NVML's recovery-action field; `154:none` (a reset) clears it."""
+    from ..health import xid as xidmod
+
+    code, _, variant = str(value).partition(":")
+    if code == "154":
+        gpu["recovery_action"] = {"none": 0, "reset": 1, "reboot": 2}.get(variant, gpu["recovery_action"])
+        return
+    entry = xidmod.catalog().get(int(code))
+    if entry is None or not entry.linkage:
+        return
+    text = ""
+    if variant and variant != "mig":
+        unit, status, *fatal = variant.split(":")
+        text = f"{unit} {'Fatal' if fatal else 'Nonfatal'} XC0 i0 Link 0 (0x00000001 0x{int(status, 16):08x})"
+    needs = xidmod.classify_event(int(code), text).needs
+    if needs:
+        gpu["recovery_action"] = max(gpu["recovery_action"], 2 if needs == "reboot" else 1)
+
+
 def _apply_leftover(gpu: dict[str, Any], pid: int) -> None:
     gpu["procs"].append([pid, _GIB])
 
@@ -403,7 +482,19 @@ _KINDS = [
               _set(remap_pending=1, remap_unc=1)),
     FaultKind("row-remap-failed", "row remapping failed (no spare rows left)", _set(remap_failure=1, remap_unc=1)),
     FaultKind("retired-pages", "pages retired for DBEs, retirement pending", _apply_retired, "page count", 11, 512),
-    FaultKind("xid", "an XID line in the node's kernel log (NVML readings unchanged)", _set(), "XID number", 79, 999),
+    FaultKind("xid", "an XID line in the node's kernel log; a reset/reboot-class XID also sets NVML's recovery action",
+              _apply_xid,
+              "XID: 79, 94:mig, 144:SAW_MVB:0x8[:fatal], 154:reset|reboot|none", 79, 999, parse_value=_xid_value),
+    FaultKind("ecc-aggregate", "lifetime (aggregate) uncorrectable ECC errors only, as after a repaired row remap",
+              _add("ecc_dbe_agg"), "error count", 1),
+    FaultKind("fabric", "NVSwitch fabric registration state or health", _apply_fabric,
+              "not-started, in-progress, failed, degraded, route-recovery", "not-started",
+              parse_value=_choice(_FABRIC)),
+    FaultKind("clock-event", "a clock-event reason without over-temperature (SM clock halved unless sw-power-cap)",
+              _apply_clock_event, "hw-slowdown, hw-thermal, power-brake, sw-power-cap", "power-brake",
+              parse_value=_choice(_CLOCK_EVENTS)),
+    FaultKind("recovery-action", "NVML's GPU recovery action field (1 GPU reset, 2 node reboot, 4 drain and reset)",
+              _set_value("recovery_action"), "recovery action", 1, 7),
     FaultKind("pcie-degraded", "PCIe link trained below its maximum", _apply_pcie, "GENxWIDTH", "3x8",
               parse_value=_pcie_link),
     FaultKind("pcie-replay", "PCIe replay counter", _add("pcie_replay"), "replay count", 1000, 2**32 - 1),
@@ -459,13 +550,32 @@ def kmsg_path(state_dir: str | os.PathLike[str], node: str) -> Path:
     return Path(state_dir) / f"{_check_node(node)}.kmsg"
 
 
-def xid_line(node: str, pci_bus_id: str, xid: int, when: datetime, pid: int = 0) -> str:
-    """One kernel-log line for an XID, journalctl short-iso style."""
+_RECOVERY_TEXT = {"none": "0x0 (None)", "reset": "0x1 (GPU Reset Required)", "reboot": "0x2 (Node Reboot Required)"}
+
+
+def xid_line(node: str, pci_bus_id: str, xid: int | str, when: datetime, pid: int = 0) -> str:
+    """One kernel-log line for an XID, journalctl short-iso style, in the driver's shapes: MIG
+    attribution (`94:mig`), NVLink5 sub-codes (`144:SAW_MVB:0x8[:fatal]`), Xid 154 (`154:reset`)."""
     domain, bus, dev = pci_bus_id.split(".")[0].split(":")
-    text, job = _XID_TEXT.get(xid, ("Unspecified error reported by the GPU", False))
-    who = f"pid={pid}, name=python" if job else "pid='<unknown>', name=<unknown>"
+    code, _, variant = str(xid).partition(":")
+    number = int(code)
+    where = f"PCI:{int(domain, 16):04x}:{bus.lower()}:{dev.lower()}"
+    text, job = _XID_TEXT.get(number, ("Unspecified error reported by the GPU", False))
+    if variant == "mig":
+        where += " GPU-I:01 GPU-CI:00"
+    elif variant in _RECOVERY_TEXT:
+        text, job = f"GPU recovery action changed from 0x0 (None) to {_RECOVERY_TEXT[variant]}", False
+        if variant == "none":
+            text = "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)"
+    elif variant:
+        unit, status, *fatal = variant.split(":")
+        flag = "Fatal" if fatal else "Nonfatal"
+        return (f"{when.astimezone(timezone.utc).isoformat(timespec='seconds')} {node} kernel: NVRM: Xid ({where}): "
+                f"{number}, {unit} {flag} XC0 i0 Link 0 (0x00000001 0x{int(status, 16):08x} 0x00000000 0x00000000 "
+                "0x00000000 0x00000000)")
+    who = f"pid={pid}, name=python, " if job else ("" if variant in _RECOVERY_TEXT else "pid='<unknown>', name=<unknown>, ")
     stamp = when.astimezone(timezone.utc).isoformat(timespec="seconds")
-    return f"{stamp} {node} kernel: NVRM: Xid (PCI:{int(domain, 16):04x}:{bus.lower()}:{dev.lower()}): {xid}, {who}, {text}"
+    return f"{stamp} {node} kernel: NVRM: Xid ({where}): {number}, {who}{text}"
 
 
 # ------------------------------------------------------------------------------ inject / clear

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import nodechecks
 from . import xid as xidmod
 from .config import HealthConfig
 from .nvml import Nvml
@@ -59,6 +60,7 @@ class Ctx:
     nvml: Nvml | None = None
     state: Any = None  # slurmadm.health.record.NodeState, or None without a store
     nccl_last_pass: float | None = None  # when nccl-allreduce last passed here (from the store)
+    nvml_broken: str = ""  # set by the runner once NVML hung or failed: checks that only use it opportunistically skip it
 
 
 @dataclass(frozen=True)
@@ -102,21 +104,26 @@ def gpu_count(ctx: Ctx) -> Outcome:
 
 
 def ecc_uncorrected(ctx: Ctx) -> Outcome:
+    """Volatile (since the last reset) uncorrected errors fail. The aggregate (lifetime) count
+    only warns past the site's threshold: it stays above zero after a row remap and reset that
+    repaired the memory (row-remap and the XID recovery action judge that)."""
     out = Outcome()
     m = ctx.nvml.mod
+    warn_over = ctx.cfg.thresholds.ecc_uncorrected_aggregate_warn
     total = 0
     for g in _gpus(ctx):
         mode = ctx.nvml.get("nvmlDeviceGetEccMode", g.handle)
         if mode is not None and not mode[0]:
             out.fail(f"GPU{g.index} ECC is disabled")
-        for kind, counter in (("volatile", m.NVML_VOLATILE_ECC), ("aggregate", m.NVML_AGGREGATE_ECC)):
-            n = ctx.nvml.get("nvmlDeviceGetTotalEccErrors", g.handle, m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, counter)
-            if n is None:
-                continue
-            if n > 0:
-                out.fail(f"GPU{g.index} {kind} uncorrected ECC={n}")
-            if kind == "volatile":
-                total += n
+        vol = ctx.nvml.get("nvmlDeviceGetTotalEccErrors", g.handle, m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                           m.NVML_VOLATILE_ECC)
+        if vol:
+            out.fail(f"GPU{g.index} volatile uncorrected ECC={vol}")
+            total += vol
+        agg = ctx.nvml.get("nvmlDeviceGetTotalEccErrors", g.handle, m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                           m.NVML_AGGREGATE_ECC)
+        if agg is not None and agg > warn_over and not vol:
+            out.warn(f"GPU{g.index} aggregate (lifetime) uncorrected ECC={agg} > {warn_over}")
     out.value = total
     return out
 
@@ -180,27 +187,73 @@ def row_remap(ctx: Ctx) -> Outcome:
     return out
 
 
+XID_ACK_KEY = "xid-ack"  # node_state: when an admin resumed a node slurmadm held for a reset-class XID
+XID_KEPT_KEY = "xid-kept"  # node_state: reset-class XID events not yet cleared (JSON)
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+
+
 def xid(ctx: Ctx) -> Outcome:
     out = Outcome()
     cfg = ctx.cfg
     try:
         events = xidmod.read_events(cfg.xid_source, cfg.node, ctx.now)
+    except FileNotFoundError:
+        raise CannotRun(f"xid_source {cfg.xid_source.replace('{node}', cfg.node)} does not exist "
+                        "(RHEL-family nodes log to /var/log/messages; or use \"kmsg\" or \"journal\")") from None
+    except xidmod.XidSourceError as exc:
+        raise CannotRun(str(exc)) from None
     except OSError as exc:
         raise CannotRun(f"cannot read {cfg.xid_source}: {exc.strerror or exc}") from None
-    gpu_of = {}
+    ack = 0.0
+    if ctx.state is not None:
+        events = xidmod.merge(events, xidmod.from_state(ctx.state.get(XID_KEPT_KEY)))
+        try:
+            ack = float(ctx.state.get(XID_ACK_KEY) or 0)
+        except ValueError:
+            ack = 0.0
+    gpu_of: dict[str, int] = {}
+    recovery_none: set[str] = set()
     if ctx.nvml is not None:
-        gpu_of = {xidmod.pci_key_from_bus_id(g.bus_id): g.index for g in ctx.nvml.gpus if g.bus_id}
+        for g in ctx.nvml.gpus:
+            if not g.bus_id:
+                continue
+            pci = xidmod.pci_key_from_bus_id(g.bus_id)
+            gpu_of[pci] = g.index
+            if g.handle is None or ctx.nvml_broken:
+                continue
+            action = _field(ctx.nvml, g.handle, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
+            if action == 0:
+                recovery_none.add(pci)
+            elif action is not None:
+                label, verdict, _needs = xidmod.RECOVERY_ACTIONS.get(action, (f"action {action}", "warn", ""))
+                text = f"GPU{g.index} NVML recovery action: {label}"
+                out.fail(text) if verdict == "fail" else out.warn(text)
     findings = xidmod.summarize(events, now=ctx.now, window_s=cfg.xid_window_minutes * 60,
-                                overrides=cfg.xid_actions)
+                                overrides=cfg.xid_actions, boot=xidmod.boot_time(), ack=ack,
+                                recovery_none=recovery_none)
+    pending = 0
     for f in findings:
         if f.verdict not in ("fail", "warn"):
             continue
         where = f"GPU{gpu_of[f.pci]}" if f.pci in gpu_of else f"PCI {f.pci}"
+        if f.mig:
+            where += f" (MIG {', '.join(f.mig)})"
         times = f" x{f.count}" if f.count > 1 else ""
         text = f"{where} XID {f.xid}{times} {f.name} ({f.action})"
+        if f.pending and f.needs:
+            pending += 1
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.last_ts))
+            text += f" at {when}: no GPU {f.needs} seen since"
         out.fail(text) if f.verdict == "fail" else out.warn(text)
-    out.value = sum(f.count for f in findings)
+    if ctx.state is not None:
+        open_needs = {(f.pci, f.xid) for f in findings if f.needs and f.verdict == "fail"}
+        keep = [e for e in events if (e.pci, e.xid) in open_needs]
+        if keep or ctx.state.get(XID_KEPT_KEY):
+            ctx.state.set(XID_KEPT_KEY, xidmod.to_state(keep) if keep else "")
+    out.value = sum(f.count for f in findings if f.verdict in ("fail", "warn"))
     out.note = f"{len(events)} XID line(s) in the log, {len(findings)} in the last {cfg.xid_window_minutes} min"
+    if pending:
+        out.note += f", {pending} waiting for a reset"
     return out
 
 
@@ -278,14 +331,6 @@ def _field(nv: Nvml, handle: Any, field_id: int) -> int | None:
                else got[0].value.uiVal)
 
 
-THROTTLE_BITS = {
-    0x8: "HW slowdown",
-    0x20: "SW thermal slowdown",
-    0x40: "HW thermal slowdown",
-    0x80: "HW power brake",
-}
-
-
 def thermal(ctx: Ctx) -> Outcome:
     out = Outcome()
     nv = ctx.nvml
@@ -293,8 +338,6 @@ def thermal(ctx: Ctx) -> Outcome:
     limit = ctx.cfg.thresholds.max_gpu_temp_c
     mem_limit = ctx.cfg.thresholds.max_memory_temp_c
     hottest = 0
-    reasons_fn = ("nvmlDeviceGetCurrentClocksEventReasons" if hasattr(m, "nvmlDeviceGetCurrentClocksEventReasons")
-                  else "nvmlDeviceGetCurrentClocksThrottleReasons")
     for g in _gpus(ctx):
         temp = nv.get("nvmlDeviceGetTemperature", g.handle, m.NVML_TEMPERATURE_GPU)
         if temp is not None:
@@ -304,11 +347,6 @@ def thermal(ctx: Ctx) -> Outcome:
         hbm = _field(nv, g.handle, m.NVML_FI_DEV_MEMORY_TEMP)
         if hbm is not None and hbm > mem_limit:
             out.fail(f"GPU{g.index} HBM {hbm} C > {mem_limit} C")
-        reasons = nv.get(reasons_fn, g.handle)
-        if reasons:
-            names = [name for bit, name in THROTTLE_BITS.items() if reasons & bit]
-            if names:
-                out.fail(f"GPU{g.index} clocks throttled: {', '.join(names)}")
     out.value = hottest
     return out
 
@@ -383,22 +421,57 @@ def nccl_allreduce(ctx: Ctx) -> Outcome:
 
 CHECKS: list[CheckSpec] = [
     CheckSpec("gpu-count", "GPU count and model match the node profile", gpu_count),
-    CheckSpec("ecc-uncorrected", "no uncorrected ECC errors (volatile or aggregate)", ecc_uncorrected),
+    CheckSpec("ecc-uncorrected", "no volatile uncorrected ECC errors (lifetime count warns past a threshold)",
+              ecc_uncorrected),
     CheckSpec("row-remap", "no pending or failed row remapping", row_remap),
     CheckSpec("xid", "no serious XID in the kernel log within the window", xid, needs_nvml=False),
     CheckSpec("nvlink", "every NVLink active, error counters not rising", nvlink),
     CheckSpec("pcie-link", "PCIe link at full width and generation", pcie_link),
-    CheckSpec("thermal", "GPU and HBM temperature below limits, no thermal or HW slowdown", thermal),
+    CheckSpec("thermal", "GPU and HBM temperature below limits", thermal),
+    CheckSpec("clock-events", "no hardware clock-event reason (HW slowdown, HW thermal, power brake) on two samples",
+              nodechecks.clock_events),
+    CheckSpec("fabric", "NVSwitch fabric registration complete and healthy, Fabric Manager running",
+              nodechecks.fabric),
     CheckSpec("ecc-corrected", "corrected ECC errors below the threshold", ecc_corrected, severity="warning"),
     CheckSpec("retired-pages", "retired pages below the threshold, none pending", retired_pages),
     CheckSpec("power", "power draw within the enforced limit", power, severity="warning"),
     CheckSpec("driver-version", "driver matches the site baseline", driver_version, severity="warning"),
     CheckSpec("persistence-mode", "persistence mode on", persistence_mode, severity="warning", on_fail="warn"),
     CheckSpec("gpu-processes", "no process holds a GPU after the job", gpu_processes, contexts=("epilog",)),
+    CheckSpec("infiniband", "each compute HCA port ACTIVE/LinkUp at the profile's rate, error counters and "
+              "link flaps within limits", nodechecks.infiniband, needs_nvml=False),
+    CheckSpec("host-memory", "memory size and DIMMs match the profile, no uncorrected EDAC errors",
+              nodechecks.host_memory, needs_nvml=False),
+    CheckSpec("mounts", "required filesystems mounted, writable, with free space", nodechecks.mounts,
+              needs_nvml=False),
+    CheckSpec("leftover-processes", "no process of the finished job's user left behind", nodechecks.leftover_processes,
+              contexts=("epilog",), needs_nvml=False),
     CheckSpec("nccl-allreduce", "8-GPU all-reduce bus bandwidth above the model's floor", nccl_allreduce,
               contexts=("prolog", "epilog"), slow=True),
 ]
 BY_ID: dict[str, CheckSpec] = {c.id: c for c in CHECKS}
+
+# The site settings each check reads besides [health.checks.<id>] (shown by `slurmadm health checks`).
+SETTINGS: dict[str, tuple[str, ...]] = {
+    "gpu-count": ("profiles.*.gpus.count", "profiles.*.gpus.nvml_name"),
+    "ecc-uncorrected": ("health.models.*.ecc_uncorrected_aggregate_warn",),
+    "xid": ("health.xid_source", "health.xid_window_minutes", "health.xid_actions"),
+    "nvlink": ("profiles.*.gpus.nvlinks", "health.models.*.nvlink_error_rise_max"),
+    "pcie-link": ("profiles.*.gpus.pcie_gen", "profiles.*.gpus.pcie_width"),
+    "thermal": ("health.models.*.max_gpu_temp_c", "health.models.*.max_memory_temp_c"),
+    "clock-events": ("health.clock_event_confirm_ms",),
+    "fabric": ("profiles.*.gpus.nvswitches", "health.fabric_manager_process"),
+    "ecc-corrected": ("health.models.*.ecc_corrected_volatile_max",),
+    "retired-pages": ("health.models.*.retired_pages_max",),
+    "power": ("profiles.*.gpus.power_limit_w", "health.models.*.power_over_limit_factor"),
+    "driver-version": ("software.driver_version",),
+    "nccl-allreduce": ("health.models.*.nccl_busbw_floor_gbps", "health.nccl_fresh_hours", "health.nccl_size_mib"),
+    "infiniband": ("profiles.*.nics.hcas", "profiles.*.nics.port", "profiles.*.nics.gbps", "health.sysfs_root",
+                   "health.ib_counter_rise_max", "health.ib_flaps_max", "health.ib_flap_window_hours"),
+    "host-memory": ("profiles.*.memory_gib", "profiles.*.dimms", "health.memory_tolerance_fraction"),
+    "mounts": ("health.mounts",),
+    "leftover-processes": ("health.leftover_outside_jobs",),
+}
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ class Thresholds:
     retired_pages_max: int
     power_over_limit_factor: float
     nvlink_error_rise_max: int
+    ecc_uncorrected_aggregate_warn: int = 0
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ class HealthConfig:
     results_log: str
     policies: dict[str, dict] = field(default_factory=dict)  # check id -> overrides given
     alert_repeat_minutes: int = 60
+    # node checks beyond the GPUs (fabric, clock events, InfiniBand, host basics): plain data
+    host: dict = field(default_factory=dict)
+    ship: bool = False  # store.url set: queue records for the central store; the periodic run ships them
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -100,7 +104,7 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
                       gpus.power_limit_w),
         thresholds=Thresholds(**{f.name: getattr(t, f.name) for f in dataclasses.fields(Thresholds)}),
         driver_version=site.software.driver_version,
-        store_path=site.store.path,
+        store_path=site.store.local_path(node),
         audit_log=site.store.audit_log,
         check_timeout_s=h.check_timeout_s,
         timeouts={"prolog": h.prolog_timeout_s, "epilog": h.epilog_timeout_s,
@@ -118,7 +122,35 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
         results_log=h.results_log,
         policies={cid: p.model_dump(exclude_none=True) for cid, p in h.checks.items()},
         alert_repeat_minutes=h.alert_repeat_minutes,
+        host=host_settings(site, node),
+        ship=site.store.url is not None,
     )
+
+
+def host_settings(site, node: str) -> dict:
+    """What the fabric, clock-event, InfiniBand and host checks need, as JSON-able data."""
+    from ..hostlist import expand
+
+    prof = site.node_profile(node)
+    h = site.health
+    return {
+        "nvswitches": prof.gpus.nvswitches,
+        "memory_gib": prof.memory_gib,
+        "dimms": prof.dimms,
+        "nic_kind": prof.nics.kind,
+        "nic_gbps": prof.nics.gbps,
+        "hcas": expand(prof.nics.hcas, what="nics.hcas") if prof.nics.hcas and prof.nics.count else [],
+        "hca_port": prof.nics.port,
+        "sysfs_root": h.sysfs_root.replace("{node}", node),
+        "ib_counter_rise_max": dict(h.ib_counter_rise_max),
+        "ib_flaps_max": h.ib_flaps_max,
+        "ib_flap_window_hours": h.ib_flap_window_hours,
+        "mounts": [m.model_dump() for m in h.mounts],
+        "memory_tolerance_fraction": h.memory_tolerance_fraction,
+        "fabric_manager_process": h.fabric_manager_process,
+        "clock_event_confirm_ms": h.clock_event_confirm_ms,
+        "leftover_outside_jobs": h.leftover_outside_jobs,
+    }
 
 
 def cache_dir() -> Path:

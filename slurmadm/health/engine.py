@@ -12,7 +12,6 @@ import os
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 
 from .checks import Ctx, select
@@ -72,9 +71,9 @@ def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, a
             backend=None, use_syslog: bool = True, started: float | None = None) -> Report:
     started = time.monotonic() if started is None else started
     limit = cfg.timeouts[context]
-    run_id = uuid.uuid4().hex[:12]
+    run_id = os.urandom(6).hex()  # (uuid costs an import a prolog does not need)
     check_deadline = started + limit * CHECK_SHARE
-    store, store_problem = open_store(cfg.store_path, cfg.audit_log, timeout_s=min(5.0, limit * 0.1))
+    store, store_problem = open_store(cfg.store_path, cfg.audit_log, timeout_s=min(5.0, limit * 0.1), ship=cfg.ship)
     rec = Recorder(node=cfg.node, context=context, run_id=run_id, results_log=cfg.results_log, store=store,
                    use_syslog=use_syslog)
     if store_problem:
@@ -92,8 +91,12 @@ def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, a
     results = run_checks(policies, ctx, deadline=check_deadline)
     rec.results(results)
 
+    def recheck(check_id: str) -> list[Result]:
+        until = min(started + limit * 0.9, time.monotonic() + cfg.check_timeout_s)
+        return run_checks([p for p in policies if p.spec.id == check_id], ctx, deadline=until)
+
     plan, applied = _act(cfg, context, results, rec, state, act=act, backend=backend,
-                         deadline=started + limit)
+                         deadline=started + limit, recheck=recheck)
     if state is not None and act:
         try:
             state.flush()
@@ -103,11 +106,44 @@ def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, a
                     round((time.monotonic() - started) * 1000, 1), rec.problems)
     if store is not None:
         store.close()
+    if cfg.ship and act and context == "periodic":
+        # the records travel to the central store in the background; no hook waits for the network
+        from ..store.ship import spawn
+
+        spawn(cfg.site_path, cfg.node)
     return report
 
 
+# Checks whose faults live in a log window (an XID waiting for its reset, InfiniBand link flaps):
+# check id -> (node_state key "slurmadm drained for it", key "an admin acknowledged up to then").
+HELD = {"xid": ("xid-held", "xid-ack"), "infiniband": ("ib-held", "ib-ack")}
+XID_HELD_KEY = HELD["xid"][0]
+
+
+def _admin_resumed(results: list[Result], node, state: NodeState | None, rec: Recorder, recheck, act: bool) -> None:
+    """A node slurmadm drained for a logged fault (a reset-class XID, link flaps) that is no
+    longer drained was resumed by an admin: record that as the acknowledgement of what the log
+    holds so far, and judge that check again (else the old lines would drain it right back)."""
+    if state is None or node is None or node.drained or not act:
+        return
+    for check_id, (held_key, ack_key) in HELD.items():
+        if state.get(held_key) != "1":
+            continue
+        idx = next((i for i, r in enumerate(results) if r.check_id == check_id), None)
+        if idx is None or results[idx].status != "fail":
+            continue
+        state.set(ack_key, f"{time.time():.3f}")
+        state.set(held_key, "0")
+        rec.event("alert", f"an admin resumed {node.name}: {check_id} faults logged so far are acknowledged "
+                  f"(was: {results[idx].detail})", check_id=check_id)
+        if recheck is not None:
+            again = recheck(check_id)
+            if again:
+                results[idx] = again[0]
+
+
 def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, state: NodeState | None, *,
-         act: bool, backend, deadline: float) -> tuple[Plan, bool]:
+         act: bool, backend, deadline: float, recheck=None) -> tuple[Plan, bool]:
     if context != "periodic" and first_drain(results) is None:
         return Plan("none", "clean"), False  # a healthy node's prolog never calls Slurm
     from . import actions
@@ -118,6 +154,9 @@ def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, 
         with actions.drain_lock(cfg.store_path, timeout_s=max(0.5, (deadline - time.monotonic()) / 4)):
             everyone = backend.nodes()
             node = next((n for n in everyone if n.name == cfg.node), None)
+            _admin_resumed(results, node, state, rec, recheck, act)
+            if context != "periodic" and first_drain(results) is None:
+                return Plan("none", "clean"), False
             our_reason = (state.get(actions.DRAIN_REASON_KEY) or None) if state is not None else None
             if our_reason and node is not None and not node.drained and act:
                 state.set(actions.DRAIN_REASON_KEY, "")  # resumed since (by anyone): forget it
@@ -129,6 +168,9 @@ def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, 
                 return plan, False
             if plan.action == "drain":
                 backend.drain([cfg.node], plan.reason)
+                for r in results:
+                    if state is not None and r.check_id in HELD and r.action == "drain":
+                        state.set(HELD[r.check_id][0], "1")
                 if state is not None:
                     state.set(actions.DRAIN_REASON_KEY, plan.reason)
                 rec.event("drain", plan.reason, check_id=plan.check_id)
@@ -144,6 +186,9 @@ def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, 
                                         clean_runs=plan.clean_runs, check_id=plan.check_id)
             elif plan.action == "resume":
                 backend.resume([cfg.node])
+                for held_key, _ack in HELD.values():
+                    if state is not None and state.get(held_key) == "1":
+                        state.set(held_key, "0")
                 if state is not None:
                     state.set(actions.DRAIN_REASON_KEY, "")
                 rec.event("resume", plan.reason)

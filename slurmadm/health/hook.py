@@ -25,12 +25,10 @@ GIL while it hangs (pyslurm while libslurm retries an unreachable controller) ca
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import select
 import signal
-import socket
 import sys
 import syslog
 import time
@@ -48,7 +46,7 @@ def local_node(explicit: str | None) -> str:
         # act as that Slurm node, as slurmd would tell us (the dev cluster's stand-in NVML reads it)
         os.environ["SLURMD_NODENAME"] = explicit
         return explicit
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    return os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
 
 
 def refuse_exit() -> int:
@@ -65,8 +63,18 @@ def _alert(msg: str) -> None:
     print(f"slurmadm: error: {msg}", file=sys.stderr, flush=True)
 
 
-def main(argv: list[str] | None = None) -> None:
-    started = time.monotonic()
+def _as_slurm_runs_it(argv: list[str]):
+    """`prolog` alone, as the hook scripts run it: no argparse import (a few ms of every prolog)."""
+    if len(argv) == 1 and argv[0] in CONTEXTS:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(context=argv[0], node=None, site=None, checks=None, dry_run=False, json=False)
+    return None
+
+
+def _parse(argv: list[str] | None):
+    import argparse
+
     ap = argparse.ArgumentParser(prog="python -m slurmadm.health", description=__doc__.splitlines()[0])
     ap.add_argument("context", choices=CONTEXTS)
     ap.add_argument("--node", help="act as this Slurm node (default: $SLURMD_NODENAME, then the host name)")
@@ -74,7 +82,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--checks", help="comma-separated check ids (default: the context's checks)")
     ap.add_argument("--dry-run", action="store_true", help="report what would be drained/resumed; change nothing")
     ap.add_argument("--json", action="store_true", help="the full report as JSON on stdout")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    started = time.monotonic()
+    args = _as_slurm_runs_it(sys.argv[1:] if argv is None else argv) or _parse(argv)
     hook = args.context in HOOK_CONTEXTS
     refuse = refuse_exit()
 

@@ -21,23 +21,43 @@ from ..errors import SlurmadmError
 from ..proc import run
 from .checks import CannotRun, Ctx, MissingTool, Outcome
 
-AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.]+)", re.M)
+NUM = r"[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?"
+AVG_RE = re.compile(rf"^\s*#?\s*Avg bus bandwidth\s*:\s*({NUM})", re.M)
+OOB_RE = re.compile(r"^\s*#?\s*Out of bounds values\s*:\s*([0-9]+)\s+(OK|FAILED)", re.M)
+
+
+def _count(field: str) -> int:
+    """A #wrong cell: an integer, or %g (`1.04858e+06`); N/A and anything else count 0."""
+    try:
+        return int(float(field))
+    except ValueError:
+        return 0
 
 
 def parse_all_reduce_perf(text: str) -> tuple[float, int]:
-    """(average bus bandwidth GB/s, number of wrong results) from all_reduce_perf's output."""
+    """(average bus bandwidth GB/s, number of wrong results) from all_reduce_perf's output.
+
+    Wrong results: the `#wrong` columns of nccl-tests 2.x data rows (printed with %g, so large
+    counts read `1.04858e+06`, rounded) and the `Out of bounds values : N FAILED` footer, which is
+    exact and wins when present (older layouts print a max-error column instead of a count)."""
     m = AVG_RE.search(text)
+    oob = OOB_RE.search(text)
+    wrong = int(oob.group(1)) if oob and oob.group(2) == "FAILED" else 0
+    if oob and oob.group(2) == "FAILED" and wrong == 0:
+        wrong = 1
+    if not wrong and "#wrong" in text:
+        rows = 0
+        for line in text.splitlines():
+            fields = line.split()
+            # data rows: size count type redop root time algbw busbw #wrong time algbw busbw #wrong
+            if len(fields) >= 13 and fields[0].isdigit():
+                rows += _count(fields[8]) + _count(fields[12])
+        wrong = rows
     if not m:
+        if wrong:
+            return 0.0, wrong
         tail = text.strip().splitlines()[-1:] or ["no output"]
         raise CannotRun(f"all_reduce_perf printed no 'Avg bus bandwidth' line ({tail[0][:120]})")
-    wrong = 0
-    for line in text.splitlines():
-        fields = line.split()
-        # data rows: size count type redop root time algbw busbw #wrong time algbw busbw #wrong
-        if len(fields) >= 13 and fields[0].isdigit():
-            for col in (8, 12):
-                if fields[col].isdigit():
-                    wrong += int(fields[col])
     return float(m.group(1)), wrong
 
 
@@ -47,9 +67,16 @@ def measure(gpus: int, size_mib: int, iters: int, timeout_s: float) -> tuple[flo
     exe = shutil.which("all_reduce_perf")
     try:
         if exe:
+            # nccl-tests exits non-zero when any result was wrong: that is a verdict, not "cannot run"
             proc = run([exe, "-b", str(nbytes), "-e", str(nbytes), "-f", "2", "-g", str(gpus),
-                        "-n", str(iters), "-w", "5", "-c", "1"], timeout=timeout_s)
-            bw, wrong = parse_all_reduce_perf(proc.stdout)
+                        "-n", str(iters), "-w", "5", "-c", "1"], timeout=timeout_s, check=False)
+            try:
+                bw, wrong = parse_all_reduce_perf(proc.stdout)
+            except CannotRun:
+                if proc.returncode != 0:
+                    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+                    raise CannotRun(f"all_reduce_perf exited {proc.returncode}: {tail[0][:160]}") from None
+                raise
             return bw, wrong, "all_reduce_perf"
         if not _torch_cuda():
             raise MissingTool("no all_reduce_perf on PATH and no torch with CUDA (pip install 'slurmadm[burnin]')")
@@ -87,7 +114,7 @@ def check(ctx: Ctx) -> Outcome:
     out.value = bw
     out.note = f"busbw {bw:.1f} GB/s >= floor {floor:g} ({how}, {cfg.nccl_size_mib} MiB x {cfg.gpu.count} GPUs)"
     if wrong:
-        out.fail(f"{wrong} wrong all-reduce results ({how})")
+        out.fail(f"{wrong} wrong all-reduce results: data corruption ({how})")
     if bw < floor:
         out.fail(f"busbw {bw:.1f} GB/s < floor {floor:g} GB/s ({how})")
     return out

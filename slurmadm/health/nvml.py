@@ -34,7 +34,7 @@ class Nvml:
     @classmethod
     def open(cls) -> "Nvml":
         try:
-            import pynvml
+            pynvml = import_pynvml()
         except ImportError as exc:  # nvidia-ml-py is a dependency; a broken install still must not crash
             raise NvmlUnavailable(f"pynvml not importable ({exc})") from None
         try:
@@ -68,6 +68,38 @@ class Nvml:
             return None
         except self.mod.NVMLError_FunctionNotFound:
             return None
+
+
+def import_pynvml():
+    """`import pynvml`, without the ~10 ms of imports its `from ctypes.util import find_library`
+    drags in (subprocess, shutil, tempfile, bz2, lzma, ...): pynvml calls find_library nowhere on
+    Linux (it loads libnvidia-ml.so.1 by name), so a stand-in module serves the import and is
+    removed again at once; a caller that does call it gets the real function."""
+    import sys
+
+    if "pynvml" in sys.modules or "ctypes.util" in sys.modules or not sys.platform.startswith("linux"):
+        import pynvml
+
+        return pynvml
+    import types
+
+    stub = types.ModuleType("ctypes.util")
+
+    def find_library(name):
+        if sys.modules.get("ctypes.util") is stub:
+            del sys.modules["ctypes.util"]
+        import ctypes.util
+
+        return ctypes.util.find_library(name)
+
+    stub.find_library = find_library
+    sys.modules["ctypes.util"] = stub
+    try:
+        import pynvml
+    finally:
+        if sys.modules.get("ctypes.util") is stub:
+            del sys.modules["ctypes.util"]
+    return pynvml
 
 
 def _text(value: Any) -> str:

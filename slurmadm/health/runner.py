@@ -140,6 +140,7 @@ def run_checks(policies: list[Policy], ctx: Ctx, *, deadline: float,
         except Exception as exc:  # noqa: BLE001 - e.g. an NVMLError from nvmlDeviceGetCount
             nvml_error = f"NVML: {exc}"
     for p in policies:
+        ctx.nvml_broken = nvml_error
         started = time.monotonic()
         remaining = deadline - started
         if remaining <= 0:

@@ -35,6 +35,10 @@ class ModelThresholds(Strict):
     # NVLink error counters (replay + recovery + CRC, per GPU) may rise by at most this much
     # between two periodic runs.
     nvlink_error_rise_max: NonNegativeInt = 100
+    # Aggregate (lifetime) uncorrected ECC errors above this warn. The lifetime counter stays
+    # above zero after a successful row remap and reset, so it never drains: volatile counts, row
+    # remap pending/failed and the recovery action decide (slurmadm issue 10).
+    ecc_uncorrected_aggregate_warn: NonNegativeInt = 0
 
 
 XidAction = Literal["fail", "warn", "ignore"]
@@ -48,6 +52,14 @@ class CheckPolicy(Strict):
     on_fail: Literal["drain", "warn", "ignore"] | None = None
     on_error: Literal["fail", "warn"] | None = None
     timeout_s: Seconds | None = None
+
+
+class MountSpec(Strict):
+    """A filesystem the `mounts` check wants mounted, writable, with free space."""
+
+    path: Annotated[str, Field(pattern=r"^/[^\x00\n]*$")]
+    writable: bool = True
+    min_free_gib: Annotated[float, Field(ge=0)] = 0.0
 
 
 class HealthSection(Strict):
@@ -88,6 +100,31 @@ class HealthSection(Strict):
         "h100": ModelThresholds(nccl_busbw_floor_gbps=300.0, max_gpu_temp_c=85),
     }
     checks: dict[CheckId, CheckPolicy] = {}
+    # --- node checks beyond the GPUs (issue 10) ---
+    # Root of sysfs the `infiniband` and `host-memory` checks read ({node}: the node name; tests
+    # and the dev cluster point it at a tree they write).
+    sysfs_root: str = "/sys"
+    # InfiniBand error counters may rise at most this much between two runs (others: not judged).
+    ib_counter_rise_max: dict[str, NonNegativeInt] = {
+        "symbol_error": 100, "link_error_recovery": 0, "link_downed": 0, "port_rcv_errors": 100,
+        "local_link_integrity_errors": 0, "excessive_buffer_overrun_errors": 0, "port_xmit_discards": 1000,
+    }
+    # Link flaps ("lost carrier" / "Link down" of an HCA in the kernel log): this many within the
+    # window fail (Azure ND: twice in 6 h).
+    ib_flaps_max: PositiveInt = 2
+    ib_flap_window_hours: Annotated[float, Field(gt=0, le=720)] = 6.0
+    # Filesystems that must be mounted and writable, with free space (e.g. /home, /scratch).
+    mounts: list[MountSpec] = []
+    # MemTotal may be this fraction below the profile's memory_gib (firmware and kernel reserve some).
+    memory_tolerance_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.06
+    # Process name (as in /proc/<pid>/comm, 15 chars) of NVIDIA Fabric Manager on NVSwitch nodes;
+    # "" = not checked.
+    fabric_manager_process: str = "nv-fabricmanage"
+    # A hardware clock-event reason (HW slowdown, HW thermal, power brake) must still be set after
+    # this many milliseconds to fail (HW slowdown blips on P-state changes).
+    clock_event_confirm_ms: Annotated[int, Field(ge=0, le=5000)] = 100
+    # Epilog: processes of the job's user left outside any Slurm job count as leftovers too.
+    leftover_outside_jobs: bool = True
 
     @field_validator("xid_actions")
     @classmethod

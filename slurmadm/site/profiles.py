@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from ..hostlist import expand
+from .slurmtext import MAX_NODE_MEMORY_GIB, UINT16_MAX, SlurmWord
 
 
 class Strict(BaseModel):
@@ -31,13 +32,16 @@ class GpuSpec(Strict):
     sockets: list[Annotated[int, Field(ge=0)]] = [0, 0, 0, 0, 1, 1, 1, 1]
     # Logical core indexes (0 .. sockets*cores_per_socket-1, not OS CPU ids) near each GPU, by
     # index, e.g. "0-27" on a sub-NUMA-clustered build. Omitted: every core of the GPU's socket.
-    cores: list[str] | None = None
+    cores: list[SlurmWord] | None = None
     # Device file of each GPU, by index; a hostlist-style pattern expanded in order.
-    device_files: str = "/dev/nvidia[0-7]"
+    device_files: SlurmWord = "/dev/nvidia[0-7]"
     nvlinks: Annotated[int, Field(ge=0)] = 18
     pcie_gen: Annotated[int, Field(ge=1, le=7)] = 5
     pcie_width: Annotated[int, Field(ge=1, le=32)] = 16
     power_limit_w: PositiveInt = 1000
+    # NVSwitch chips on the baseboard (HGX B200: 2; H100/H200: 4; PCIe cards: 0). With NVSwitches
+    # the `fabric` health check wants every GPU's fabric registration complete and Fabric Manager up.
+    nvswitches: Annotated[int, Field(ge=0, le=64)] = 2
 
     @model_validator(mode="after")
     def _per_gpu_lists(self) -> "GpuSpec":
@@ -60,6 +64,10 @@ class NicSpec(Strict):
     count: Annotated[int, Field(ge=0)] = 8
     gbps: PositiveInt = 400
     kind: Literal["infiniband", "ethernet"] = "infiniband"
+    # The compute HCAs (a hostlist-style pattern of /sys/class/infiniband names) and the port on
+    # each that the `infiniband` health check inspects. Empty: not checked.
+    hcas: Annotated[str, Field(pattern=r"^[A-Za-z0-9_\-\[\],]*$")] = "mlx5_[0-7]"
+    port: Annotated[int, Field(ge=1, le=255)] = 1
 
 
 class NodeProfile(Strict):
@@ -69,13 +77,16 @@ class NodeProfile(Strict):
     threads_per_core: Annotated[int, Field(ge=1, le=8)]
     # Logical CPUs as `slurmd -C` reports them; must be sockets x cores_per_socket x
     # threads_per_core (checked). Omitted: that product.
-    cpus: PositiveInt
-    memory_gib: PositiveInt
+    cpus: Annotated[int, Field(ge=1, le=UINT16_MAX)]  # Slurm keeps CPUs in a uint16
+    # RealMemory (uint64 MiB) is derived from it.
+    memory_gib: Annotated[int, Field(ge=1, le=MAX_NODE_MEMORY_GIB)]
     # Seconds from power-on until slurmd answers (slurm.resume_timeout must cover it when Slurm
     # reboots nodes). An HGX/DGX B200 takes about ten minutes.
     boot_seconds: PositiveInt = 600
     gpus: GpuSpec
     nics: NicSpec = NicSpec()
+    # Populated DIMMs the `host-memory` check expects (EDAC sysfs); omitted: not counted.
+    dimms: Annotated[int, Field(ge=1, le=1024)] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -123,7 +134,8 @@ BUILTIN_PROFILES: dict[str, NodeProfile] = {
         cores_per_socket=56,
         threads_per_core=2,
         memory_gib=2048,
-        gpus=GpuSpec(model="h200", nvml_name="NVIDIA H200", memory_gib=141, pcie_gen=5, power_limit_w=700),
+        gpus=GpuSpec(model="h200", nvml_name="NVIDIA H200", memory_gib=141, pcie_gen=5, power_limit_w=700,
+                     nvswitches=4),
         nics=NicSpec(),
     ),
     "hgx-h100": NodeProfile(
@@ -133,7 +145,8 @@ BUILTIN_PROFILES: dict[str, NodeProfile] = {
         threads_per_core=2,
         memory_gib=2048,
         gpus=GpuSpec(
-            model="h100", nvml_name="NVIDIA H100 80GB HBM3", memory_gib=80, pcie_gen=5, power_limit_w=700
+            model="h100", nvml_name="NVIDIA H100 80GB HBM3", memory_gib=80, pcie_gen=5, power_limit_w=700,
+            nvswitches=4,
         ),
         nics=NicSpec(),
     ),

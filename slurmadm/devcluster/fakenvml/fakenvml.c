@@ -75,6 +75,7 @@ struct gpu {
     unsigned remap_cor, remap_unc, remap_pending, remap_failure;
     unsigned pcie_gen, pcie_gen_max, pcie_gen_gpu_max, pcie_width, pcie_width_max, pcie_replay;
     unsigned nvlink_count, nvlink_version;
+    unsigned fabric_state, fabric_status, fabric_health, recovery_action;
     unsigned char nvlink_up[MAX_LINKS];
     unsigned long long nvlink_err[MAX_LINKS][NVLINK_COUNTERS];
     int numa_node;
@@ -132,7 +133,8 @@ static const struct field GPU_FIELDS[] = {
     U32(retired_pending), U32(remap_cor), U32(remap_unc), U32(remap_pending),
     U32(remap_failure), U32(pcie_gen), U32(pcie_gen_max), U32(pcie_gen_gpu_max),
     U32(pcie_width), U32(pcie_width_max), U32(pcie_replay), U32(nvlink_count),
-    U32(nvlink_version), I32(numa_node),
+    U32(nvlink_version), I32(numa_node), U32(fabric_state), U32(fabric_status), U32(fabric_health),
+    U32(recovery_action),
 };
 
 static void copy_str(char *dst, size_t size, const char *src) {
@@ -1028,6 +1030,7 @@ static nvmlReturn_t field_value(const struct gpu *g, unsigned id, unsigned scope
     case 143: *type = VT_UINT; x = g->remap_unc; break;     /* REMAPPED_UNC */
     case 144: *type = VT_UINT; x = g->remap_pending; break; /* REMAPPED_PENDING */
     case 145: *type = VT_UINT; x = g->remap_failure; break; /* REMAPPED_FAILURE */
+    case 230: *type = VT_UINT; x = g->recovery_action; break; /* NVML_FI_DEV_GET_GPU_RECOVERY_ACTION */
     case 161: case 162: case 163: case 165: { /* per link (scopeId): DL replay, recovery, CRC, state */
         nvmlReturn_t r = check_link(g, scope);
         if (r) return r;
@@ -1057,5 +1060,67 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count, nvmlFi
         f->latencyUsec = 0;
         f->nvmlReturn = field_value(g, f->fieldId, f->scopeId, &f->valueType, &f->value);
     }
+    return leave(NVML_SUCCESS);
+}
+
+/* ------------------------------------------------------------------ NVSwitch fabric */
+
+/* nvmlGpuFabricInfo_t (v1): clusterUuid[16], status, cliqueId, state. */
+typedef struct {
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned cliqueId, state;
+} nvmlGpuFabricInfo_t;
+
+/* nvmlGpuFabricInfo_v2_t / _v3_t: version first, then the v1 fields, healthMask (v3: healthSummary). */
+typedef struct {
+    unsigned version;
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned cliqueId, state, healthMask;
+    unsigned char healthSummary;
+} nvmlGpuFabricInfo_v3_t;
+#define NVML_GPU_FABRIC_INFO_V2 0x02000024u
+#define NVML_GPU_FABRIC_INFO_V3 0x03000028u
+
+static void fabric_uuid(const struct gpu *g, unsigned char out[16]) {
+    /* one fabric cluster per node: derive it from the first GPU's UUID characters */
+    (void)g;
+    const char *u = g_state.gpus[0].uuid;
+    for (int i = 0; i < 16; i++) out[i] = (unsigned char)(u[4 + i] ? u[4 + i] : 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t dev, nvmlGpuFabricInfo_t *info) {
+    struct gpu *g;
+    nvmlReturn_t r = enter(dev, &g);
+    if (r) return r;
+    if (!info) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (g->fabric_state == 0) return leave(NVML_ERROR_NOT_SUPPORTED);
+    memset(info, 0, sizeof *info);
+    fabric_uuid(g, info->clusterUuid);
+    info->status = (nvmlReturn_t)g->fabric_status;
+    info->cliqueId = 1;
+    info->state = g->fabric_state;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t dev, nvmlGpuFabricInfo_v3_t *info) {
+    struct gpu *g;
+    nvmlReturn_t r = enter(dev, &g);
+    if (r) return r;
+    if (!info) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned version = info->version;
+    if (version != NVML_GPU_FABRIC_INFO_V2 && version != NVML_GPU_FABRIC_INFO_V3)
+        return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    if (g->fabric_state == 0) return leave(NVML_ERROR_NOT_SUPPORTED);
+    size_t size = version == NVML_GPU_FABRIC_INFO_V3 ? sizeof *info : offsetof(nvmlGpuFabricInfo_v3_t, healthSummary);
+    memset(info, 0, size);
+    info->version = version;
+    fabric_uuid(g, info->clusterUuid);
+    info->status = (nvmlReturn_t)g->fabric_status;
+    info->cliqueId = 1;
+    info->state = g->fabric_state;
+    info->healthMask = g->fabric_health;
+    if (version == NVML_GPU_FABRIC_INFO_V3) info->healthSummary = g->fabric_health & 0x1 ? 2 : 1;
     return leave(NVML_SUCCESS);
 }

@@ -74,7 +74,9 @@ def test_one_bad_gpu_is_named(bad, expect):
 
 
 def test_cpu_stand_in_never_claims_a_gpu():
-    r = cpu_stand_in(0.2, "no CUDA device: torch is a CPU build")
+    # a zero budget (as good as a machine so loaded that the budget is gone before the first
+    # round) still does one round of work and reports a rate: nothing here depends on speed
+    r = cpu_stand_in(0.0, "no CUDA device: torch is a CPU build")
     assert r.status == "warn" and r.test == "stress"
     assert r.detail.startswith("GPUs not stressed (no CUDA device: torch is a CPU build); CPU stand-in ran")
     assert r.data["device"] == "cpu" and r.unit == "GB/s (CPU)" and r.value > 0

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from slurmadm.devcluster import gpus
+from slurmadm.devcluster import gpus, ibsysfs
 from slurmadm.site import BUILTIN_PROFILES
 
 pytestmark = pytest.mark.unit
@@ -39,22 +39,27 @@ def node(tmp_path, lib_dir):
     data = tomllib.loads((REPO / "site.example.toml").read_text())
     data["store"] = {"path": str(tmp_path / "slurmadm.db")}
     data["health"].update(results_log=str(tmp_path / "health.jsonl"), xid_source=str(tmp_path / "gpus/{node}.kmsg"),
-                          check_timeout_s=1.0)
+                          check_timeout_s=1.0, sysfs_root=str(tmp_path / "gpus/{node}.sysfs"),
+                          fabric_manager_process="", mounts=[])
     data["health"]["checks"]["nccl-allreduce"] = {"contexts": ["epilog"]}  # no GPUs to all-reduce on here
+    # this machine's memory stands in for the node's 2 TB (host-memory reads the real /proc/meminfo)
+    data["profiles"]["hgx-b200"]["memory_gib"] = max(1, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 30)
     site = tmp_path / "site.toml"
     site.write_text(tomli_w.dumps(data))
     gdir = tmp_path / "gpus"
     gpus.write_healthy(gdir, NODE, B200, driver_version=DRIVER)
+    ibsysfs.write_healthy(gdir, NODE, B200)
     env = {"PATH": "/usr/bin:/bin", "SLURMADM_SITE": str(site), "SLURMADM_CACHE_DIR": str(tmp_path / "cache"),
            **gpus.env_for(gdir, lib_dir)}
 
-    def run(*checks: str, context: str = "run", dry_run: bool = True) -> dict:
+    def run(*checks: str, context: str = "run", dry_run: bool = True, extra_env: dict | None = None) -> dict:
         argv = [sys.executable, "-I", "-m", "slurmadm.health", context, "--node", NODE, "--json"]
         if checks:
             argv += ["--checks", ",".join(checks)]
         if dry_run:
             argv.append("--dry-run")
-        p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        p = subprocess.run(argv, env={**env, **(extra_env or {})}, capture_output=True, text=True, timeout=60,
+                           cwd=tmp_path)
         assert p.stdout, p.stderr
         report = json.loads(p.stdout)
         report["rc"] = p.returncode
@@ -72,7 +77,8 @@ def test_healthy_node_passes_every_fast_check(node):
     assert statuses == {
         "gpu-count": "pass", "ecc-uncorrected": "pass", "row-remap": "pass", "xid": "pass", "nvlink": "pass",
         "pcie-link": "pass", "thermal": "pass", "ecc-corrected": "pass", "retired-pages": "pass", "power": "pass",
-        "driver-version": "pass", "persistence-mode": "pass",
+        "driver-version": "pass", "persistence-mode": "pass", "clock-events": "pass", "fabric": "pass",
+        "infiniband": "pass", "host-memory": "pass", "mounts": "skip",
     }
     assert report["by_id"]["gpu-count"]["detail"] == "8 x NVIDIA B200"
     assert report["by_id"]["thermal"]["value"] > 0 and report["by_id"]["power"]["value"] > 0  # really read
@@ -86,20 +92,34 @@ FAULTS = [
     ("row-remap-pending", None, "row-remap", "fail", "GPU5 row remap pending"),
     ("row-remap-failed", None, "row-remap", "fail", "GPU5 row remapping failed"),
     ("retired-pages", "11", "retired-pages", "fail", "GPU5 11 retired pages > 10"),
-    ("xid", "79", "xid", "fail", "GPU5 XID 79 GPU_HAS_FALLEN_OFF_THE_BUS (RESTART_BM)"),
+    ("xid", "79", "xid", "fail", "GPU5 XID 79 ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS (RESTART_BM)"),
     ("xid", "48", "xid", "fail", "GPU5 XID 48"),
     ("xid", "63", "xid", "warn", "GPU5 XID 63"),
     ("xid", "92", "xid", "warn", "GPU5 XID 92"),
-    ("xid", "13", "xid", "pass", "1 in the last 60 min"),
+    ("xid", "13", "xid", "pass", "1 XID line(s) in the log"),  # the example site ignores 13
     ("pcie-degraded", "3x8", "pcie-link", "fail", "GPU5 PCIe x8 < x16"),
     ("nvlink-down", "2", "nvlink", "fail", "GPU5 2/18 NVLinks inactive (links 0,1)"),
     ("thermal", "95", "thermal", "fail", "GPU5 95 C > 87 C"),
     ("memory-thermal", "100", "thermal", "fail", "GPU5 HBM 100 C > 95 C"),
-    ("clocks-throttle", None, "thermal", "fail", "GPU5 clocks throttled: HW slowdown"),
+    ("clocks-throttle", None, "clock-events", "fail", "GPU5 clock events: HW slowdown"),
     ("power", "1200", "power", "fail", "GPU5 draws 1200 W > 1.1 x limit 1000 W"),
     ("persistence-off", None, "persistence-mode", "fail", "GPU5 persistence mode off"),
     ("missing-gpu", None, "gpu-count", "fail", "found 7 GPUs, profile expects 8"),
     ("leftover-process", "4242", "gpu-processes", "fail", "GPU5 held by pid 4242"),
+    # issue 10: the new faults, through the real pynvml
+    ("ecc-aggregate", "3", "ecc-uncorrected", "warn", "GPU5 aggregate (lifetime) uncorrected ECC=3 > 0"),
+    ("fabric", "not-started", "fabric", "fail", "GPU5 fabric NOT_STARTED"),
+    ("fabric", "in-progress", "fabric", "warn", "GPU5 fabric registration IN_PROGRESS"),
+    ("fabric", "failed", "fabric", "fail", "GPU5 fabric COMPLETED with error (NVML status 999)"),
+    ("fabric", "degraded", "fabric", "fail", "GPU5 fabric health: degraded bandwidth"),
+    ("fabric", "route-recovery", "fabric", "warn", "GPU5 fabric health: route recovery in progress"),
+    ("clock-event", "power-brake", "clock-events", "fail", "GPU5 clock events: HW power brake"),
+    ("clock-event", "sw-power-cap", "clock-events", "pass", "ok"),
+    ("recovery-action", "2", "xid", "fail", "GPU5 NVML recovery action: Node Reboot Required"),
+    ("xid", "94:mig", "xid", "warn", "GPU5 (MIG GI 1 CI 0) XID 94 ROBUST_CHANNEL_CONTAINED_ERROR"),
+    ("xid", "144:SAW_MVB:0x8", "xid", "pass", "1 XID line(s) in the log"),
+    ("xid", "144:SAW_MVB:0x10:fatal", "xid", "fail", "GPU5 XID 144 NVLINK_SAW_ERROR SAW_MVB status 0x00000010"),
+    ("xid", "154:reboot", "xid", "fail", "GPU5 XID 154 GPU_RECOVERY_ACTION_CHANGED: Node Reboot Required"),
 ]
 
 
@@ -110,22 +130,41 @@ def test_fault_fails_its_check_only(node, kind, value, check_id, status, detail)
     r = report["by_id"][check_id]
     assert r["status"] == status and detail in r["detail"], r
     others = {cid: x["status"] for cid, x in report["by_id"].items() if cid != check_id}
+    also = {"thermal": {"clock-events"}}.get(kind, set())  # an overheated GPU also slows its clocks
     if kind != "missing-gpu":  # a GPU off the bus is also absent from every per-GPU check
-        assert all(s in ("pass", "skip") for s in others.values()), others
+        assert all(s in ("pass", "skip") for c, s in others.items() if c not in also), others
 
 
 def test_thermal_fault_also_reports_slowdown(node):
     gpus.inject(node.gdir, NODE, 2, "thermal", "95")
-    detail = node("thermal")["by_id"]["thermal"]["detail"]
-    assert "GPU2 95 C > 87 C" in detail and "HW thermal slowdown" in detail
+    report = node("thermal", "clock-events")["by_id"]
+    assert "GPU2 95 C > 87 C" in report["thermal"]["detail"]
+    assert "HW thermal slowdown" in report["clock-events"]["detail"]
 
 
-def test_old_xids_age_out_of_the_window(node):
+def test_old_app_xids_age_out_but_reset_class_ones_wait_for_the_reset(node):
     from datetime import datetime, timedelta, timezone
 
-    gpus.inject(node.gdir, NODE, 1, "xid", "79", now=datetime.now(timezone.utc) - timedelta(minutes=61))
+    # a 1-minute window and XIDs 90 s old: outside the window, but after this machine booted
+    # (a reboot since would clear them), so wait for 100 s of uptime on a freshly booted machine
+    site = node.tmp / "site.toml"
+    data = tomllib.loads(site.read_text())
+    data["health"]["xid_window_minutes"] = 1
+    site.write_text(tomli_w.dumps(data))
+    deadline = time.monotonic() + 120
+    while time.clock_gettime(time.CLOCK_BOOTTIME) < 100 and time.monotonic() < deadline:
+        time.sleep(1)
+    before = datetime.now(timezone.utc) - timedelta(seconds=90)
+    gpus.inject(node.gdir, NODE, 1, "xid", "31", now=before)  # RESTART_APP: ages out of the window
     r = node("xid")["by_id"]["xid"]
-    assert r["status"] == "pass" and "1 XID line(s) in the log, 0 in the last 60 min" in r["detail"]
+    assert r["status"] == "pass" and "1 XID line(s) in the log" in r["detail"], r
+    gpus.inject(node.gdir, NODE, 2, "xid", "95", now=before)  # RESET_GPU: stays until the GPU is reset
+    r = node("xid")["by_id"]["xid"]
+    assert r["status"] == "fail" and "GPU2 XID 95" in r["detail"] and "no GPU reset seen since" in r["detail"], r
+    assert "GPU2 NVML recovery action: GPU Reset Required" in r["detail"]
+    gpus.inject(node.gdir, NODE, 2, "xid", "154:none")  # the driver logs the reset: recovery action none
+    r = node("xid")["by_id"]["xid"]
+    assert r["status"] == "pass", r
 
 
 def test_repeated_xid_is_reported_once_with_a_count(node):
@@ -153,10 +192,12 @@ def test_driver_version_against_the_site_baseline(node):
 
 def test_hung_gpu_is_reported_as_cannot_run_within_the_check_limit(node):
     gpus.inject(node.gdir, NODE, 3, "hang")
-    t0 = time.monotonic()
     report = node("gpu-count", "ecc-uncorrected", "xid")
-    took = time.monotonic() - t0
-    assert took < 1.0 + 3.0, took  # one check limit (1 s) plus process start, not one per check
+    # one check limit (1 s), not one per check: NVML's start waits out the limit once and no NVML
+    # check is started after it (each says why at once instead of timing out on its own; no
+    # wall-clock bound here: a loaded machine only slows the process start)
+    assert "NVML did not answer within 1 s" in report["by_id"]["ecc-uncorrected"]["detail"]
+    assert all(r["duration_ms"] < 500 for cid, r in report["by_id"].items() if cid != "xid")
     assert report["by_id"]["gpu-count"]["status"] == "error"
     assert "cannot run: NVML did not answer within 1 s" in report["by_id"]["gpu-count"]["detail"]
     assert report["by_id"]["ecc-uncorrected"]["status"] == "error"
@@ -180,8 +221,15 @@ def test_concurrent_prologs_share_one_store(node, lib_dir):
     """Eight nodes' prologs at the same moment, one store file and one JSON-lines file (as on the
     dev cluster): every run succeeds and every result lands, none interleaved."""
     names = [f"b200-{i:03d}" for i in range(1, 9)]
+    # what is under test is the shared store, not speed: eight runs on a loaded 2-core machine
+    # may take long, so the run's limit is out of the way
+    site = node.tmp / "site.toml"
+    data = tomllib.loads(site.read_text())
+    data["health"].update(prolog_timeout_s=300.0, check_timeout_s=120.0)
+    site.write_text(tomli_w.dumps(data))
     for n in names:
         gpus.write_healthy(node.gdir, n, B200, driver_version=DRIVER)
+        ibsysfs.write_healthy(node.gdir, n, B200)
     env = {"PATH": "/usr/bin:/bin", "SLURMADM_SITE": str(node.tmp / "site.toml"),
            "SLURMADM_CACHE_DIR": str(node.tmp / "cache"), **gpus.env_for(node.gdir, lib_dir)}
     procs = [subprocess.Popen([sys.executable, "-I", "-m", "slurmadm.health", "prolog"],
@@ -197,3 +245,93 @@ def test_concurrent_prologs_share_one_store(node, lib_dir):
     with Store(node.tmp / "slurmadm.db") as store:
         rows = store.db.execute("SELECT node, COUNT(*) AS n FROM check_results GROUP BY node").fetchall()
     assert {r["node"]: r["n"] for r in rows} == per_node
+
+
+# ------------------------------------------------------------------------------ InfiniBand, host
+
+
+@pytest.mark.parametrize("fault,detail", [
+    ("down", "mlx5_3:1 state 1: DOWN, phys_state 3: Disabled"),
+    ("rate", "mlx5_3:1 rate 200 Gb/sec (4X HDR) (want 400 Gb/sec)"),
+    ("missing", "mlx5_3 missing"),
+    ("flap", "mlx5_3 link flapped 2 times in 6 h"),
+])
+def test_infiniband_faults_through_the_sysfs_root(node, fault, detail):
+    assert node("infiniband")["by_id"]["infiniband"]["status"] == "pass"
+    ibsysfs.ib_fault(node.gdir, NODE, "mlx5_3", fault, kmsg=gpus.kmsg_path(node.gdir, NODE))
+    r = node("infiniband")["by_id"]["infiniband"]
+    assert r["status"] == "fail" and detail in r["detail"], r
+    assert "mlx5_2" not in r["detail"]
+
+
+def test_infiniband_error_counters_are_deltas_between_runs(node):
+    assert node("infiniband", dry_run=False)["by_id"]["infiniband"]["status"] == "pass"  # baseline stored
+    ibsysfs.ib_fault(node.gdir, NODE, "mlx5_1", "errors")
+    r = node("infiniband", dry_run=False)["by_id"]["infiniband"]
+    assert r["status"] == "fail" and "mlx5_1:1 symbol_error rose by 5000 (> 100)" in r["detail"], r
+    assert "mlx5_1:1 link_downed rose by 3 (> 0)" in r["detail"]
+    again = node("infiniband", dry_run=False)["by_id"]["infiniband"]  # no new errors since: a delta of 0
+    assert again["status"] == "pass", again
+    for _ in range(15):  # symbol_error is 16 bits wide: stuck at 65535 reads as "many"
+        ibsysfs.ib_fault(node.gdir, NODE, "mlx5_1", "errors")
+    r = node("infiniband", dry_run=False)["by_id"]["infiniband"]
+    assert "symbol_error rose to its maximum 65535 (many" in r["detail"], r
+
+
+def test_host_memory_against_the_profile(node):
+    assert node("host-memory")["by_id"]["host-memory"]["status"] == "pass"
+    site = node.tmp / "site.toml"
+    data = tomllib.loads(site.read_text())
+    data["profiles"]["hgx-b200"]["memory_gib"] *= 4  # as if DIMMs were missing
+    site.write_text(tomli_w.dumps(data))
+    r = node("host-memory")["by_id"]["host-memory"]
+    assert r["status"] == "fail" and "< profile" in r["detail"], r
+
+
+def test_mounts_missing_unmounted_and_full(node, tmp_path):
+    site = node.tmp / "site.toml"
+    data = tomllib.loads(site.read_text())
+    data["health"]["mounts"] = [{"path": "/"}, {"path": str(tmp_path)}, {"path": str(tmp_path / "nope")},
+                                {"path": "/proc", "min_free_gib": 1.0}]
+    site.write_text(tomli_w.dumps(data))
+    r = node("mounts")["by_id"]["mounts"]
+    assert r["status"] == "fail", r
+    assert f"{tmp_path} is not mounted" in r["detail"] and f"{tmp_path / 'nope'} missing" in r["detail"]
+    assert "/proc has 0.0 GiB free < 1 GiB" in r["detail"] and "/ is" not in r["detail"]
+
+
+def test_leftover_processes_of_the_jobs_user_in_the_epilog(node):
+    import shutil
+
+    setpriv = shutil.which("setpriv")
+    assert setpriv and os.geteuid() == 0, "needs root and util-linux setpriv (the test suite runs as root)"
+    child = subprocess.Popen([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # until the child runs as the user
+            status = Path(f"/proc/{child.pid}/status").read_text()
+            if "\nUid:\t65534" in status and "sleep" in Path(f"/proc/{child.pid}/comm").read_text():
+                break
+            time.sleep(0.05)
+        r = node("leftover-processes", extra_env={"SLURM_JOB_UID": "65534"})["by_id"]["leftover-processes"]
+        assert r["status"] == "fail" and f"{child.pid}" in r["detail"] and "(sleep" in r["detail"], r
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_dimm_count_and_uncorrected_memory_errors_from_edac(node):
+    site = node.tmp / "site.toml"
+    data = tomllib.loads(site.read_text())
+    data["profiles"]["hgx-b200"]["dimms"] = 8
+    site.write_text(tomli_w.dumps(data))
+    r = node("host-memory")["by_id"]["host-memory"]
+    assert r["status"] == "warn" and "no EDAC memory controllers" in r["detail"], r  # cannot count: says so
+    mc = node.gdir / f"{NODE}.sysfs" / "devices" / "system" / "edac" / "mc" / "mc0"  # the sysfs_root of the fixture
+    for i in range(6):  # two of eight DIMMs gone; an empty slot reads size 0
+        (mc / f"dimm{i}").mkdir(parents=True)
+        (mc / f"dimm{i}" / "size").write_text("65536\n" if i < 6 else "0\n")
+    (mc / "ue_count").write_text("1\n")
+    r = node("host-memory")["by_id"]["host-memory"]
+    assert r["status"] == "fail", r
+    assert "6 DIMMs populated, profile expects 8" in r["detail"] and "1 uncorrected memory error(s) in EDAC" in r["detail"]

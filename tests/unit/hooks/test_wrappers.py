@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from slurmadm.devcluster import gpus
+from slurmadm.devcluster import gpus, ibsysfs
 from slurmadm.resources import prolog_epilog_dir
 from slurmadm.site import BUILTIN_PROFILES
 
@@ -39,13 +39,17 @@ def hooks(tmp_path, lib_dir):
     data["store"] = {"path": str(tmp_path / "slurmadm.db")}
     data["health"].update(results_log=str(tmp_path / "health.jsonl"), xid_source=str(tmp_path / "gpus/{node}.kmsg"),
                           check_timeout_s=10.0, prolog_timeout_s=60.0, epilog_timeout_s=60.0,
-                          periodic_timeout_s=50.0)
+                          periodic_timeout_s=50.0,
+                          sysfs_root=str(tmp_path / "gpus/{node}.sysfs"), fabric_manager_process="", mounts=[])
+    # this machine's memory stands in for the node's 2 TB (host-memory reads the real /proc/meminfo)
+    data["profiles"]["hgx-b200"]["memory_gib"] = max(1, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 30)
     data["health"]["checks"]["nccl-allreduce"] = {"contexts": ["run"]}  # nothing to all-reduce on here
     site = tmp_path / "site.toml"
     site.write_text(tomli_w.dumps(data))
     site.chmod(0o644)
     gdir = tmp_path / "gpus"
     gpus.write_healthy(gdir, NODE, BUILTIN_PROFILES["hgx-b200"], driver_version="570.133.20")
+    ibsysfs.write_healthy(gdir, NODE, BUILTIN_PROFILES["hgx-b200"])
     d = tmp_path / "hooks"
     d.mkdir()
     for script in prolog_epilog_dir().glob("*.sh"):

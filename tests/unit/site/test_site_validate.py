@@ -127,7 +127,7 @@ BAD_SITES = [
     ("burnin-window", put("burnin.window_start", "25:00"), "burnin.window_start: '25:00' is not allowed"),
     ("burnin-zero-stress", put("burnin.stress_seconds", 0), "burnin.stress_seconds: must be >= 1, got 0"),
     ("bmc-pattern", put("bmc.host_pattern", "bmc-01"), "bmc.host_pattern: 'bmc-01' is not allowed"),
-    ("relative-store-path", put("store.path", "slurmadm.db"), "store.path: 'slurmadm.db' is not allowed"),
+    ("relative-store-path", put("store.path", "slurmadm.db"), "store.path: 'slurmadm.db' is not an absolute path"),
     ("negative-threshold", put("health.models.b200.max_gpu_temp_c", -5), "health.models.b200.max_gpu_temp_c: must be > 0, got -5"),
     ("missing-database-host", put("database.host", DELETE), "database.host: required key is missing"),
 ]

@@ -1,0 +1,197 @@
+"""Verdicts on real kernel log lines and tool outputs (tests/fixtures/health/README.md names each
+source). Each of these failed before the fix it pins: MIG-attributed XIDs were invisible, the
+XID table was not NVIDIA's, reset-class XIDs aged out of the window, other timestamp formats
+read as "now", a missing log file was a pass, and NCCL data corruption was "cannot run"."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from slurmadm.health import nccl, xid
+from slurmadm.health.checks import CannotRun
+
+pytestmark = pytest.mark.unit
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "health"
+UTC = dt.timezone.utc
+
+
+def ts(text: str) -> float:
+    return dt.datetime.fromisoformat(text).timestamp()
+
+
+def by_xid(findings):
+    return {(f.pci, f.xid): f for f in findings}
+
+
+# ------------------------------------------------------------------------------------ MIG
+
+
+def test_mig_attributed_xids_are_read_and_named():
+    now = ts("2026-11-29T12:00:00+00:00")
+    events = xid.events_from_file(str(FIX / "xid-mig.log"), now)
+    assert [(e.pci, e.xid, e.gi, e.ci) for e in events] == [
+        ("0000:01:00", 94, 5, None), ("0000:01:00", 94, None, None), ("0000:1b:00", 95, 5, 0)]
+    found = by_xid(xid.summarize(events, now=now, window_s=3600))
+    # 94: "restart the app, reset the GPU when convenient": reported, never a drain
+    assert found[("0000:01:00", 94)].verdict == "warn" and found[("0000:01:00", 94)].count == 2
+    assert found[("0000:01:00", 94)].mig == ["GI 5"]
+    # 95 uncontained: RESET_GPU, and the MIG instance is named
+    f95 = found[("0000:1b:00", 95)]
+    assert (f95.verdict, f95.action, f95.needs, f95.mig) == ("fail", "RESET_GPU", "reset", ["GI 5 CI 0"])
+
+
+# ------------------------------------------------------------------------------------ catalog
+
+
+@pytest.mark.parametrize("code,action,verdict", [
+    (79, "RESTART_BM", "fail"), (48, "WORKFLOW_XID_48", "fail"), (95, "RESET_GPU", "fail"),
+    (94, "RESTART_APP", "warn"), (13, "RESTART_APP", "info"), (31, "RESTART_APP", "info"),
+    (155, "RESET_GPU", "fail"), (156, "RESET_GPU", "fail"), (158, "RESET_GPU", "fail"),
+    (157, "IGNORE", "warn"), (63, "IGNORE", "warn"), (119, "RESET_GPU", "fail"), (140, "RESET_GPU", "fail"),
+])
+def test_actions_are_nvidias_catalog(code, action, verdict):
+    name, got_action, got_verdict = xid.classify(code)
+    assert (got_action, got_verdict) == (action, verdict), name
+    assert xid.catalog()[code].mnemonic in name
+
+
+def test_unknown_xid_warns_and_names_itself():
+    name, action, verdict = xid.classify(998)
+    assert verdict == "warn" and "998" in name and action == "UNKNOWN"
+
+
+def test_every_catalog_row_maps_to_a_verdict():
+    for code, entry in xid.catalog().items():
+        v = xid.classify_event(code, "")
+        assert v.verdict in ("fail", "warn", "info"), (code, entry)
+
+
+def test_nvlink5_sub_codes_decide():
+    now = ts("2026-11-29T12:00:00+00:00")
+    found = by_xid(xid.summarize(xid.events_from_file(str(FIX / "xid-nvlink5.log"), now), now=now, window_s=3600))
+    saw = found[("0000:01:00", 144)]  # SAW_MVB Nonfatal, error status 0x8: IGNORE
+    assert saw.verdict == "info" and "SAW_MVB status 0x00000008" in saw.name
+    peer_sw = found[("0000:43:00", 149)]  # NETIR_LINK_EVT field 38: IGNORE (investigate SW/user)
+    assert peer_sw.verdict == "info" and "field 38" in peer_sw.name
+    peer_dev = found[("0000:52:00", 149)]  # field 37: RESET_GPU (investigate the peer device)
+    assert (peer_dev.verdict, peer_dev.action, peer_dev.needs) == ("fail", "RESET_GPU", "reset")
+
+
+def test_nvlink5_fatal_sub_code_and_unlisted_combination():
+    fatal = xid.classify_event(144, "SAW_MVB Fatal XC0 i0 Link 3 (0x00000001 0x00000010 0x0 0x0 0x0 0x0)")
+    assert (fatal.verdict, fatal.action) == ("fail", "RESET_GPU")
+    promoted = xid.classify_event(145, "RLW_RXPIPE Fatal XC0 i0 Link 3 (0x00000006 0x00000002 0x0 0x0 0x0 0x0)")
+    assert promoted.action == "RESET_GPU"  # the catalog's "Action 2" for a Fatal-flagged RXPIPE line
+    nonfatal = xid.classify_event(145, "RLW_RXPIPE Nonfatal XC0 i0 Link 3 (0x00000006 0x00000002 0x0 0x0 0x0 0x0)")
+    assert nonfatal.verdict == "info"
+    odd = xid.classify_event(146, "TLW_CTRL Nonfatal XC0 i0 Link 1 (0x00000009 0x00000040 0x0 0x0 0x0 0x0)")
+    assert odd.verdict == "warn" and "not in the decode table" in odd.name
+
+
+def test_154_recovery_action_from_real_lines():
+    events = xid.events_from_file(str(FIX / "xid-dmesg-T.log"), ts("2026-07-11T06:00:00"))
+    assert [e.xid for e in events] == [120, 154]
+    assert events[0].ts == dt.datetime(2026, 7, 11, 5, 52, 47).timestamp()  # dmesg -T: local time
+    v = xid.classify_event(154, events[1].text)
+    assert (v.verdict, v.needs) == ("fail", "reset") and "GPU Reset Required" in v.name
+    reboot = xid.events_from_file(str(FIX / "xid-79-154.log"), ts("2026-09-14T05:00:00"))
+    assert [e.xid for e in reboot] == [79, 154]  # the GSP line between them is not an XID
+    assert xid.classify_event(154, reboot[1].text).needs == "reboot"
+
+
+# ------------------------------------------------------------------------------------ timestamps
+
+LINE = "NVRM: Xid (PCI:0000:2a:00): 120, GSP kernel exception: load access page fault (cause:0xd)"
+NOW = dt.datetime(2026, 7, 11, 6, 0, 0).timestamp()
+WHEN = dt.datetime(2026, 7, 11, 5, 51, 26).timestamp()
+
+
+@pytest.mark.parametrize("prefix,expected", [
+    ("Jul 11 05:51:26 gpu-node-01 kernel: ", WHEN),  # journalctl -k / syslog
+    ("Jul 11 05:51:26.250000 gpu-node-01 kernel: ", WHEN + 0.25),  # journalctl -o short-precise
+    ("[Sat Jul 11 05:51:26 2026] ", WHEN),  # dmesg -T
+    ("2026-07-11T05:51:26,250000+00:00 ", dt.datetime(2026, 7, 11, 5, 51, 26, 250000, UTC).timestamp()),  # dmesg --time-format iso
+    ("2026-07-11T05:51:26+0000 gpu-node-01 kernel: ", dt.datetime(2026, 7, 11, 5, 51, 26, tzinfo=UTC).timestamp()),  # short-iso
+    ("[ 3600.500000] ", 1000.0 + 3600.5),  # raw dmesg, seconds since boot
+    ("[ 3600.500000] gpu-node-01 kernel: ", 1000.0 + 3600.5),  # journalctl -o short-monotonic
+])
+def test_log_timestamp_shapes(tmp_path, prefix, expected):
+    path = tmp_path / "kern.log"
+    path.write_text(prefix + LINE + "\n")
+    [ev] = xid.events_from_file(str(path), NOW, boot=1000.0)
+    assert ev.ts == pytest.approx(expected) and ev.xid == 120
+
+
+def test_unknown_timestamp_is_refused_not_now(tmp_path):
+    path = tmp_path / "kern.log"
+    path.write_text("<4>" + LINE + "\n")
+    with pytest.raises(xid.XidSourceError, match="cannot tell when"):
+        xid.events_from_file(str(path), NOW)
+
+
+def test_journal_json_source():
+    rec = '{"MESSAGE":"%s","__REALTIME_TIMESTAMP":"1783749086000000","_TRANSPORT":"kernel"}' % LINE
+    other = '{"MESSAGE":"usb 1-1: new device","__REALTIME_TIMESTAMP":"1783749086000000"}'
+    [ev] = xid.events_from_journal_json(rec + "\n" + other + "\n")
+    assert ev.ts == 1783749086.0 and ev.xid == 120
+
+
+# ------------------------------------------------------------------------------------ resets
+
+
+def test_reset_class_xid_stays_until_a_reboot_or_reset():
+    now = ts("2026-09-14T08:00:00+00:00")
+    old = ts("2026-09-14T04:48:45+00:00")  # 3 h ago: outside a 60 min window
+    ev79 = xid.XidEvent(old, "0000:02:00", 79, "", "pid=9962, name=python, GPU has fallen off the bus.")
+    ev46 = xid.XidEvent(old, "0000:03:00", 46, "", "Ch 00000010")
+    booted_before = old - 86400
+    found = by_xid(xid.summarize([ev79, ev46], now=now, window_s=3600, boot=booted_before))
+    assert found[("0000:02:00", 79)].verdict == "fail" and found[("0000:02:00", 79)].pending
+    assert found[("0000:02:00", 79)].needs == "reboot"
+    # a reboot after it clears both
+    assert xid.summarize([ev79, ev46], now=now, window_s=3600, boot=old + 60) == []
+    # an admin resume (acknowledgement) after it clears both
+    assert xid.summarize([ev79, ev46], now=now, window_s=3600, boot=booted_before, ack=old + 1) == []
+    # 154 "to 0x0 (None)" later on the same GPU: the GPU was reset
+    reset = xid.XidEvent(old + 600, "0000:03:00", 154, "", "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)")
+    left = by_xid(xid.summarize([ev79, ev46, reset], now=now, window_s=3600, boot=booted_before))
+    assert ("0000:03:00", 46) not in left and ("0000:02:00", 79) in left  # a reset does not satisfy a reboot
+    # NVML's recovery action reads "none": clears XIDs with Xid 154 linkage only (79 has it, 46 not)
+    found = by_xid(xid.summarize([ev79, ev46], now=now, window_s=3600, boot=booted_before,
+                                 recovery_none={"0000:02:00", "0000:03:00"}))
+    assert ("0000:03:00", 46) in found and found[("0000:02:00", 79)].verdict == "fail"  # 79 needs a reboot
+
+
+def test_app_class_xid_still_ages_out():
+    now = ts("2026-09-14T08:00:00+00:00")
+    ev = xid.XidEvent(now - 7200, "0000:02:00", 13, "", "Graphics SM Warp Exception")
+    assert xid.summarize([ev], now=now, window_s=3600, boot=0) == []
+
+
+def test_kept_events_survive_a_wrapped_ring_buffer():
+    ev = xid.XidEvent(1000.5, "0000:02:00", 79, "", "GPU has fallen off the bus.", 3, None)
+    kept = xid.from_state(xid.to_state([ev]))
+    assert [(e.ts, e.pci, e.xid, e.gi) for e in kept] == [(1000.5, "0000:02:00", 79, 3)]
+    assert len(xid.merge([ev], kept)) == 1 and xid.from_state("not json") == []
+
+
+# ------------------------------------------------------------------------------------ NCCL
+
+
+def test_nccl_wrong_results_in_g_format_and_footer():
+    bw, wrong = nccl.parse_all_reduce_perf((FIX / "nccl-wrong.txt").read_text())
+    assert wrong == 1048576 and bw == pytest.approx(763.065)
+
+
+def test_nccl_older_layout_counts_the_footer_not_the_error_column():
+    bw, wrong = nccl.parse_all_reduce_perf((FIX / "nccl-wrong-old.txt").read_text())
+    assert (bw, wrong) == (128.942, 2)
+
+
+def test_nccl_no_average_line_still_cannot_run():
+    with pytest.raises(CannotRun):
+        nccl.parse_all_reduce_perf("NCCL WARN Cuda failure 'out of memory'\n")
