@@ -54,8 +54,11 @@ def dev_cluster() -> None:
                    "SQLite file (default: as the last `up`; first time: local).")
 @click.option("--bmc/--no-bmc", default=None,
               help="Emulated BMCs (IPMI + Redfish) per node, wired to the nodes' power (default: as last time).")
+@click.option("--ssh/--no-ssh", default=None,
+              help="One OpenSSH sshd per fake node (own mount+UTS namespace and software stack) "
+                   "for `slurmadm fleet` (default: as last time).")
 @json_option
-def up(nodes, site_file, state_dir, port_base, timeout, foreground, central_store, bmc, as_json) -> None:
+def up(nodes, site_file, state_dir, port_base, timeout, foreground, central_store, bmc, ssh, as_json) -> None:
     """Start the dev cluster (idempotent) and wait until every node is idle."""
     dc = _cluster(state_dir)
     stop = threading.Event()
@@ -63,7 +66,7 @@ def up(nodes, site_file, state_dir, port_base, timeout, foreground, central_stor
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     status = dc.up(nodes=nodes, site_file=site_file, port_base=port_base, timeout=timeout,
-                   progress=progress, central_store=central_store, bmc=bmc)
+                   progress=progress, central_store=central_store, bmc=bmc, ssh=ssh)
     if as_json:
         print_json(status)
     else:
