@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from ..store import Store
+from .report import warnings
 
 # node_state keys
 REQUALIFY_KEY = "burnin.requalify"  # the slurmadm drain reason a node had before a sweep resumed it
@@ -58,11 +59,16 @@ def finish_sweep(store: Store, sweep_id: str, *, status: str, summary: dict[str,
 
 def sweeps(store, *, limit: int = 20) -> list[dict[str, Any]]:
     """The newest sweeps. `store`: a local Store or a central store's reader (its rows carry
-    `origin`, the host that ran the sweep and shipped it)."""
+    `origin`, the host that ran the sweep and shipped it). `warnings`: the slowdowns past
+    burnin.slowdown_warn_percent since the sweep before each (report.warnings)."""
     out = store.query("SELECT * FROM burnin_sweeps ORDER BY started DESC LIMIT ?", (limit,))
     for d in out:
-        d.pop("summary")
         d.pop("seq", None)
+        try:
+            summary = json.loads(d.pop("summary") or "{}")
+            d["warnings"] = warnings(summary) if summary.get("nodes") is not None else []
+        except (ValueError, KeyError, TypeError):
+            d["warnings"] = []
     return out
 
 

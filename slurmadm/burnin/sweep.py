@@ -58,6 +58,7 @@ class NodeRun:
     failed_test: str = ""
     action: str = ""
     reason: str = ""  # drain reason set by this sweep
+    output: str = ""  # the job's stdout file, relative to the sweep's report directory
 
     def busbw(self) -> float | None:
         return next((t.value for t in self.tests if t.test == "allreduce-node" and t.value is not None), None)
@@ -67,7 +68,7 @@ class NodeRun:
             "node": self.node, "why": self.why, "verdict": self.verdict, "detail": self.detail,
             "failed_test": self.failed_test, "job_id": self.job_id, "busbw_gbps": self.busbw(),
             "action": self.action, "reason": self.reason, "prior_reason": self.prior_reason,
-            "tests": [t.to_json() for t in self.tests],
+            "output": self.output, "tests": [t.to_json() for t in self.tests],
         }
 
 
@@ -79,6 +80,7 @@ class JobOutcome:
     stderr: str
     job_id: str = ""
     stopped: str = ""  # "" | start-timeout | time-limit (the sweep's)
+    output: str = ""  # stdout file relative to the sweep's report directory (jobs/<name>.out)
 
 
 def new_sweep_id(now: dt.datetime) -> str:
@@ -380,7 +382,8 @@ class Sweep:
             stdout = job.stdout()
             first = _first_event(stdout, "started") or {}
             out[key] = JobOutcome(started=bool(first), returncode=job.poll(), stdout=stdout, stderr=job.stderr(),
-                                  job_id=str(first.get("job_id", "")), stopped=stopped.get(key, ""))
+                                  job_id=str(first.get("job_id", "")), stopped=stopped.get(key, ""),
+                                  output=job.out_path.relative_to(log_dir.parent).as_posix())
         return out
 
     def _cancel_leftover_jobs(self) -> None:
@@ -398,7 +401,7 @@ class Sweep:
             self._judge_node(self.runs[node], res)
 
     def _judge_node(self, run: NodeRun, res: JobOutcome) -> None:
-        run.job_id = res.job_id
+        run.job_id, run.output = res.job_id, res.output
         final = _last_event(res.stdout, "result")
         run.tests = [TestResult.from_json(t) for t in (final or {}).get("tests", [])] if final else \
             [TestResult.from_json(e) for e in _events(res.stdout, "test")]
@@ -458,7 +461,7 @@ class Sweep:
                 self.plan.record(self._judge_pair(p.a, p.b, p.kind, rnd, outcomes[f"{p.a}+{p.b}"]))
 
     def _judge_pair(self, a: str, b: str, kind: str, rnd: int, res: JobOutcome) -> PairResult:
-        pr = PairResult(a, b, kind, rnd, "skip", job_id=res.job_id)
+        pr = PairResult(a, b, kind, rnd, "skip", job_id=res.job_id, output=res.output)
         if not res.started:
             pr.detail = "did not start" + (f" ({res.stopped})" if res.stopped else f": {_tail(res.stderr)}")
             return pr
@@ -565,8 +568,9 @@ class Sweep:
         sel = self.selection
         summary = {
             "sweep_id": self.id, "status": self.status, "cluster": self.site.cluster.name,
-            "site": self.site_file, "started": self.now.isoformat(timespec="seconds"),
-            "finished": finished.isoformat(timespec="seconds"),
+            # with their time zone (a naive now is local time)
+            "site": self.site_file, "started": self.now.astimezone().isoformat(timespec="seconds"),
+            "finished": finished.astimezone().isoformat(timespec="seconds"),
             "duration_s": round((finished - self.now).total_seconds(), 1),
             "phase_s": self.timings,
             "collective": self.b.collective,
@@ -579,6 +583,7 @@ class Sweep:
             "links": [vars(link) for link in self.links],
             "pair_note": self.pair_note,
             "problem": problem,
+            "slowdown_warn_percent": self.b.slowdown_warn_percent,
             "exit_code": 1 if failed else 0,
         }
         previous = history.previous_summary(self.store, self.id)

@@ -21,6 +21,14 @@ GROUPS = {
     "burnin": "burnin",
     "audit": "audit",
     "store": "store",
+    "doctor": "doctor",
+    "bmc": "bmc",
+    "fleet": "fleet",
+    # monitoring (issue 13)
+    "exporter": "exporter",
+    "monitor": "monitor",
+    "jobs": "jobs",
+    "top": "top",
 }
 
 

@@ -53,4 +53,4 @@ def log(site_file, as_json, since, action, target, host, limit) -> None:
     if central:
         head.insert(1, "host")
         rows = [(row[0], e["host"], *row[1:]) for row, e in zip(rows, events)]
-    console.print(table(None, head, rows))
+    console.print(table(None, head, rows, wrap=["target", "why"], optional=["who"]))

@@ -25,6 +25,7 @@ from .common import (
     json_option,
     print_json,
     reason_option,
+    say,
     site_option,
     table,
 )
@@ -99,7 +100,7 @@ def diff_cmd(site_file, release, against, as_json) -> None:
     if as_json:
         print_json({**the_plan.as_dict(), "diff": {f.name: f.unified for f in the_plan.files}})
     elif not the_plan.files:
-        console.print(f"[green]no differences[/green] in {the_plan.target}")
+        say(("no differences", "green"), f" in {the_plan.target}")
     else:
         _print_changes(the_plan, show_diff=True)
     if the_plan.files:
@@ -127,19 +128,19 @@ def apply_cmd(site_file, release, dry_run, reason, target, as_json) -> None:
     if as_json:
         print_json(result.as_dict(site))
     elif not the_plan.files:
-        console.print(f"[green]up to date[/green]: {the_plan.target} already holds this site's configs")
+        say(("up to date", "green"), f": {the_plan.target} already holds this site's configs")
     else:
         _print_changes(the_plan, show_diff=dry_run)
         if dry_run:
-            console.print(f"[yellow]dry run[/yellow]: nothing written to {the_plan.target}")
+            say(("dry run", "yellow"), f": nothing written to {the_plan.target}")
         else:
             console.print(f"wrote {', '.join(result.written)} in {the_plan.target}"
                           + (f" (backup: {result.backup})" if result.backup else ""))
             if result.reconfigured:
-                console.print("[green]scontrol reconfigure[/green]: done")
+                say(("scontrol reconfigure", "green"), ": done")
         steps = result.restart_steps(site)
         if steps:
-            console.print("[yellow]restart needed[/yellow] (not done by slurmadm):")
+            say(("restart needed", "yellow"), " (not done by slurmadm):")
             for i, step in enumerate(steps, 1):
                 console.print(f"  {i}. {step}")
     if result.reconfigure_error:
@@ -171,8 +172,8 @@ def check_node(site_file, node_name, timeout, as_json) -> None:
         for line in problems:
             click.echo(f"{name}: {line}")
     else:
-        console.print(f"[green]ok[/green] {name} matches profile {site.node_group_of[name].profile} "
-                      f"({facts.cpus} CPUs, {len(gpus)} GPUs)")
+        say(("ok", "green"), f" {name} matches profile {site.node_group_of[name].profile} "
+            f"({facts.cpus} CPUs, {len(gpus)} GPUs)")
     if problems:
         click.get_current_context().exit(EXIT_PROBLEMS)
 
@@ -195,8 +196,8 @@ def slurmd_unit(site_file, dest, dry_run, reason, as_json) -> None:
             print_json([{"path": str(f.path), "status": f.status(), "text": f.text} for f in files])
             return
         for f in files:
-            console.print(f"[bold]{f.path}[/bold] ({f.status()}):", highlight=False)
-            console.print(f.text, markup=False, highlight=False)
+            say((str(f.path), "bold"), f" ({f.status()}):")
+            console.print(f.text)
         console.print("dry run: nothing written")
         return
     with Store.for_site(site) as store:

@@ -72,9 +72,12 @@ class HealthConfig:
     results_log: str
     policies: dict[str, dict] = field(default_factory=dict)  # check id -> overrides given
     alert_repeat_minutes: int = 60
+    job_map_dir: str = "/run/slurmadm/jobs"  # monitor.job_map_dir: the prolog's GPU -> job records
     # node checks beyond the GPUs (fabric, clock events, InfiniBand, host basics): plain data
     host: dict = field(default_factory=dict)
     ship: bool = False  # store.url set: queue records for the central store; the periodic run ships them
+    # [software] baseline of the facts the software-drift check reads on the node (fleet/collector.py)
+    software_baseline: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -122,9 +125,17 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
         results_log=h.results_log,
         policies={cid: p.model_dump(exclude_none=True) for cid, p in h.checks.items()},
         alert_repeat_minutes=h.alert_repeat_minutes,
+        job_map_dir=site.monitor.job_map_dir,
         host=host_settings(site, node),
         ship=site.store.url is not None,
+        software_baseline=_software_baseline(site),
     )
+
+
+def _software_baseline(site) -> dict[str, str]:
+    from ..fleet.collector import CHEAP_FACTS, baseline
+
+    return {k: v for k, v in baseline(site.software).items() if k in CHEAP_FACTS}
 
 
 def host_settings(site, node: str) -> dict:

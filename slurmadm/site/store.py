@@ -12,8 +12,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from pydantic import Field, field_validator
 
 from .profiles import Strict
+from .slurmtext import SlurmPath as AbsPath  # no blanks, quotes, "#" or control characters
 
-from .slurmtext import SlurmPath as AbsPath  # absolute; no blanks, quotes, '#' or control characters
 _USER = re.compile(r"^[A-Za-z0-9_.\-]{1,80}$")
 _DB = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,252}$")
