@@ -2,13 +2,36 @@
 # The demo on a fresh Debian 12/13 machine, as root: installs slurmadm, brings up a 4-node dev
 # cluster of fake B200 nodes (real Slurm, slurmdbd and stand-in GPUs), and shows slurmadm doing
 # its job on it: configs from the site, accounts and GPU quotas, a GPU fault caught by the
-# prolog (node drained, job requeued elsewhere, node resumed once healthy), a burn-in sweep.
+# prolog (node drained, job requeued elsewhere, node resumed once healthy), a burn-in sweep,
+# software drift found over SSH and a canary rollout through Slurm's reboots, BMCs.
+#
+#   scripts/demo.sh [--port-base N] [--state-dir DIR]
+#   PORT_BASE=N STATE_DIR=DIR scripts/demo.sh
+#
+# The dev cluster listens on 127.0.0.1 ports from the port base (default 17000: slurmctld, +1
+# slurmdbd, +2 MariaDB, +11.. one slurmd per node, +400..+499 burn-in rendezvous); pick another
+# base when another dev cluster already uses those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PORT_BASE=${PORT_BASE:-17000}
+STATE_DIR=${STATE_DIR:-${SLURMADM_DEV_STATE_DIR:-/var/lib/slurmadm/dev-cluster}}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --port-base) PORT_BASE=${2:?--port-base needs a number}; shift 2 ;;
+    --port-base=*) PORT_BASE=${1#*=}; shift ;;
+    --state-dir) STATE_DIR=${2:?--state-dir needs a directory}; shift 2 ;;
+    --state-dir=*) STATE_DIR=${1#*=}; shift ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "demo.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$PORT_BASE" in
+  ''|*[!0-9]*) echo "demo.sh: --port-base: '$PORT_BASE' is not a number" >&2; exit 2 ;;
+esac
 scripts/setup.sh
 scripts/install-torch-cpu.sh .venv/bin/python >/dev/null   # burn-in all-reduce (gloo on the CPU)
 export PATH="$(pwd)/.venv/bin:$PATH"
-STATE=${SLURMADM_DEV_STATE_DIR:-/var/lib/slurmadm/dev-cluster}
+STATE=$STATE_DIR
 export COLUMNS=${COLUMNS:-150}   # rich tables: wide enough for the reasons
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -26,10 +49,14 @@ grep -E '^NodeName' "$STATE-reference/gres.conf"
 grep -E '^SwitchName' "$STATE-reference/topology.conf"
 
 step "a 4-node dev cluster: munge, MariaDB, slurmdbd, slurmctld, 4 x slurmd, stand-in GPUs"
-slurmadm dev-cluster up --nodes 4 --state-dir "$STATE"
+slurmadm dev-cluster up --nodes 4 --bmc --ssh --state-dir "$STATE" --port-base "$PORT_BASE"   # an IPMI + Redfish BMC and an sshd per node
 eval "$(slurmadm dev-cluster env --state-dir "$STATE")"
 sinfo -N -p gpu -o "%N %T %G %c %m %f"
 slurmadm config diff --against "$STATE/etc"   # the dev cluster runs `config render` output
+
+step "slurmadm doctor: what slurmadm uses here, and whether it works"
+slurmadm doctor || echo "(doctor: exit $?)"
+slurmadm doctor --node b200-001 --check nvml || true   # NVML as a compute node sees it (the stand-in library)
 
 step "accounts: GPU quotas, budgets, fairshare and QOS from the site, reconciled into slurmdbd"
 slurmadm accounts plan
@@ -42,6 +69,14 @@ sbatch --wait --gres=gpu:8 -o "$STATE/demo-job.out" \
   --wrap 'echo "$SLURMD_NODENAME: CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"' >/dev/null
 cat "$STATE/demo-job.out"
 
+step "GPU-site settings: billed in GPUs, memory per CPU, partition limits checked at submit"
+grep -E '^(SchedulerParameters|EnforcePartLimits|PriorityFlags)=|TRESBillingWeights' "$STATE-reference/slurm.conf" | cut -c1-160
+jid=$(sbatch --parsable --wait --gres=gpu:8 -o /dev/null --wrap true)
+sacct -X -n -j "$jid" -o JobID,AllocTRES%70   # billing=8: the job's 8 GPUs, not its 1 CPU
+jid=$(sbatch --parsable --wait -n1 -o /dev/null --wrap true)
+sacct -X -n -j "$jid" -o JobID,AllocTRES%70   # a CPU-only job: DefMemPerCPU, not the node's memory
+sbatch -p debug -o /dev/null --wrap true || echo "(refused at submit: debug takes only QOS debug)"
+
 step "health: GPU5 of b200-003 reports an uncorrected ECC error; a job lands there"
 slurmadm dev-cluster gpu-fault b200-003 --gpu 5 --kind ecc-uncorrected
 for n in b200-001 b200-002 b200-004; do   # keep the others busy so Slurm picks b200-003
@@ -49,7 +84,8 @@ for n in b200-001 b200-002 b200-004; do   # keep the others busy so Slurm picks 
 done
 job=$(sbatch --parsable --gres=gpu:8 -J victim -o /dev/null --wrap 'hostname')
 wait_until 60 "the prolog's drain" sh -c "sinfo -h -R -n b200-003 | grep -q slurmadm"
-sinfo -R
+sinfo -R -o "%70E %9u %19H %N"   # the whole reason (plain `sinfo -R` cuts it at 20 characters)
+slurmadm health status --nodes b200-003 | tail -n 4 || true   # whole reasons, from Slurm
 squeue -j "$job" -o "%i %j %T %r"   # requeued (not held): it runs on a healthy node later
 echo "cleared the fault; slurmd's HealthCheckProgram resumes the node after clean runs:"
 slurmadm dev-cluster gpu-fault b200-003 --clear
@@ -77,9 +113,90 @@ fi
 slurmadm dev-cluster gpu-fault b200-002 --clear
 slurmadm burnin status
 
+step "fleet: every node's software stack over SSH; b200-004 has an older NCCL than the baseline"
+slurmadm dev-cluster set-software b200-004 nccl=2.21.5 >/dev/null   # its own namespace, its own stack
+slurmadm fleet facts
+slurmadm fleet drift --drain --reason "demo" || echo "(exit $?: drift found, b200-004 drained)"
+sinfo -R -n b200-004
+slurmadm fleet run 'b200-[001-004]' -- 'ls /usr/local/lib | grep nccl'   # outputs folded, as clush -b
+
+step "fleet rollout: NCCL 2.26.2, canary first, then waves, through Slurm's own reboots"
+cat > "$STATE/nccl-2.26.toml" <<'PLAN'
+name = "nccl-2.26.2"
+description = "NCCL 2.26.2 on every node"
+canary_nodes = 1
+wave_fraction = 0.5
+# the dev cluster has no GPUs to all-reduce on: the health suite without the NCCL check
+health_command = "slurmadm health run --dry-run --json --checks gpu-count,ecc-uncorrected,xid,nvlink,driver-version"
+[[steps]]
+run = "dev-software install nccl=2.26.2"   # a real site: packages = ["libnccl2=2.26.2-1+cuda12.8"]
+[expect]
+nccl = "2.26.2"
+PLAN
+slurmadm fleet rollout "$STATE/nccl-2.26.toml" --dry-run
+slurmadm fleet rollout "$STATE/nccl-2.26.toml" --reason "demo" \
+  || echo "(exit $?: a node failed or was held by another owner, e.g. a burn-in drain; see the status)"
+slurmadm fleet rollout status nccl-2.26.2
+sinfo -N -p gpu -o "%N %T"
+
+step "out-of-band: the BMCs (IPMI for power/sensors/SEL, Redfish for firmware)"
+slurmadm bmc power status b200-[001-004]
+slurmadm bmc sensors b200-001 --type temperature
+slurmadm bmc firmware status b200-[001-004]
+
+step "a dead node recovered through its BMC: b200-004's OS hangs (slurmd frozen)"
+slurmadm bmc recover install-trigger --path "$STATE/bmc/recover-trigger.sh" --log "$STATE/log/bmc-recover.log"
+kill -STOP "$(cut -d' ' -f1 "$STATE/run/slurmd-b200-004.dev.pid")"
+wait_until 90 "Slurm to mark b200-004 DOWN" sh -c "sinfo -h -n b200-004 -o %T | grep -qE 'down|\\*'"
+sinfo -h -n b200-004 -p gpu -o "%N %T %E"
+echo "Slurm's trigger runs slurmadm bmc recover: SEL, drain, power-cycle, slurmd back, health, resume"
+wait_until 240 "the recovery" sh -c "slurmadm audit log --action bmc.recover.resume --target b200-004 --json | grep -q b200-004" || true
+slurmadm audit log --action 'bmc.*' --target b200-004 --limit 6
+sinfo -h -n b200-004 -p gpu -o "%N %T %E"
+
+step "monitoring: exporters, real Prometheus + Alertmanager, the webhook isolates a faulty node"
+slurmadm monitor dev-stack up --state-dir "$STATE"
+PROM=$(sed -n 's/^prometheus_url = "\(.*\)"/\1/p' "$STATE/site.toml")
+slurmadm monitor rules --out "$STATE/monitor/rules-demo.yml"   # what Prometheus evaluates (promtool-checked)
+slurmadm monitor dashboard --out "$STATE/monitor/grafana-dashboard.json"
+echo "PCIe replays rising on b200-004 GPU3 (no health check drains for it: this is the alert path):"
+slurmadm dev-cluster gpu-fault b200-004 --gpu 3 --kind pcie-replay --value 1000
+wait_until 90 "the alert's drain" sh -c "sinfo -h -R -n b200-004 | grep -q alert-" && sinfo -R -o "%12N %E"
+python3 -c 'import json, sys, urllib.request
+for a in json.load(urllib.request.urlopen(sys.argv[1] + "/api/v1/alerts"))["data"]["alerts"]:
+    print("  Prometheus alert:", a["labels"]["alertname"], a["labels"].get("node", ""), a["state"])' "$PROM"
+echo "slurmadm top (a live view, refreshing; q quits) - one frame of it, with the isolated node:"
+slurmadm top --once
+echo "clearing the fault: the alert resolves; the webhook resumes b200-004 after clean health runs:"
+slurmadm dev-cluster gpu-fault b200-004 --clear
+wait_until 180 "the resolved alert's resume" sh -c "! sinfo -h -R -n b200-004 | grep -q alert-" \
+  && echo "alert resolved: b200-004 resumed by the webhook"
+echo "a job holding 8 GPUs and using none:"
+idle=$(sbatch --parsable --gres=gpu:8 -J idle-gpus -o /dev/null --wrap 'sleep 300')
+wait_until 90 "the idle report" sh -c "slurmadm jobs idle --json | grep -q '\"job_id\": \"$idle\"'"
+slurmadm jobs idle || true
+scancel "$idle"
+
 step "the audit trail: who changed what, and why"
 slurmadm audit log --limit 8
 
+step "the head sees the whole fleet: every node ships its records to a central store (MariaDB)"
+slurmadm dev-cluster central-store on --state-dir "$STATE"   # per-node stores + a slurmadm database
+slurmadm dev-cluster gpu-fault b200-001 --gpu 3 --kind ecc-uncorrected
+job=$(sbatch --parsable -w b200-001 --gres=gpu:8 -J victim -o /dev/null --wrap 'hostname')
+# the job's prolog (or slurmd's HealthCheckProgram, whichever runs first) drains b200-001 there
+wait_until 90 "b200-001's own drain" sh -c "scontrol show node b200-001 | grep -q 'Reason=slurmadm: ecc-uncorrected'"
+wait_until 120 "the drain to reach the head (shipped by the next periodic run)" \
+  sh -c "slurmadm audit log --json --host b200-001 --action node.drain | grep -q ecc-uncorrected"
+slurmadm audit log --host b200-001 --limit 3
+slurmadm health status --nodes b200-001 || true   # exit 1: a failing check
+slurmadm store status || true
+scancel "$job"
+slurmadm dev-cluster gpu-fault b200-001 --clear
+scontrol update nodename=b200-001 state=resume
+slurmadm dev-cluster central-store off --state-dir "$STATE"
+
 step "done: the dev cluster keeps running"
 echo "use it:   eval \"\$(slurmadm dev-cluster env --state-dir $STATE)\""
+echo "live view: slurmadm top     Prometheus: $PROM"
 echo "stop it:  slurmadm dev-cluster down --state-dir $STATE"

@@ -11,6 +11,7 @@
 #   scripts/trixie-chroot.sh umount          unmount (refuses while processes run inside)
 #   scripts/trixie-chroot.sh mount           mount again (run/enter do it themselves)
 #   scripts/trixie-chroot.sh destroy         unmount, then delete the chroot
+#   scripts/trixie-chroot.sh mirror          the Debian mirror `create` would use, and where from
 #
 # Inside, the checkout is bind-mounted at /src. Its .venv and build/ are the chroot's own (each
 # bind-mounted from the chroot over the checkout's, which stay untouched): the chroot's Python
@@ -22,12 +23,17 @@
 # Processes started inside (a dev cluster) keep running after `run` returns; stop them inside
 # (`slurmadm dev-cluster down`) before `umount`/`destroy`.
 #
-# Environment: TRIXIE_ROOT (default /srv/trixie), TRIXIE_MIRROR (default
-# http://deb.debian.org/debian), TRIXIE_SRC (the checkout to mount at /src; default this one).
+# The Debian mirror is the host's own: the first `deb` source of a Debian release suite (not
+# -security, -updates or -backports) in /etc/apt/sources.list, then sources.list.d/*.list and
+# *.sources (deb822), as apt reads them; TRIXIE_MIRROR overrides it.
+#
+# Environment: TRIXIE_ROOT (default /srv/trixie), TRIXIE_MIRROR (default: from the host's apt
+# sources), TRIXIE_SRC (the checkout to mount at /src; default this one), TRIXIE_APT_ETC (where
+# the apt sources are read; default /etc/apt).
 set -euo pipefail
 
 ROOT=${TRIXIE_ROOT:-/srv/trixie}
-MIRROR=${TRIXIE_MIRROR:-http://deb.debian.org/debian}
+APT_ETC=${TRIXIE_APT_ETC:-/etc/apt}
 SRC=$(cd "${TRIXIE_SRC:-$(dirname "$0")/..}" && pwd)
 OWN_DIRS=(.venv .venv-gcm build)  # per-release build outputs inside the checkout
 DONE="$ROOT/.slurmadm-chroot-complete"
@@ -38,6 +44,61 @@ die() { echo "trixie-chroot: $*" >&2; exit 2; }
 say() { echo "trixie-chroot: $*" >&2; }
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+
+# "<uri> <file>" of the host's first Debian release source, or nothing
+host_mirror() {
+  local files=() f
+  [ -r "$APT_ETC/sources.list" ] && files+=("$APT_ETC/sources.list")
+  for f in "$APT_ETC"/sources.list.d/*.list "$APT_ETC"/sources.list.d/*.sources; do
+    [ -r "$f" ] && files+=("$f")
+  done
+  [ ${#files[@]} -gt 0 ] || return 0
+  awk '
+    function release(suite) { return suite !~ /-(security|updates|backports|proposed-updates)$/ && suite !~ /\// }
+    function plain(uri) { return uri ~ /^(https?|ftp|file):\/\// }
+    function flush() {  # end of a deb822 stanza
+      if (is822 && types ~ /(^|[ \t])deb([ \t]|$)/ && enabled !~ /^[Nn]o$/) {
+        n = split(suites, s, /[ \t]+/); m = split(uris, u, /[ \t]+/)
+        for (i = 1; i <= n; i++) if (s[i] != "" && release(s[i]))
+          for (j = 1; j <= m; j++) if (plain(u[j])) { print u[j], FILENAME; found = 1; exit }
+      }
+      types = uris = suites = enabled = ""
+    }
+    FNR == 1 { flush(); is822 = (FILENAME ~ /\.sources$/) }
+    is822 {
+      if ($0 ~ /^[ \t]*$/) { flush(); next }
+      if ($0 ~ /^#/) next
+      key = tolower($1); sub(/:$/, "", key); val = $0; sub(/^[^:]*:[ \t]*/, "", val)
+      if (key == "types") types = val; else if (key == "uris") uris = val
+      else if (key == "suites") suites = val; else if (key == "enabled") enabled = val
+      next
+    }
+    {
+      sub(/#.*/, "")
+      if ($1 != "deb") next
+      i = 2
+      if ($i ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+      if (plain($i) && release($(i + 1))) { print $i, FILENAME; found = 1; exit }
+    }
+    END { if (!found) flush() }
+  ' "${files[@]}"
+}
+
+mirror() {  # the mirror to debootstrap from: TRIXIE_MIRROR, else the host's
+  if [ -n "${TRIXIE_MIRROR:-}" ]; then
+    echo "$TRIXIE_MIRROR TRIXIE_MIRROR"
+    return
+  fi
+  local found
+  found=$(host_mirror)
+  [ -n "$found" ] || die "no Debian release source (deb <uri> <suite>) in $APT_ETC/sources.list or $APT_ETC/sources.list.d/; set TRIXIE_MIRROR"
+  echo "$found"
+}
+
+if [ "${1:-}" = mirror ]; then
+  mirror
+  exit 0
+fi
 
 [ "$(id -u)" = 0 ] || die "run as root (debootstrap, mount and chroot need it)"
 case "$ROOT" in /|"") die "TRIXIE_ROOT=$ROOT: refusing";; esac
@@ -66,7 +127,10 @@ create() {
     say "$ROOT: already created"
   else
     command -v debootstrap >/dev/null || die "debootstrap is not installed (apt-get install debootstrap)"
-    say "debootstrap trixie into $ROOT from $MIRROR (a few minutes)"
+    local found MIRROR
+    found=$(mirror)
+    MIRROR=${found%% *}
+    say "debootstrap trixie into $ROOT from $MIRROR (from ${found#* }; a few minutes)"
     mkdir -p "$ROOT"
     # A half-made chroot from an interrupted run: debootstrap starts over in place.
     debootstrap --variant=minbase trixie "$ROOT" "$MIRROR"

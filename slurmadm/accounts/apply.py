@@ -27,7 +27,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import EXIT_PROBLEMS, SlurmadmError, UnreachableError
+from ..errors import EXIT_PROBLEMS, CommandFailed, SlurmadmError, UnreachableError
 from ..files import exclusive_lock
 from ..site import Site
 from ..slurm.accounting import AccountingState, JobReader, Sacctmgr
@@ -40,6 +40,12 @@ CHUNK = 500  # names per sacctmgr call (argv stays far below its limit)
 
 class NotConverged(SlurmadmError):
     """The apply ran, but slurmdbd still differs from the site afterwards."""
+
+    exit_code = EXIT_PROBLEMS
+
+
+class Refused(SlurmadmError):
+    """slurmdbd refused some changes (named); the others were made (exit 1, not 3: it answered)."""
 
     exit_code = EXIT_PROBLEMS
 
@@ -60,6 +66,7 @@ class ApplyResult:
     done: list[Op] = field(default_factory=list)
     skipped: list[Op] = field(default_factory=list)  # deletions without --prune, blocked ones
     backups: list[str] = field(default_factory=list)
+    refused: list[tuple[Op, str]] = field(default_factory=list)  # (operation, sacctmgr's reason)
     calls: int = 0
     seconds: float = 0.0
 
@@ -268,7 +275,16 @@ def batches(plan_ops: list[Op], cluster: str, have: AccountingState) -> list[Bat
     for op in deletes:
         kept.get(op.name, set()).discard(op.account)
     leaving = [op for op in deletes if not kept.get(op.name)]
-    emit(_named(["delete", "user", "where"], leaving, [c], []), together=False)
+    # A user leaving several projects: slurmdbd refuses `delete user where name=U` while U has
+    # other associations than the default ("You can not remove the default account of a user"),
+    # so those go first, then every leaving user's last (default) association in one call.
+    last: dict[str, Op] = {}
+    for op in leaving:
+        if op.name not in last or op.account == have.default_account.get(op.name):
+            last[op.name] = op
+    first = [op for op in leaving if last[op.name] is not op]
+    emit(_user_calls("delete", first, have, c, []), together=False)
+    emit(_named(["delete", "user", "where"], [op for op in leaving if last[op.name] is op], [c], []), together=False)
     with_account: dict[str, list[Op]] = {}
     for op in deletes:
         if op.account in gone and kept.get(op.name):
@@ -299,9 +315,26 @@ def _stages(calls: list[Batch]) -> list[list[Batch]]:
     return out
 
 
-def _run_stage(sacctmgr: Sacctmgr, stage: list[Batch]) -> tuple[list[Batch], list[Exception]]:
+def _singles(batch: Batch) -> list[Batch]:
+    """A refused multi-name deletion as one call per name (and per account for user
+    associations), each carrying its own operations, so one refusal does not stop the rest."""
+    keys = list(dict.fromkeys((op.name, op.account if op.kind == "delete-user" else "")
+                              for op in batch.ops if op.kind != "delete-user" or batch.argv[1] == "user"))
+    out = []
+    for name, account in keys:
+        argv = [f"name={name}" if a.startswith("name=") else
+                f"account={account}" if a.startswith("account=") and account else a for a in batch.argv]
+        ops = [op for op in batch.ops if op.name == name and (not account or op.account == account)]
+        if batch.argv[1] == "account":  # user associations that go with the account
+            ops += [op for op in batch.ops if op.kind == "delete-user" and op.account == name]
+        out.append(Batch(argv, ops, stage=batch.stage))
+    return out
+
+
+def _run_stage(sacctmgr: Sacctmgr, stage: list[Batch]) -> tuple[list[Batch], list[tuple[Batch, Exception]]]:
     """Run one stage's calls (at once when there are several); every call finishes before the
-    next stage starts. Returns the calls slurmdbd took and the errors of the others."""
+    next stage starts. Returns the calls slurmdbd took and the refused ones with their errors.
+    A refused deletion of several names is retried one name at a time."""
 
     def one(batch: Batch) -> None:
         if batch.argv[0] == "load":
@@ -309,23 +342,51 @@ def _run_stage(sacctmgr: Sacctmgr, stage: list[Batch]) -> tuple[list[Batch], lis
         else:
             sacctmgr.execute(batch.argv)
 
+    done: list[Batch] = []
+    failed: list[tuple[Batch, Exception]] = []
     if len(stage) == 1:
         try:
             one(stage[0])
+            done.append(stage[0])
         except SlurmadmError as exc:
-            return [], [exc]
-        return stage, []
-    done, failed = [], []
-    with ThreadPoolExecutor(max_workers=min(PARALLEL, len(stage))) as pool:
-        futures = [(batch, pool.submit(one, batch)) for batch in stage]
-        for batch, future in futures:
+            failed.append((stage[0], exc))
+    else:
+        with ThreadPoolExecutor(max_workers=min(PARALLEL, len(stage))) as pool:
+            futures = [(batch, pool.submit(one, batch)) for batch in stage]
+            for batch, future in futures:
+                try:
+                    future.result()
+                    done.append(batch)
+                except SlurmadmError as exc:
+                    failed.append((batch, exc))
+    retried: list[tuple[Batch, Exception]] = []
+    for batch, exc in failed:
+        singles = _singles(batch) if batch.argv[0] == "delete" and isinstance(exc, CommandFailed) else []
+        if len(singles) < 2:
+            retried.append((batch, exc))
+            continue
+        for single in singles:
             try:
-                future.result()
-                done.append(batch)
-            except SlurmadmError as exc:
-                failed.append(exc)
-    return done, failed
+                one(single)
+                done.append(single)
+            except SlurmadmError as exc2:
+                retried.append((single, exc2))
+    return done, retried
 
+
+
+def _audit(store: Store, ops: list[Op], reason: str, cluster: str, argv: list[str], status: str) -> list[int]:
+    command = "sacctmgr -i " + " ".join(argv)
+    return store.audit_many([
+        (f"accounts.{op.kind}", op.target, reason,
+         {"cluster": cluster, "changes": [c.__dict__ for c in op.changes], "command": command[:2000],
+          "status": status})
+        for op in ops])
+
+
+def _mark(store: Store, ids: list[int], **detail) -> None:
+    if ids:
+        store.update_events(ids, **detail)
 
 
 def plan_for(site: Site, sacctmgr: Sacctmgr, *, jobs: JobReader | None = None) -> tuple[Desired, AccountingState, Plan]:
@@ -382,22 +443,34 @@ def apply_site(
                     if batch.load_text:
                         load_path.write_text(batch.load_text)
                         batch.argv = ["load", f"file={load_path}"]
+                # the intent first: a change slurmdbd commits just before this process is killed
+                # still has its audit event ("status": "started"), marked "done" once it returned
+                intents = {id(op): event_id for batch in stage for op, event_id in zip(
+                    batch.ops, _audit(store, batch.ops, reason, plan.cluster, batch.argv, "started"))}
                 done, failed = _run_stage(sacctmgr, stage)
-                for batch in done:  # an audit event per change that slurmdbd took
+                for batch in done:
                     result.calls += 1
                     command = "sacctmgr -i " + " ".join(batch.argv)
-                    store.audit_many([
-                        (f"accounts.{op.kind}", op.target, reason,
-                         {"cluster": plan.cluster, "changes": [c.__dict__ for c in op.changes], "command": command[:2000]})
-                        for op in batch.ops])
+                    _mark(store, [intents[id(op)] for op in batch.ops if id(op) in intents], status="done",
+                          command=command[:2000])
                     result.done += batch.ops
                     kinds = sorted({op.kind for op in batch.ops}, key=KINDS.index) or ["add-qos (Preempt)"]
                     say(f"{len(batch.ops):>5} {'+'.join(kinds)}: {command[:110]}")
-                if failed:
-                    raise failed[0]
+                for batch, exc in failed:
+                    _mark(store, [intents[id(op)] for op in batch.ops if id(op) in intents], status="refused",
+                          error=str(exc)[:500])
+                    result.refused += [(op, str(exc)) for op in batch.ops]
+                if failed and not all(op.is_delete for batch, _ in failed for op in batch.ops):
+                    raise failed[0][1]  # later stages build on this one: stop here
             if dumping is not None:
                 dumping.result()
         rotate(directory, plan.cluster, site.accounting.backup_keep)
+        result.seconds = time.monotonic() - started
+        if result.refused:  # deletions slurmdbd would not make; everything else was made
+            why = result.refused[0][1]
+            raise Refused(f"slurmdbd refused {len(result.refused)} change(s): "
+                          + "; ".join(f"{op.kind} {op.target}" for op, _ in result.refused[:10])
+                          + (" ..." if len(result.refused) > 10 else "") + f" (first: {why})")
         # Re-read: what should have happened must now be absent from a fresh plan.
         _w, _h, after = plan_for(site, sacctmgr, jobs=jobs if prune else None)
         left = after.runnable(prune)

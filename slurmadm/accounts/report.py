@@ -1,6 +1,21 @@
-"""Per-project accounting report: quota, GPUs in use, GPU-hours used and left of the budget,
-fairshare, members and coordinators. Reads slurmdbd (limits, members), squeue (GPUs held now), sshare (usage that
-Slurm counts against the budget, fairshare) and, with --since, sacct (GPU-hours in a window)."""
+"""Per-project (and per-organisation) accounting report: quota, GPUs in use, the GPU-hour budget
+and what Slurm charges against it, fairshare, members and coordinators.
+
+Two kinds of GPU-hours, never mixed in one number:
+
+- **charged** (`gpu_hours_charged`): what Slurm counts against GrpTRESMins budgets, from sshare's
+  GrpTRESRaw: GPU-minutes x the QOS UsageFactor of each job, decayed with PriorityDecayHalfLife
+  (as `accounting.budget_mode` says), kept in whole minutes. The same number `scontrol show
+  assoc_mgr` shows in GrpTRESMins=gres/gpu=LIMIT(USED).
+- **run** (`gpu_hours_run_since`, with --since): GPU-hours jobs actually ran in the window, from
+  sacct (every run of a requeued job, each clipped to the window): no UsageFactor, no decay.
+
+`gpu_hours_left` is what Slurm would still let new jobs use: for the project and every
+organisation above it that has a budget, budget - charged - what running jobs still hold until
+their time limits (sshare TRESRunMins; AccountingStorageEnforce=safe starts a job only if its whole
+time limit fits). The tightest of them is the one reported, and `budget_account` names it, so a
+project without its own budget shows the budget it inherits.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +25,25 @@ from ..site import Site
 from ..slurm.accounting import AccountingState, ShareRow, gpus_of
 
 COLUMNS = (
-    "project", "organization", "gpu_quota", "gpus_in_use", "gpu_hours_budget", "gpu_hours_used",
-    "gpu_hours_left", "gpu_hours_since", "level_fs", "effective_usage", "norm_shares", "members",
-    "coordinators",
+    "project", "organization", "gpu_quota", "gpus_in_use", "gpu_hours_budget", "budget_account",
+    "gpu_hours_charged", "gpu_hours_running", "gpu_hours_left", "gpu_hours_run_since", "level_fs",
+    "effective_usage", "norm_shares", "members", "coordinators",
 )
+ORG_COLUMNS = (
+    "organization", "parent", "gpu_quota", "gpus_in_use", "gpu_hours_budget", "budget_account",
+    "gpu_hours_charged", "gpu_hours_running", "gpu_hours_left", "gpu_hours_run_since", "level_fs",
+    "effective_usage", "norm_shares", "coordinators",
+)
+
+
+@dataclass
+class Usage:
+    """One account's own numbers, as Slurm has them."""
+
+    gpu_quota: int | None  # GrpTRES gres/gpu (None: no limit)
+    budget: float | None  # GrpTRESMins gres/gpu / 60
+    charged: float | None  # sshare GrpTRESRaw gres/gpu / 60 (UsageFactor x, decayed)
+    running: float  # sshare TRESRunMins gres/gpu / 60: held by running jobs until their limits
 
 
 @dataclass
@@ -22,10 +52,12 @@ class ProjectReport:
     organization: str
     gpu_quota: int | None  # GrpTRES gres/gpu as slurmdbd has it (None: no limit)
     gpus_in_use: int  # held by running jobs now
-    gpu_hours_budget: float | None  # GrpTRESMins gres/gpu / 60
-    gpu_hours_used: float | None  # sshare GrpTRESRaw gres/gpu / 60: what the budget is charged
-    gpu_hours_left: float | None
-    gpu_hours_since: float | None  # sacct, jobs clipped to [since, now]; None without --since
+    gpu_hours_budget: float | None  # the budget that limits this project (its own or inherited)
+    budget_account: str | None  # whose budget that is (None: no budget anywhere above)
+    gpu_hours_charged: float | None  # this project's charged GPU-hours (sshare GrpTRESRaw)
+    gpu_hours_running: float  # GPU-hours its running jobs still hold until their time limits
+    gpu_hours_left: float | None  # min over the budgets above: budget - charged - running
+    gpu_hours_run_since: float | None  # sacct, every run clipped to [since, now]; None without --since
     level_fs: float | None  # sshare LevelFS: > 1 under-served, < 1 over-served
     effective_usage: float | None
     norm_shares: float | None
@@ -34,10 +66,52 @@ class ProjectReport:
     in_slurmdbd: bool = True
 
     def to_json(self) -> dict:
-        out = asdict(self)
-        if out["level_fs"] is not None and out["level_fs"] == float("inf"):
-            out["level_fs"] = "inf"
-        return out
+        return _json(self)
+
+
+@dataclass
+class OrganizationReport:
+    organization: str
+    parent: str  # "" under root
+    gpu_quota: int | None
+    gpus_in_use: int  # running jobs of every project below it
+    gpu_hours_budget: float | None
+    budget_account: str | None
+    gpu_hours_charged: float | None  # charged to it: the sum of everything below, as Slurm rolls up
+    gpu_hours_running: float
+    gpu_hours_left: float | None
+    gpu_hours_run_since: float | None
+    level_fs: float | None
+    effective_usage: float | None
+    norm_shares: float | None
+    coordinators: list[str] = field(default_factory=list)
+    in_slurmdbd: bool = True
+
+    def to_json(self) -> dict:
+        return _json(self)
+
+
+def _json(row) -> dict:
+    out = asdict(row)
+    if out["level_fs"] is not None and out["level_fs"] == float("inf"):
+        out["level_fs"] = "inf"
+    return out
+
+
+def _hours(tres) -> float | None:
+    return gpus_of(tres) / 60 if "gres/gpu" in tres else None
+
+
+def _chain(site: Site, account: str) -> list[str]:
+    """The account, then its organisations up to the top (site order of parents)."""
+    parent_of = {o.name: o.parent or "" for o in site.organizations}
+    parent_of.update({p.name: p.organization for p in site.projects})
+    out, seen = [], set()
+    while account and account not in seen:
+        out.append(account)
+        seen.add(account)
+        account = parent_of.get(account, "")
+    return out
 
 
 def build_report(
@@ -47,37 +121,99 @@ def build_report(
     shares: list[ShareRow],
     minutes_since: dict[str, float] | None = None,
 ) -> list[ProjectReport]:
+    return build_full_report(site, state, running_gpus, shares, minutes_since)[0]
+
+
+def build_full_report(
+    site: Site,
+    state: AccountingState,
+    running_gpus: dict[tuple[str, str], int],
+    shares: list[ShareRow],
+    minutes_since: dict[str, float] | None = None,
+) -> tuple[list[ProjectReport], list[OrganizationReport]]:
     share_of = {row.account: row for row in shares if not row.user}
     in_use: dict[str, int] = {}
     for (account, _user), n in running_gpus.items():
-        in_use[account] = in_use.get(account, 0) + n
+        for up in _chain(site, account):
+            in_use[up] = in_use.get(up, 0) + n
     members: dict[str, list[str]] = {}
     for (account, user) in state.assocs:
         if user:
             members.setdefault(account, []).append(user)
-    out = []
-    for proj in site.projects:
-        assoc = state.assocs.get((proj.name, ""))
-        share = share_of.get(proj.name)
-        quota = gpus_of(assoc.grp_tres) if assoc and "gres/gpu" in assoc.grp_tres else None
-        budget = gpus_of(assoc.grp_tres_mins) / 60 if assoc and "gres/gpu" in assoc.grp_tres_mins else None
-        used = gpus_of(share.grp_tres_raw) / 60 if share and "gres/gpu" in share.grp_tres_raw else None
-        out.append(
-            ProjectReport(
-                project=proj.name,
-                organization=proj.organization,
-                gpu_quota=quota,
-                gpus_in_use=in_use.get(proj.name, 0),
-                gpu_hours_budget=budget,
-                gpu_hours_used=used,
-                gpu_hours_left=None if budget is None else budget - (used or 0.0),
-                gpu_hours_since=None if minutes_since is None else minutes_since.get(proj.name, 0.0) / 60,
-                level_fs=share.level_fs if share else None,
-                effective_usage=share.effective_usage if share else None,
-                norm_shares=share.norm_shares if share else None,
-                members=sorted(members.get(proj.name, [])),
-                coordinators=sorted(state.accounts[proj.name].coordinators) if proj.name in state.accounts else [],
-                in_slurmdbd=assoc is not None,
-            )
+    since: dict[str, float] = {}
+    if minutes_since is not None:
+        for account, minutes in minutes_since.items():
+            for up in _chain(site, account):
+                since[up] = since.get(up, 0.0) + minutes / 60
+
+    def usage(account: str) -> Usage:
+        assoc = state.assocs.get((account, ""))
+        share = share_of.get(account)
+        return Usage(
+            gpu_quota=gpus_of(assoc.grp_tres) if assoc and "gres/gpu" in assoc.grp_tres else None,
+            budget=_hours(assoc.grp_tres_mins) if assoc else None,
+            charged=_hours(share.grp_tres_raw) if share else None,
+            running=(_hours(share.tres_run_mins) or 0.0) if share else 0.0,
         )
-    return out
+
+    def limiting(account: str) -> tuple[float | None, str | None, float | None]:
+        """(budget, whose, left) of the tightest budget at or above the account."""
+        best: tuple[float | None, str | None, float | None] = (None, None, None)
+        for up in _chain(site, account):
+            u = usage(up)
+            if u.budget is None:
+                continue
+            left = u.budget - (u.charged or 0.0) - u.running
+            if best[2] is None or left < best[2]:
+                best = (u.budget, up, left)
+        return best
+
+    def coordinators(name: str) -> list[str]:
+        return sorted(state.accounts[name].coordinators) if name in state.accounts else []
+
+    projects = []
+    for proj in site.projects:
+        u = usage(proj.name)
+        budget, whose, left = limiting(proj.name)
+        share = share_of.get(proj.name)
+        projects.append(ProjectReport(
+            project=proj.name,
+            organization=proj.organization,
+            gpu_quota=u.gpu_quota,
+            gpus_in_use=in_use.get(proj.name, 0),
+            gpu_hours_budget=budget,
+            budget_account=whose,
+            gpu_hours_charged=u.charged,
+            gpu_hours_running=u.running,
+            gpu_hours_left=left,
+            gpu_hours_run_since=None if minutes_since is None else since.get(proj.name, 0.0),
+            level_fs=share.level_fs if share else None,
+            effective_usage=share.effective_usage if share else None,
+            norm_shares=share.norm_shares if share else None,
+            members=sorted(members.get(proj.name, [])),
+            coordinators=coordinators(proj.name),
+            in_slurmdbd=(proj.name, "") in state.assocs,
+        ))
+    orgs = []
+    for org in site.organizations:
+        u = usage(org.name)
+        budget, whose, left = limiting(org.name)
+        share = share_of.get(org.name)
+        orgs.append(OrganizationReport(
+            organization=org.name,
+            parent=org.parent or "",
+            gpu_quota=u.gpu_quota,
+            gpus_in_use=in_use.get(org.name, 0),
+            gpu_hours_budget=budget,
+            budget_account=whose,
+            gpu_hours_charged=u.charged,
+            gpu_hours_running=u.running,
+            gpu_hours_left=left,
+            gpu_hours_run_since=None if minutes_since is None else since.get(org.name, 0.0),
+            level_fs=share.level_fs if share else None,
+            effective_usage=share.effective_usage if share else None,
+            norm_shares=share.norm_shares if share else None,
+            coordinators=coordinators(org.name),
+            in_slurmdbd=(org.name, "") in state.assocs,
+        ))
+    return projects, orgs

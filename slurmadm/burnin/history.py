@@ -1,4 +1,5 @@
-"""Burn-in history in slurmadm's store: one row per sweep, per node tested, per pair run."""
+"""Burn-in history in slurmadm's store: one row per sweep, per node tested, per pair run (the
+tables burnin_sweeps, burnin_nodes and burnin_pairs are declared in slurmadm/store/schema.py)."""
 
 from __future__ import annotations
 
@@ -6,57 +7,8 @@ import json
 import time
 from typing import Any
 
-from ..store import EXTRA_SCHEMA, Store
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS burnin_sweeps (
-    id        TEXT PRIMARY KEY,     -- 20261129-013000
-    started   REAL NOT NULL,
-    finished  REAL,
-    status    TEXT NOT NULL,        -- running | done | interrupted | timed-out | failed
-    pid       INTEGER NOT NULL,
-    host      TEXT NOT NULL,
-    actor     TEXT NOT NULL,
-    nodes     TEXT NOT NULL,        -- hostlist of the nodes tested
-    passed    INTEGER NOT NULL DEFAULT 0,
-    failed    INTEGER NOT NULL DEFAULT 0,
-    skipped   INTEGER NOT NULL DEFAULT 0,
-    report    TEXT NOT NULL DEFAULT '',
-    summary   TEXT NOT NULL DEFAULT '{}'   -- the JSON summary
-);
-CREATE INDEX IF NOT EXISTS burnin_sweeps_started ON burnin_sweeps(started);
-
-CREATE TABLE IF NOT EXISTS burnin_nodes (
-    sweep_id  TEXT NOT NULL,
-    node      TEXT NOT NULL,
-    why       TEXT NOT NULL,        -- named | requalify | idle
-    verdict   TEXT NOT NULL,        -- pass | fail | skipped
-    job_id    TEXT NOT NULL DEFAULT '',
-    busbw     REAL,                 -- single-node all-reduce bus bandwidth, GB/s
-    action    TEXT NOT NULL DEFAULT '',
-    reason    TEXT NOT NULL DEFAULT '',
-    tests     TEXT NOT NULL DEFAULT '[]',
-    ts        REAL NOT NULL,
-    PRIMARY KEY (sweep_id, node)
-);
-CREATE INDEX IF NOT EXISTS burnin_nodes_node ON burnin_nodes(node, ts);
-
-CREATE TABLE IF NOT EXISTS burnin_pairs (
-    sweep_id  TEXT NOT NULL,
-    round     INTEGER NOT NULL,
-    kind      TEXT NOT NULL,
-    node_a    TEXT NOT NULL,
-    node_b    TEXT NOT NULL,
-    status    TEXT NOT NULL,
-    busbw     REAL,
-    detail    TEXT NOT NULL DEFAULT '',
-    job_id    TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS burnin_pairs_sweep ON burnin_pairs(sweep_id);
-"""
-
-if SCHEMA not in EXTRA_SCHEMA:
-    EXTRA_SCHEMA.append(SCHEMA)
+from ..store import Store
+from .report import warnings
 
 # node_state keys
 REQUALIFY_KEY = "burnin.requalify"  # the slurmadm drain reason a node had before a sweep resumed it
@@ -105,13 +57,18 @@ def finish_sweep(store: Store, sweep_id: str, *, status: str, summary: dict[str,
             )
 
 
-def sweeps(store: Store, *, limit: int = 20) -> list[dict[str, Any]]:
-    rows = store.db.execute("SELECT * FROM burnin_sweeps ORDER BY started DESC LIMIT ?", (limit,))
-    out = []
-    for r in rows:
-        d = dict(r)
-        d.pop("summary")
-        out.append(d)
+def sweeps(store, *, limit: int = 20) -> list[dict[str, Any]]:
+    """The newest sweeps. `store`: a local Store or a central store's reader (its rows carry
+    `origin`, the host that ran the sweep and shipped it). `warnings`: the slowdowns past
+    burnin.slowdown_warn_percent since the sweep before each (report.warnings)."""
+    out = store.query("SELECT * FROM burnin_sweeps ORDER BY started DESC LIMIT ?", (limit,))
+    for d in out:
+        d.pop("seq", None)
+        try:
+            summary = json.loads(d.pop("summary") or "{}")
+            d["warnings"] = warnings(summary) if summary.get("nodes") is not None else []
+        except (ValueError, KeyError, TypeError):
+            d["warnings"] = []
     return out
 
 

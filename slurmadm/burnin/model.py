@@ -59,6 +59,7 @@ class PairResult:
     algbw_gbps: float | None = None
     detail: str = ""
     job_id: str = ""
+    output: str = ""  # the job's stdout file, relative to the sweep's report directory
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

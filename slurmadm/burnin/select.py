@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from ..errors import UsageError
 from ..site import Site, require_nodes
-from ..slurm.model import FOREIGN_FLAGS, NodeInfo
-from ..slurm.ownership import is_ours
+from ..slurm.model import NodeInfo
+from ..slurm.ownership import foreign_state, is_ours
 
 NAMED = "named"
 REQUALIFY = "requalify"
@@ -48,9 +48,10 @@ def burnin_partition(site: Site) -> str:
 
 def _unusable(node: NodeInfo) -> str | None:
     """Why a node cannot be tested now, or None."""
-    foreign = node.flags & FOREIGN_FLAGS
+    # anyone's reservation too (burn-in reserves its own nodes), not only a maintenance one
+    foreign = "+".join(filter(None, [foreign_state(node), "RESERVED" if "RESERVED" in node.flags else ""]))
     if foreign:
-        return f"{'+'.join(sorted(foreign))}: left to whoever handles that"
+        return f"{foreign}: left to whoever handles that"
     if "NOT_RESPONDING" in node.flags or node.state in ("DOWN", "UNKNOWN", "FUTURE", "ERROR"):
         return f"node is {node.state_text}"
     if node.drained and not is_ours(node):

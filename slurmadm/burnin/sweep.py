@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import SlurmadmError
+from ..errors import SlurmadmError, UsageError
+from ..proc import run as run_command
 from ..files import exclusive_lock
 from ..health.actions import breaker
 from ..hostlist import compress
@@ -57,6 +58,7 @@ class NodeRun:
     failed_test: str = ""
     action: str = ""
     reason: str = ""  # drain reason set by this sweep
+    output: str = ""  # the job's stdout file, relative to the sweep's report directory
 
     def busbw(self) -> float | None:
         return next((t.value for t in self.tests if t.test == "allreduce-node" and t.value is not None), None)
@@ -66,7 +68,7 @@ class NodeRun:
             "node": self.node, "why": self.why, "verdict": self.verdict, "detail": self.detail,
             "failed_test": self.failed_test, "job_id": self.job_id, "busbw_gbps": self.busbw(),
             "action": self.action, "reason": self.reason, "prior_reason": self.prior_reason,
-            "tests": [t.to_json() for t in self.tests],
+            "output": self.output, "tests": [t.to_json() for t in self.tests],
         }
 
 
@@ -78,6 +80,7 @@ class JobOutcome:
     stderr: str
     job_id: str = ""
     stopped: str = ""  # "" | start-timeout | time-limit (the sweep's)
+    output: str = ""  # stdout file relative to the sweep's report directory (jobs/<name>.out)
 
 
 def new_sweep_id(now: dt.datetime) -> str:
@@ -166,8 +169,25 @@ class Sweep:
             "selection": {"chosen": sel.chosen, "skipped": sel.skipped, "in_window": sel.in_window},
             "reservation": self.reservation if sel.chosen else None,
             "node_job": self._node_request(next(iter(sel.chosen))).srun_argv() if sel.chosen else None,
+            "prerequisites": self.prerequisites(),
             "changes": "none (dry run)",
         }
+
+    def prerequisites(self) -> list[str]:
+        """What the sweep's jobs need and Slurm lacks (read from sacctmgr and sinfo), one line each."""
+        env = None
+        accts = run_command(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={self.user}",
+                             f"cluster={self.site.cluster.name}", "format=account,partition,qos"], env=env).stdout
+        assocs: dict[tuple[str, str], set[str]] = {}
+        for line in accts.splitlines():
+            parts = line.split("|")
+            if len(parts) >= 3 and parts[0]:
+                assocs[(parts[0], parts[1])] = {q for q in parts[2].split(",") if q}
+        qos_names = set(run_command(["sacctmgr", "-n", "-P", "show", "qos", "format=name"], env=env).stdout.split())
+        partitions = {p.rstrip("*") for p in run_command(["sinfo", "-h", "-o", "%P"], env=env).stdout.split()}
+        python_ok = "" if os.access(self.python, os.X_OK) else f"{self.python}: not an executable file"
+        return missing_prerequisites(self.site, user=self.user, partitions=partitions, assocs=assocs,
+                                     qos_names=qos_names, python_ok=python_ok)
 
     def run(self, named: str | None) -> dict[str, Any]:
         """The whole sweep under the lock. Returns the JSON summary (its `exit_code` says 0/1).
@@ -175,6 +195,10 @@ class Sweep:
         cancelled, its nodes restored, the reservation deleted, and the sweep recorded."""
         if named:
             named_nodes(self.site, named)  # bad --nodes: refused before anything else happens
+        problems = self.prerequisites()  # before anything is reserved: a sweep that cannot test fails now
+        if problems:
+            raise UsageError("burn-in cannot run: " + problems[0]
+                             + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
         cleaning = False
         fired: list[int] = []
         with sweep_lock(self.site), _signals_raise(lambda: not cleaning, fired):
@@ -358,7 +382,8 @@ class Sweep:
             stdout = job.stdout()
             first = _first_event(stdout, "started") or {}
             out[key] = JobOutcome(started=bool(first), returncode=job.poll(), stdout=stdout, stderr=job.stderr(),
-                                  job_id=str(first.get("job_id", "")), stopped=stopped.get(key, ""))
+                                  job_id=str(first.get("job_id", "")), stopped=stopped.get(key, ""),
+                                  output=job.out_path.relative_to(log_dir.parent).as_posix())
         return out
 
     def _cancel_leftover_jobs(self) -> None:
@@ -376,7 +401,7 @@ class Sweep:
             self._judge_node(self.runs[node], res)
 
     def _judge_node(self, run: NodeRun, res: JobOutcome) -> None:
-        run.job_id = res.job_id
+        run.job_id, run.output = res.job_id, res.output
         final = _last_event(res.stdout, "result")
         run.tests = [TestResult.from_json(t) for t in (final or {}).get("tests", [])] if final else \
             [TestResult.from_json(e) for e in _events(res.stdout, "test")]
@@ -436,7 +461,7 @@ class Sweep:
                 self.plan.record(self._judge_pair(p.a, p.b, p.kind, rnd, outcomes[f"{p.a}+{p.b}"]))
 
     def _judge_pair(self, a: str, b: str, kind: str, rnd: int, res: JobOutcome) -> PairResult:
-        pr = PairResult(a, b, kind, rnd, "skip", job_id=res.job_id)
+        pr = PairResult(a, b, kind, rnd, "skip", job_id=res.job_id, output=res.output)
         if not res.started:
             pr.detail = "did not start" + (f" ({res.stopped})" if res.stopped else f": {_tail(res.stderr)}")
             return pr
@@ -533,12 +558,19 @@ class Sweep:
     # ------------------------------------------------------------------ record and report
     def _finish(self) -> dict[str, Any]:
         failed = any(r.verdict == "fail" for r in self.runs.values()) or bool(self.links)
+        problem = ""
+        if self.runs and not any(r.verdict in ("pass", "fail") for r in self.runs.values()):
+            # nodes were selected and none was tested (jobs refused, never started): not a success
+            first = next((r.detail for r in self.runs.values() if r.detail), "")
+            problem = f"none of the {len(self.runs)} selected node(s) was tested" + (f": {first}" if first else "")
+            failed = True
         finished = dt.datetime.now()
         sel = self.selection
         summary = {
             "sweep_id": self.id, "status": self.status, "cluster": self.site.cluster.name,
-            "site": self.site_file, "started": self.now.isoformat(timespec="seconds"),
-            "finished": finished.isoformat(timespec="seconds"),
+            # with their time zone (a naive now is local time)
+            "site": self.site_file, "started": self.now.astimezone().isoformat(timespec="seconds"),
+            "finished": finished.astimezone().isoformat(timespec="seconds"),
             "duration_s": round((finished - self.now).total_seconds(), 1),
             "phase_s": self.timings,
             "collective": self.b.collective,
@@ -550,6 +582,8 @@ class Sweep:
             "pairs": [p.to_json() for p in (self.plan.results if self.plan else [])],
             "links": [vars(link) for link in self.links],
             "pair_note": self.pair_note,
+            "problem": problem,
+            "slowdown_warn_percent": self.b.slowdown_warn_percent,
             "exit_code": 1 if failed else 0,
         }
         previous = history.previous_summary(self.store, self.id)
@@ -599,3 +633,26 @@ def _started(stdout: str) -> bool:
 def _tail(text: str) -> str:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1][:300] if lines else "no output"
+
+
+def missing_prerequisites(site: Site, *, user: str, partitions: set[str], assocs: dict[tuple[str, str], set[str]],
+                          qos_names: set[str], python_ok: str) -> list[str]:
+    """What a sweep by `user` needs from Slurm and does not have; each line names the fix.
+    `assocs`: (account, partition) -> QOS of the user's associations; `python_ok`: '' or why not."""
+    b = site.burnin
+    part = burnin_partition(site)
+    fix = "(create it with `slurmadm accounts apply`)"
+    out = []
+    if part not in partitions:
+        out.append(f"partition {part!r} (burnin.partition) is not in Slurm (apply the site's slurm.conf: "
+                   "`slurmadm config apply`)")
+    if b.qos not in qos_names:
+        out.append(f"QOS {b.qos!r} (burnin.qos) does not exist in slurmdbd {fix}")
+    mine = {a: q for (a, p), q in assocs.items() if a == b.account and p in ("", part)}
+    if not mine:
+        out.append(f"user {user} has no association with account {b.account!r} (burnin.account) {fix}")
+    elif b.qos in qos_names and not any(not q or b.qos in q for q in mine.values()):
+        out.append(f"user {user} in account {b.account!r} may not use QOS {b.qos!r} {fix}")
+    if python_ok:
+        out.append(f"the all-reduce program cannot run: {python_ok} (burnin.python)")
+    return out

@@ -20,6 +20,15 @@ GROUPS = {
     "health": "health",
     "burnin": "burnin",
     "audit": "audit",
+    "store": "store",
+    "doctor": "doctor",
+    "bmc": "bmc",
+    "fleet": "fleet",
+    # monitoring (issue 13)
+    "exporter": "exporter",
+    "monitor": "monitor",
+    "jobs": "jobs",
+    "top": "top",
 }
 
 

@@ -13,11 +13,10 @@ from ..accounts import (
     Op,
     Plan,
     apply_site,
-    build_report,
     mark_blocked,
     plan_for,
 )
-from ..accounts.report import COLUMNS
+from ..accounts.report import COLUMNS, ORG_COLUMNS, ProjectReport, build_full_report
 from ..errors import EXIT_PROBLEMS, SlurmadmError
 from ..slurm.accounting import JobReader, Sacctmgr
 from ..store import Store
@@ -146,11 +145,20 @@ def apply_cmd(site_file, as_json, dry_run, reason, prune) -> None:
 @accounts.command("report")
 @site_option
 @json_option
-@click.option("--csv", "as_csv", is_flag=True, help="CSV on stdout.")
-@click.option("--since", help="Also GPU-hours per project since a date (2026-11-01) or an age (7d), from sacct.")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV on stdout (projects, then organisations).")
+@click.option("--since", help="Also the GPU-hours jobs ran since a date (2026-11-01) or an age (7d), from "
+                              "sacct: raw hours, every run of a requeued job, no UsageFactor, no decay.")
 def report_cmd(site_file, as_json, as_csv, since) -> None:
-    """Per project: GPU quota, GPUs in use now, GPU-hours used and left of the budget, fairshare,
-    members and coordinators."""
+    """Per project and organisation: GPU quota, GPUs in use now, the GPU-hour budget (its own or
+    the tightest one inherited, named), GPU-hours charged against it, what running jobs still
+    hold, what is left for new jobs, fairshare, members and coordinators.
+
+    \b
+    charged  what Slurm counts against the budget (sshare GrpTRESRaw): GPU-hours x the QOS
+             UsageFactor, decayed as accounting.budget_mode says, in whole minutes
+    running  GPU-hours running jobs still hold until their time limits (sshare TRESRunMins)
+    left     budget - charged - running: what AccountingStorageEnforce=safe lets new jobs use
+    ran      (--since) GPU-hours jobs actually ran in the window (sacct), raw"""
     if as_json and as_csv:
         raise click.UsageError("--json and --csv exclude each other")
     site = get_site(site_file)
@@ -161,35 +169,62 @@ def report_cmd(site_file, as_json, as_csv, since) -> None:
     if since_ts is not None:
         start = dt.datetime.fromtimestamp(since_ts).strftime("%Y-%m-%dT%H:%M:%S")
         minutes = jobs.gpu_minutes_since(start)
-    rows = build_report(site, state, jobs.running_gpus(), jobs.shares(), minutes)
+    rows, orgs = build_full_report(site, state, jobs.running_gpus(), jobs.shares(), minutes)
     if as_json:
-        print_json({"cluster": site.cluster.name, "since": since, "projects": [r.to_json() for r in rows]})
+        print_json({"cluster": site.cluster.name, "since": since, "projects": [r.to_json() for r in rows],
+                    "organizations": [o.to_json() for o in orgs]})
         return
     if as_csv:
         writer = csv.writer(sys.stdout)
-        writer.writerow(COLUMNS)
-        for r in rows:
-            d = r.to_json()
-            writer.writerow([" ".join(d[c]) if c in ("members", "coordinators") else ("" if d[c] is None else d[c])
-                             for c in COLUMNS])
+        for columns, items in ((COLUMNS, rows), (ORG_COLUMNS, orgs)):
+            writer.writerow(columns)
+            for r in items:
+                d = r.to_json()
+                writer.writerow([" ".join(d[c]) if c in ("members", "coordinators")
+                                 else ("" if d[c] is None else d[c]) for c in columns])
         return
 
     def num(v, fmt="{:,.1f}"):
         return "-" if v is None else fmt.format(v)
 
-    cols = ["project", "org", "GPU quota", "in use", "budget GPU-h", "used GPU-h", "left GPU-h"]
+    def budget(r) -> str:
+        if r.gpu_hours_budget is None:
+            return "-"
+        own = r.budget_account == (r.project if isinstance(r, ProjectReport) else r.organization)
+        return num(r.gpu_hours_budget) + ("" if own else f" ({r.budget_account})")
+
+    cols = ["project", "org", "GPU quota", "in use", "budget GPU-h", "charged GPU-h", "running GPU-h",
+            "left GPU-h"]
     if since:
-        cols.append(f"GPU-h since {since}")
+        cols.append(f"ran GPU-h since {since}")
     cols += ["LevelFS", "members (* coordinator)"]
     out = []
     for r in rows:
         row = [r.project + ("" if r.in_slurmdbd else " (not in slurmdbd)"), r.organization,
-               num(r.gpu_quota, "{}"), r.gpus_in_use, num(r.gpu_hours_budget), num(r.gpu_hours_used),
-               num(r.gpu_hours_left)]
+               num(r.gpu_quota, "{}"), r.gpus_in_use, budget(r), num(r.gpu_hours_charged),
+               num(r.gpu_hours_running), num(r.gpu_hours_left)]
         if since:
-            row.append(num(r.gpu_hours_since))
+            row.append(num(r.gpu_hours_run_since))
         row += [num(r.level_fs, "{:.3g}"),
                 ", ".join([m + ("*" if m in r.coordinators else "") for m in r.members]
                           + [f"{c}* (not a member)" for c in r.coordinators if c not in r.members])]
         out.append(row)
     console.print(table(f"accounts report for cluster {site.cluster.name}", cols, out))
+    ocols = ["organisation", "parent", "GPU quota", "in use", "budget GPU-h", "charged GPU-h", "running GPU-h",
+             "left GPU-h"]
+    if since:
+        ocols.append(f"ran GPU-h since {since}")
+    ocols += ["LevelFS", "coordinators"]
+    oout = []
+    for o in orgs:
+        row = [o.organization + ("" if o.in_slurmdbd else " (not in slurmdbd)"), o.parent or "root",
+               num(o.gpu_quota, "{}"), o.gpus_in_use, budget(o), num(o.gpu_hours_charged),
+               num(o.gpu_hours_running), num(o.gpu_hours_left)]
+        if since:
+            row.append(num(o.gpu_hours_run_since))
+        row += [num(o.level_fs, "{:.3g}"), ", ".join(o.coordinators)]
+        oout.append(row)
+    console.print(table("organisations", ocols, oout))
+    console.print("charged: GPU-h x QOS UsageFactor, decayed (sshare GrpTRESRaw), what budgets count; "
+                  "running: held by running jobs until their time limits; left: budget - charged - running"
+                  + ("; ran: raw GPU-h from sacct" if since else ""), highlight=False)

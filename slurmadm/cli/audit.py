@@ -8,7 +8,7 @@ import time
 import click
 
 from ..errors import UsageError
-from ..store import Store
+from ..store import read
 from .common import Group, console, get_site, json_option, print_json, site_option, table, when
 
 
@@ -36,18 +36,21 @@ def audit() -> None:
 @click.option("--since", help="Only events since a date (2026-11-01) or an age (24h, 7d).")
 @click.option("--action", help="Only this action (glob with *, e.g. 'node.*').")
 @click.option("--target", help="Only events on this target (a node, an account, a file).")
+@click.option("--host", help="Only events recorded on this host (with a central store: any node).")
 @click.option("--limit", type=click.IntRange(1, 100000), default=200, show_default=True)
-def log(site_file, as_json, since, action, target, limit) -> None:
-    """Show audit events, newest first."""
+def log(site_file, as_json, since, action, target, host, limit) -> None:
+    """Show audit events, newest first (every host's, from the central store when the site has one)."""
     s = get_site(site_file)
     since_ts = parse_since(since)
-    with Store.for_site(s) as store:
-        events = store.events(since=since_ts, action=action, target=target, limit=limit)
+    with read.reader(s) as r:
+        events = read.events(r, since=since_ts, action=action, target=target, host=host, limit=limit)
+        central = r.central
     if as_json:
-        print_json([e.__dict__ for e in events])
+        print_json(events)
         return
-    rows = [
-        (when(e.ts), e.actor, e.action, e.target, e.reason)
-        for e in events
-    ]
-    console.print(table(None, ["when", "who", "what", "target", "why"], rows))
+    head = ["when", "who", "what", "target", "why"]
+    rows = [(when(e["ts"]), e["actor"], e["action"], e["target"], e["reason"]) for e in events]
+    if central:
+        head.insert(1, "host")
+        rows = [(row[0], e["host"], *row[1:]) for row, e in zip(rows, events)]
+    console.print(table(None, head, rows, wrap=["target", "why"], optional=["who"]))

@@ -5,13 +5,14 @@ from __future__ import annotations
 import datetime as dt
 
 import click
+from rich.text import Text
 
-from ..burnin import history, schedule
+from ..burnin import history, report, schedule
 from ..burnin.sweep import Sweep
 from ..site import site_path
-from ..store import Store
+from ..store import Store, read
 from .common import (Group, console, dry_run_option, get_site, info, json_option, print_json, progress,
-                     reason_option, site_option, table)
+                     reason_option, say, site_option, styled, table, warn)
 
 
 @click.group(cls=Group)
@@ -62,7 +63,7 @@ def _show_selection(sel: dict) -> None:
 def _show_summary(s: dict) -> None:
     rows = []
     for n in s["nodes"]:
-        verdict = {"pass": "[green]pass[/green]", "fail": "[red]fail[/red]"}.get(n["verdict"], n["verdict"])
+        verdict = styled(n["verdict"], {"pass": "green", "fail": "red"}.get(n["verdict"], ""))
         why = f"{n['failed_test']}: {n['detail']}" if n["failed_test"] else n["detail"]
         bw = f"{n['busbw_gbps']:.3g}" if n["busbw_gbps"] is not None else ""
         rows.append((n["node"], n["why"], verdict, why, bw, n["action"]))
@@ -72,7 +73,7 @@ def _show_summary(s: dict) -> None:
         if p["status"] != "pass":
             info(f"pair {p['a']}+{p['b']} ({p['kind']}, round {p['round']}): {p['status']}: {p['detail']}")
     for link in s["links"]:
-        info(f"[red]bad link[/red] {link['a']} <-> {link['b']}: {link['detail']}")
+        info(Text.assemble(("bad link", "red"), f" {link['a']} <-> {link['b']}: {link['detail']}"))
     if s["pair_note"]:
         info(s["pair_note"])
     skipped = s["selection"]["skipped"]
@@ -81,6 +82,9 @@ def _show_summary(s: dict) -> None:
             info(f"not tested: {node}: {why}")
     elif skipped:
         info(f"{len(skipped)} node(s) not tested (see the report)")
+    for line in report.warnings(s):
+        warn(f"slower: {line}")
+    say(("verdict: ", "bold"), report.verdict(s)["text"])
     console.print(f"report: {s['report']}")
 
 
@@ -91,8 +95,8 @@ def _show_summary(s: dict) -> None:
 def status(site_file, limit, as_json) -> None:
     """The last sweeps, newest first."""
     s = get_site(site_file)
-    with Store.for_site(s) as store:
-        rows = history.sweeps(store, limit=limit)
+    with read.reader(s) as r:
+        rows = history.sweeps(r, limit=limit)
     if as_json:
         print_json(rows)
         return
@@ -103,11 +107,16 @@ def status(site_file, limit, as_json) -> None:
     def when(ts):
         return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else ""
 
-    console.print(table(None, ["sweep", "started", "took", "status", "nodes", "pass", "fail", "skipped"],
+    console.print(table(None, ["sweep", "started", "took", "status", "nodes", "pass", "fail", "skipped", "warn"],
                         [(r["id"], when(r["started"]), f"{r['finished'] - r['started']:.0f} s" if r["finished"] else "",
-                          r["status"], r["nodes"], r["passed"], r["failed"], r["skipped"]) for r in rows]))
-    if rows[0]["report"]:
-        console.print(f"latest report: {rows[0]['report']}")
+                          r["status"], r["nodes"], r["passed"], r["failed"], r["skipped"],
+                          styled(len(r["warnings"]), "yellow") if r["warnings"] else "0") for r in rows],
+                        wrap=["nodes"]))
+    latest = rows[0]
+    for line in latest["warnings"]:
+        warn(f"sweep {latest['id']}: slower: {line}")
+    if latest["report"]:
+        console.print(f"latest report: {latest['report']}")
 
 
 @burnin.command("install-schedule")
@@ -128,8 +137,8 @@ def install_schedule(site_file, kind, dest, dry_run, reason, as_json) -> None:
             print_json([{"path": str(f.path), "status": f.status(), "text": f.text} for f in files])
             return
         for f in files:
-            console.print(f"[bold]{f.path}[/bold] ({f.status()}):")
-            console.print(f.text, markup=False, highlight=False)
+            say((str(f.path), "bold"), f" ({f.status()}):")
+            console.print(f.text)
         console.print("dry run: nothing written")
         return
     with Store.for_site(s) as store:

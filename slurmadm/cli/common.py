@@ -4,22 +4,28 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sqlite3
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import click
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from .. import config  # noqa: F401  (adds the config rules to every site check, `site validate` too)
 from ..errors import EXIT_USAGE, SiteError, SlurmadmError
 from ..health import sitecheck  # noqa: F401  (adds the health check-id rules likewise)
 from ..site import Site, load_site
+from ..store import store_error
 
-# Human output goes to stdout through rich; errors and progress to stderr.
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+# Human output goes to stdout through rich; errors and progress to stderr. markup=False: text
+# from data (drain reasons with `[prolog]`, site keys like `[health.models.b200]`, paths) is
+# printed as it is; colour comes from `styled()`/`say()` (rich Text), never from markup in strings.
+console = Console(highlight=False, soft_wrap=True, markup=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
 
 def site_option(fn: Callable) -> Callable:
@@ -58,26 +64,128 @@ def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
-def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    t = Table(title=title, title_justify="left", header_style="bold")
+# Columns that carry free text: they wrap in a terminal; every other column stays on one line.
+WRAP_COLUMNS = frozenset({"detail", "why", "what", "change", "note", "reason", "partitions", "fix", "value",
+                          "title", "contexts"})
+
+
+def styled(text: Any, style: str) -> Text:
+    """A table cell or message part in a style, its text taken literally (never as markup)."""
+    return Text(str(text), style=style)
+
+
+class PlainWhenPiped(Table):
+    """A rich table in a terminal; plain aligned text, one row per line and nothing wrapped, when
+    the output is a pipe or a file (`slurmadm health checks | grep nvlink`, `... > file`). In a
+    terminal too narrow for every column (80 columns), the table's optional columns are left out
+    first, in their order, with a note saying which."""
+
+    optional: tuple[str, ...] = ()
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if not options.is_terminal:
+            yield Text(plain_table(self), no_wrap=True, overflow="ignore", end="")
+            return
+        dropped: list[str] = []
+        t: Table = self
+        while self.optional[len(dropped):] and _natural_width(t) > options.max_width:
+            dropped.append(self.optional[len(dropped)])
+            t = _without(self, dropped)
+        if t is self:
+            yield from super().__rich_console__(console, options)
+            return
+        yield t
+        yield Text(f"(not shown at this width: {', '.join(dropped)}; see --json)",
+                   style="dim")
+
+    def plain_rows(self) -> list[list[str]]:
+        cells = [[_plain(c) for c in col.cells] for col in self.columns]
+        return [list(row) for row in zip(*cells)] if cells else []
+
+
+WRAP_MIN = 16  # a wrapping column narrower than this reads badly: leave optional columns out first
+
+
+def _natural_width(t: Table) -> int:
+    """Width the table needs: one-line columns whole, wrapping ones at least WRAP_MIN, plus
+    padding and a border per column."""
+    width = 1
+    for col in t.columns:
+        texts = [_plain(col.header), *(_plain(c) for c in col.cells)]
+        need = max(len(x) for x in texts)
+        width += (need if col.no_wrap else min(need, WRAP_MIN)) + 3
+    return width
+
+
+def _without(t: PlainWhenPiped, dropped: list[str]) -> Table:
+    keep = [i for i, col in enumerate(t.columns) if _plain(col.header) not in dropped]
+    out = Table(title=t.title, title_justify=t.title_justify, header_style=t.header_style, show_header=t.show_header)
+    for i in keep:
+        col = t.columns[i]
+        out.add_column(col.header, no_wrap=col.no_wrap, overflow=col.overflow, ratio=col.ratio,
+                       min_width=col.min_width)
+    for row in zip(*[t.columns[i].cells for i in keep]):
+        out.add_row(*row)
+    return out
+
+
+def _plain(cell: Any) -> str:
+    text = cell.plain if isinstance(cell, Text) else str(cell)
+    return " ".join(text.split())  # one line per row
+
+
+def plain_table(t: PlainWhenPiped) -> str:
+    headers = [_plain(c.header) for c in t.columns] if t.show_header else []
+    rows = t.plain_rows()
+    widths = [max([len(_plain(c.header)) if t.show_header else 0] + [len(r[i]) for r in rows])
+              for i, c in enumerate(t.columns)]
+    lines = [f"{t.title}" if t.title else None]
+    if any(headers):
+        lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(line for line in lines if line is not None) + "\n"
+
+
+def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
+          wrap: Iterable[str] | None = None, optional: Sequence[str] = ()) -> Table:
+    """A table of literal text: cells that are `str` are never read as rich markup (a reason
+    like `... [prolog]` keeps its tag); pass `styled(text, style)` for colour. Columns named in
+    `wrap` (default: those in WRAP_COLUMNS, else the last column) wrap in a terminal, the others
+    stay whole on one line so ids and names stay readable; `optional` columns are left out, in
+    that order, where the terminal is too narrow for all of them."""
+    wrapping = set(wrap) if wrap is not None else {c for c in columns if c in WRAP_COLUMNS}
+    if not wrapping and columns:
+        wrapping = {columns[-1]}
+    t = PlainWhenPiped(title=escape(title) if title else None, title_justify="left", header_style="bold")
+    t.optional = tuple(optional)
     for col in columns:
-        t.add_column(col)
+        if col in wrapping:
+            t.add_column(col, overflow="fold", ratio=1, min_width=10)
+        else:
+            t.add_column(col, no_wrap=True)
     for row in rows:
-        t.add_row(*("" if v is None else str(v) for v in row))
+        t.add_row(*(Text("") if v is None else v if isinstance(v, Text) else Text(str(v)) for v in row))
     return t
 
 
 def warn(message: str) -> None:
-    err_console.print(f"[yellow]warning:[/yellow] {message}")
+    """A warning on stderr; `message` is literal text (never markup)."""
+    err_console.print(Text.assemble(("warning:", "yellow"), " ", message))
 
 
-def info(message: str) -> None:
-    err_console.print(message)
+def info(message: str | Text) -> None:
+    """A line on stderr; a `str` is literal text (never markup)."""
+    err_console.print(message if isinstance(message, Text) else Text(message))
+
+
+def say(*parts: str | tuple[str, str]) -> None:
+    """A line on stdout from literal parts: `say(("ok", "green"), " ", path)`; no part is markup."""
+    console.print(Text.assemble(*parts))
 
 
 def progress(message: str) -> None:
     """One step of a long command (bring-up, a sweep), on stderr."""
-    err_console.print(f"[dim]·[/dim] {message}")
+    err_console.print(Text.assemble(("·", "dim"), " ", message))
 
 
 def when(ts: float) -> str:
@@ -115,6 +223,10 @@ class Group(click.Group):
                 raise
             code = report_error(exc)
             ctx.exit(code)
+        except sqlite3.DatabaseError as exc:  # a corrupt store page met by a read: one line, exit 3
+            if ctx.parent is not None:
+                raise
+            ctx.exit(report_error(store_error(exc)))
         except KeyboardInterrupt:
             click.echo("slurmadm: interrupted", err=True)
             ctx.exit(130)

@@ -11,9 +11,11 @@ import click
 from ..config import apply as apply_mod
 from ..config import diff as diff_mod
 from ..config import fmt, node, render, resolve_release
+from ..config import unit as unit_mod
 from ..errors import EXIT_PROBLEMS, UnreachableError, UsageError
 from ..files import write_atomic
 from ..site import Site, site_path
+from ..store import Store
 from .common import (
     Group,
     console,
@@ -23,6 +25,7 @@ from .common import (
     json_option,
     print_json,
     reason_option,
+    say,
     site_option,
     table,
 )
@@ -97,7 +100,7 @@ def diff_cmd(site_file, release, against, as_json) -> None:
     if as_json:
         print_json({**the_plan.as_dict(), "diff": {f.name: f.unified for f in the_plan.files}})
     elif not the_plan.files:
-        console.print(f"[green]no differences[/green] in {the_plan.target}")
+        say(("no differences", "green"), f" in {the_plan.target}")
     else:
         _print_changes(the_plan, show_diff=True)
     if the_plan.files:
@@ -120,22 +123,24 @@ def apply_cmd(site_file, release, dry_run, reason, target, as_json) -> None:
     site, _, files = _render(site_file, release)
     result = apply_mod.apply(site, files, reason=reason, dry_run=dry_run, target=target)
     the_plan = result.plan
+    for line in [] if as_json else result.warnings:  # (--json: under "warnings")
+        click.echo(f"slurmadm: warning: {line}", err=True)
     if as_json:
         print_json(result.as_dict(site))
     elif not the_plan.files:
-        console.print(f"[green]up to date[/green]: {the_plan.target} already holds this site's configs")
+        say(("up to date", "green"), f": {the_plan.target} already holds this site's configs")
     else:
         _print_changes(the_plan, show_diff=dry_run)
         if dry_run:
-            console.print(f"[yellow]dry run[/yellow]: nothing written to {the_plan.target}")
+            say(("dry run", "yellow"), f": nothing written to {the_plan.target}")
         else:
             console.print(f"wrote {', '.join(result.written)} in {the_plan.target}"
                           + (f" (backup: {result.backup})" if result.backup else ""))
             if result.reconfigured:
-                console.print("[green]scontrol reconfigure[/green]: done")
+                say(("scontrol reconfigure", "green"), ": done")
         steps = result.restart_steps(site)
         if steps:
-            console.print("[yellow]restart needed[/yellow] (not done by slurmadm):")
+            say(("restart needed", "yellow"), " (not done by slurmadm):")
             for i, step in enumerate(steps, 1):
                 console.print(f"  {i}. {step}")
     if result.reconfigure_error:
@@ -167,7 +172,40 @@ def check_node(site_file, node_name, timeout, as_json) -> None:
         for line in problems:
             click.echo(f"{name}: {line}")
     else:
-        console.print(f"[green]ok[/green] {name} matches profile {site.node_group_of[name].profile} "
-                      f"({facts.cpus} CPUs, {len(gpus)} GPUs)")
+        say(("ok", "green"), f" {name} matches profile {site.node_group_of[name].profile} "
+            f"({facts.cpus} CPUs, {len(gpus)} GPUs)")
     if problems:
         click.get_current_context().exit(EXIT_PROBLEMS)
+
+
+@config.command("slurmd-unit")
+@site_option
+@click.option("--dest", type=click.Path(file_okay=False), default=None,
+              help=f"systemd directory to write into (default {unit_mod.SYSTEMD_DIR}).")
+@dry_run_option
+@reason_option("slurmd unit ordering")
+@json_option
+def slurmd_unit(site_file, dest, dry_run, reason, as_json) -> None:
+    """Write a slurmd.service drop-in ordering slurmd after slurm.slurmd_after (default
+    nvidia-persistenced.service): slurmd exits if gres.conf's /dev/nvidia* do not exist yet.
+    Run on every compute node (or ship the file with the node image), then `systemctl daemon-reload`."""
+    site = get_site(site_file)
+    files = unit_mod.plan(site, dest)
+    if dry_run:
+        if as_json:
+            print_json([{"path": str(f.path), "status": f.status(), "text": f.text} for f in files])
+            return
+        for f in files:
+            console.print(f"[bold]{f.path}[/bold] ({f.status()}):", highlight=False)
+            console.print(f.text, markup=False, highlight=False)
+        console.print("dry run: nothing written")
+        return
+    with Store.for_site(site) as store:
+        done = unit_mod.install(files, store, reason=reason)
+    if as_json:
+        print_json([{"path": str(p), "status": st} for p, st in done])
+        return
+    for path, st in done:
+        console.print(f"{path}: {st}", highlight=False)
+    if any(st != "unchanged" for _, st in done):
+        console.print("then: systemctl daemon-reload", highlight=False)

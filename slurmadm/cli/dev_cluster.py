@@ -10,7 +10,7 @@ import click
 
 from ..devcluster.cluster import DEFAULT_PORT_BASE, DevCluster, default_state_dir
 from ..errors import UsageError
-from .common import Group, console, json_option, print_json, progress, table
+from .common import Group, console, json_option, print_json, progress, say, styled, table
 
 
 def state_dir_option(fn):
@@ -49,8 +49,16 @@ def dev_cluster() -> None:
 @click.option("--timeout", type=click.FloatRange(10, 3600), default=180.0, show_default=True,
               help="Seconds to wait for every node to be idle.")
 @click.option("--foreground", is_flag=True, help="Stay in the foreground; SIGTERM/SIGINT brings it down.")
+@click.option("--central-store/--local-store", "central_store", default=None,
+              help="Per-node stores shipping to a central store in the cluster's MariaDB, or one shared "
+                   "SQLite file (default: as the last `up`; first time: local).")
+@click.option("--bmc/--no-bmc", default=None,
+              help="Emulated BMCs (IPMI + Redfish) per node, wired to the nodes' power (default: as last time).")
+@click.option("--ssh/--no-ssh", default=None,
+              help="One OpenSSH sshd per fake node (own mount+UTS namespace and software stack) "
+                   "for `slurmadm fleet` (default: as last time).")
 @json_option
-def up(nodes, site_file, state_dir, port_base, timeout, foreground, as_json) -> None:
+def up(nodes, site_file, state_dir, port_base, timeout, foreground, central_store, bmc, ssh, as_json) -> None:
     """Start the dev cluster (idempotent) and wait until every node is idle."""
     dc = _cluster(state_dir)
     stop = threading.Event()
@@ -58,7 +66,7 @@ def up(nodes, site_file, state_dir, port_base, timeout, foreground, as_json) -> 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     status = dc.up(nodes=nodes, site_file=site_file, port_base=port_base, timeout=timeout,
-                   progress=progress)
+                   progress=progress, central_store=central_store, bmc=bmc, ssh=ssh)
     if as_json:
         print_json(status)
     else:
@@ -110,10 +118,10 @@ def _show(st: dict) -> None:
     if not st["exists"]:
         console.print(f"no dev cluster in {st['state_dir']}")
         return
-    console.print(f"dev cluster [bold]{rec.get('cluster_name')}[/bold] in {st['state_dir']} "
-                  f"(Slurm {rec.get('slurm_release')}, ports from {rec.get('port_base')})")
+    say("dev cluster ", (str(rec.get("cluster_name")), "bold"), f" in {st['state_dir']} "
+        f"(Slurm {rec.get('slurm_release')}, ports from {rec.get('port_base')})")
     console.print(table(None, ["daemon", "pid", "state"],
-                        [(d["name"], d["pid"] or "", "[green]up[/green]" if d["alive"] else "[red]down[/red]")
+                        [(d["name"], d["pid"] or "", styled("up", "green") if d["alive"] else styled("down", "red"))
                          for d in st["daemons"]]))
     if st["nodes"]:
         console.print(table(None, ["node", "state"], sorted(st["nodes"].items())))
@@ -213,3 +221,15 @@ def gpu_fault(node, gpu, kind, value, clear, help_kinds, minutes_ago, state_dir,
     else:
         console.print(table(None, ["gpu", "kind", "value", "since"],
                             [(f["gpu"], f["kind"], f["value"], f["since"]) for f in out["faults"]]))
+
+
+@dev_cluster.command("central-store")
+@click.argument("mode", type=click.Choice(["on", "off"]))
+@state_dir_option
+def central_store_cmd(mode, state_dir) -> None:
+    """Switch the running dev cluster to per-node stores shipping to its MariaDB (on), or back
+    to one shared SQLite file (off). Slurm keeps running; the next hook run follows."""
+    dc = _recorded_cluster(state_dir)
+    site = dc.set_central_store(mode == "on", progress=progress)
+    console.print(f"store: {site.store.url or site.store.path}"
+                  + (f" (local: {site.store.path})" if site.store.url else ""))

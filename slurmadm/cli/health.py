@@ -9,18 +9,22 @@ from __future__ import annotations
 import time
 
 import click
-from rich.markup import escape
 
-from ..errors import UsageError
+from ..errors import SlurmadmError, UsageError
 from ..health import config as hconfig
 from ..health import engine, sitecheck  # noqa: F401  (sitecheck registers the check-id validation)
 from ..health.checks import BY_ID, CHECKS, SETTINGS, policy
 from ..health.hook import local_node
-from ..store import Store
+from ..store import read
 from .audit import parse_since
-from .common import Group, console, dry_run_option, get_site, json_option, print_json, site_option, table, when
+from .common import (Group, console, dry_run_option, get_site, json_option, print_json, say, site_option, styled, table,
+                     warn, when)
 
 STATUS_STYLE = {"pass": "green", "skip": "dim", "warn": "yellow", "fail": "red", "error": "magenta"}
+
+
+def status_cell(status: str):
+    return styled(status, STATUS_STYLE.get(status, ""))
 
 
 @click.group(cls=Group)
@@ -33,15 +37,15 @@ def _node_option(fn):
 
 
 def _show(report: engine.Report) -> None:
-    rows = [(r.check_id, f"[{STATUS_STYLE[r.status]}]{r.status}[/]", r.severity, r.action, escape(r.detail),
-             f"{r.duration_ms:.1f}") for r in report.results]
+    rows = [(r.check_id, status_cell(r.status), r.severity, r.action, r.detail, f"{r.duration_ms:.1f}")
+            for r in report.results]
     console.print(table(f"{report.context} on {report.node} ({report.duration_ms:.0f} ms)",
                         ["check", "status", "severity", "action", "detail", "ms"], rows))
     if report.plan.action != "none" or report.plan.reason != "clean":
         done = "" if report.applied or report.plan.action == "none" else " (not applied)"
-        console.print(f"{report.plan.action}{done}: {escape(report.plan.reason)}")
+        say(f"{report.plan.action}{done}: {report.plan.reason}")
     for p in report.problems:
-        console.print(f"[yellow]warning:[/yellow] {escape(p)}")
+        say(("warning:", "yellow"), " ", p)
 
 
 def _execute(site_file, node, context, checks, dry_run, as_json) -> None:
@@ -102,8 +106,27 @@ def checks_cmd(site_file, as_json) -> None:
         print_json(rows)
         return
     console.print(table(None, ["check", "severity", "contexts", "on fail", "on error", "limit s", "what"],
-                        [(r["id"], r["severity"], ",".join(r["contexts"]) or "-", r["on_fail"], r["on_error"],
-                          f"{r['timeout_s']:g}", r["title"]) for r in rows]))
+                        [(r["id"], r["severity"], ", ".join(r["contexts"]) or "-", r["on_fail"], r["on_error"],
+                          f"{r['timeout_s']:g}", r["title"]) for r in rows],
+                        optional=["limit s", "on error", "severity"]))
+
+
+def slurm_nodes():
+    """The nodes as Slurm has them now (for their drain reasons), through the Slurm adapter."""
+    from ..slurm import get_backend
+
+    return get_backend().nodes()
+
+
+def _drained(site, wanted: set[str] | None) -> list | str:
+    """Drained or down nodes of the site (optionally only `wanted`), or why Slurm could not say."""
+    try:
+        nodes = slurm_nodes()
+    except SlurmadmError as exc:
+        return str(exc)
+    names = set(site.node_names)
+    return [n for n in nodes if n.name in names and (wanted is None or n.name in wanted)
+            and (n.drained or n.state == "DOWN")]
 
 
 @health.command("status")
@@ -111,22 +134,36 @@ def checks_cmd(site_file, as_json) -> None:
 @json_option
 @click.option("--nodes", help="Only these nodes (hostlist).")
 def status_cmd(site_file, as_json, nodes) -> None:
-    """The latest result of every check on every node (from the store). Exit 1 if any is failing."""
+    """The latest result of every check on every node (from the store), then each drained node
+    with its whole drain reason as Slurm holds it (`sinfo -R` shows only 20 characters). Exit 1
+    if any check is failing."""
     from ..site import require_nodes
 
     site = get_site(site_file)
     wanted = set(require_nodes(site, nodes)) if nodes else None
-    with Store.for_site(site) as store:
-        rows = store.db.execute(
-            "SELECT r.* FROM check_results r JOIN (SELECT node, check_id, MAX(id) AS id FROM check_results "
-            "GROUP BY node, check_id) last ON r.id = last.id ORDER BY r.node, r.check_id").fetchall()
-    out = [dict(r) for r in rows if wanted is None or r["node"] in wanted]
+    with read.reader(site) as r:
+        out = read.latest_results(r, wanted)
+        silent = read.silent_nodes(r, site)
+    silent = {n: last for n, last in silent.items() if wanted is None or n in wanted}
+    for line in read.silent_lines(silent, site.store.stale_after_minutes, when):
+        warn(line)
+    drained = _drained(site, wanted)
+    reasons = {n.name: n.reason for n in drained} if isinstance(drained, list) else None
+    for r in out:  # the node's drain reason now ("" when not drained; None when Slurm did not answer)
+        r["slurm_reason"] = None if reasons is None else reasons.get(r["node"], "")
     if as_json:
         print_json(out)
     else:
         console.print(table(None, ["node", "check", "status", "context", "when", "detail"],
-                            [(r["node"], r["check_id"], f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]",
-                              r["context"], when(r["ts"]), escape(r["detail"])) for r in out]))
+                            [(r["node"], r["check_id"], status_cell(r["status"]),
+                              r["context"], when(r["ts"]), r["detail"]) for r in out]))
+        if isinstance(drained, str):
+            say(("drain reasons: ", "yellow"), f"Slurm did not answer ({drained})")
+        elif drained:
+            console.print(table("drained nodes (whole reason)", ["node", "state", "by", "reason"],
+                                [(n.name, n.state_text, n.reason_user,
+                                  styled(n.reason, "bold") if n.reason.startswith("slurmadm:") else n.reason)
+                                 for n in drained], wrap=["reason"]))
     if any(r["status"] in ("fail", "error") for r in out):
         raise SystemExit(1)
 
@@ -137,32 +174,23 @@ def status_cmd(site_file, as_json, nodes) -> None:
 @click.option("--node", help="Only this node.")
 @click.option("--check", "check_id", help="Only this check id.")
 @click.option("--status", type=click.Choice(["pass", "fail", "warn", "error", "skip"]), help="Only this status.")
+@click.option("--context", type=click.Choice(["prolog", "epilog", "periodic", "run"]), help="Only this context.")
 @click.option("--since", help="Only results since a date (2026-11-01) or an age (24h, 7d).")
 @click.option("--limit", type=click.IntRange(1, 100000), default=200, show_default=True)
-def history_cmd(site_file, as_json, node, check_id, status, since, limit) -> None:
-    """Past check results, newest first."""
+def history_cmd(site_file, as_json, node, check_id, status, context, since, limit) -> None:
+    """Past check results, newest first (every node's, from the central store when the site has one)."""
     site = get_site(site_file)
     if check_id and check_id not in BY_ID:
         raise UsageError(f"--check: unknown check id {check_id!r} (known: {', '.join(BY_ID)})")
-    sql, args = "SELECT * FROM check_results WHERE 1=1", []
-    for col, val in (("node", node), ("check_id", check_id), ("status", status)):
-        if val:
-            sql += f" AND {col} = ?"
-            args.append(val)
-    since_ts = parse_since(since)
-    if since_ts is not None:
-        sql += " AND ts >= ?"
-        args.append(since_ts)
-    sql += " ORDER BY id DESC LIMIT ?"
-    args.append(limit)
-    with Store.for_site(site) as store:
-        out = [dict(r) for r in store.db.execute(sql, args).fetchall()]
+    with read.reader(site) as r:
+        out = read.history(r, node=node, check_id=check_id, status=status, context=context,
+                           since=parse_since(since), limit=limit)
     if as_json:
         print_json(out)
         return
     console.print(table(None, ["when", "node", "context", "check", "status", "detail"],
                         [(when(r["ts"]), r["node"], r["context"], r["check_id"],
-                          f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]", escape(r["detail"])) for r in out]))
+                          status_cell(r["status"]), r["detail"]) for r in out]))
 
 
 @health.command("calibrate")
@@ -182,8 +210,8 @@ def calibrate_cmd(site_file, as_json, model, since, margin) -> None:
     models = {site.node_profile(n).gpus.model for n in site.node_names}
     if model and model not in models:
         raise UsageError(f"--model: no node has GPU model {model!r} (site has: {', '.join(sorted(models))})")
-    with Store.for_site(site) as store:
-        out = calibrate(site, store, parse_since(since), margin, model)
+    with read.reader(site) as r:
+        out = calibrate(site, r, parse_since(since), margin, model)
     if as_json:
         print_json(out)
         return
@@ -196,4 +224,4 @@ def calibrate_cmd(site_file, as_json, model, since, margin) -> None:
                         [(r["model"], r["nodes"], r["from_burnin"], r["median_gbps"], r["min_gbps"], r["max_gbps"],
                           r["current_floor_gbps"], r["suggested_floor_gbps"]) for r in out]))
     for r in out:
-        console.print(f"set [health.models.{r['model']}] nccl_busbw_floor_gbps = {r['suggested_floor_gbps']}")
+        say(f"set [health.models.{r['model']}] nccl_busbw_floor_gbps = {r['suggested_floor_gbps']}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..site import site_hash, site_path
-from .common import Group, console, get_site, json_option, print_json, site_option, table
+from .common import Group, console, get_site, json_option, print_json, say, site_option, table
 
 
 @click.group(cls=Group)
@@ -38,8 +38,8 @@ def validate(site_file: str | None, as_json: bool) -> None:
     if as_json:
         print_json(summary)
         return
-    console.print(f"[green]ok[/green] {path}: cluster {s.cluster.name}, {summary['nodes']} nodes "
-                  f"({s.all_nodes}), {s.total_gpus} GPUs")
+    say(("ok", "green"), f" {path}: cluster {s.cluster.name}, {summary['nodes']} nodes "
+        f"({s.all_nodes}), {s.total_gpus} GPUs")
     rows = [
         ("scalable units", ", ".join(summary["scalable_units"])),
         ("partitions", ", ".join(summary["partitions"])),

@@ -14,6 +14,7 @@ A second apply with the same site changes nothing.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 import time
@@ -40,6 +41,7 @@ class ApplyResult:
     reconfigured: bool = False
     reconfigure_error: str | None = None
     events: list[int] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def restart_steps(self, site: Site) -> list[str]:
         """The restarts still to do, in order (controllers first, then the nodes)."""
@@ -63,6 +65,7 @@ class ApplyResult:
             "reconfigure_error": self.reconfigure_error,
             "restart_steps": self.restart_steps(site),
             "events": self.events,
+            "warnings": self.warnings,
         }
 
 
@@ -81,8 +84,13 @@ def _backup_dir(target: Path) -> Path:
 
 def check_partition_qos(site: Site, slurm_conf_text: str, *, timeout: float = 30.0) -> None:
     """slurmctld exits (fatal, on start and on reconfigure) when a partition's QOS is not in
-    slurmdbd: refuse before writing. Asks slurmdbd through the config about to be written."""
-    wanted = [(i, p.qos) for i, p in enumerate(site.partitions) if p.qos]
+    slurmdbd, and silently drops AllowQos names it does not know (only logging them): a partition
+    meant for some QOS would then refuse them all, or admit every QOS. Refuse both before
+    writing. Asks slurmdbd through the config about to be written."""
+    wanted = [(f"partitions[{i}].qos", p.qos, "slurmctld stops on an unknown partition QOS")
+              for i, p in enumerate(site.partitions) if p.qos]
+    wanted += [(f"partitions[{i}].allow_qos[{j}]", q, "slurmctld would silently drop it from AllowQos")
+               for i, p in enumerate(site.partitions) for j, q in enumerate(p.allow_qos)]
     if not wanted or site.slurm.accounting_storage != "slurmdbd":
         return
     with tempfile.TemporaryDirectory(prefix="slurmadm-qos-") as tmp:
@@ -94,24 +102,37 @@ def check_partition_qos(site: Site, slurm_conf_text: str, *, timeout: float = 30
         except SlurmadmError as exc:
             raise UnreachableError(f"cannot check the partition QOS in slurmdbd, nothing written: {exc}") from None
     known = set(out.split())
-    missing = [(i, q) for i, q in wanted if q not in known]
+    missing = [(key, q, why) for key, q, why in wanted if q not in known]
     if missing:
-        i, q = missing[0]
+        key, q, why = missing[0]
+        more = f" ({len(missing) - 1} more QOS missing)" if len(missing) > 1 else ""
         raise UsageError(
-            f"partitions[{i}].qos: QOS {q!r} does not exist in slurmdbd, and slurmctld stops on an unknown "
-            f"partition QOS; create it first (slurmadm accounts apply), then apply again. Nothing written."
+            f"{key}: QOS {q!r} does not exist in slurmdbd, and {why}; create it first (slurmadm accounts "
+            f"apply), then apply again{more}. Nothing written."
         )
+
+
+def program_warnings(site: Site) -> list[str]:
+    """Programs slurmctld runs on this (controller) host that are not there: Slurm only logs it
+    when it tries (MailProg: "error: Failed to exec /bin/mail" at every job's mail)."""
+    prog = site.slurm.mail_prog
+    if prog and not os.access(prog, os.X_OK):
+        return [f"slurm.mail_prog: {prog} is not an executable program on this host, so slurmctld cannot "
+                f"send job mail (install a mailer such as bsd-mailx, or set mail_prog = \"\")"]
+    return []
 
 
 def apply(site: Site, rendered: dict[str, str], *, reason: str, dry_run: bool = False,
           target: str | Path | None = None, reconfigure: bool = True, timeout: float = 60.0) -> ApplyResult:
     target = Path(target or site.slurm.config_dir)
     if dry_run:
-        return ApplyResult(plan(rendered, target), dry_run=True)
+        result = ApplyResult(plan(rendered, target), dry_run=True)
+        result.warnings = program_warnings(site)
+        return result
     busy = f"another `slurmadm config apply` is writing {target}; try again when it is done"
     with exclusive_lock(target / LOCK_NAME, lambda _holder: busy):
         the_plan = plan(rendered, target)  # re-read under the lock
-        result = ApplyResult(the_plan, dry_run=False)
+        result = ApplyResult(the_plan, dry_run=False, warnings=program_warnings(site))
         if not the_plan.files:
             return result
         if the_plan.needs_reconfigure or the_plan.restart:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from decimal import ROUND_DOWN, Decimal
 
 from ClusterShell.NodeSet import NodeSet
 from ClusterShell.RangeSet import RangeSet
 
 from ..hostlist import compress, nodeset
 from ..site import NodeProfile, Site
-from ..site.accounts import priority_usage_settings
+from ..site.accounts import priority_usage_settings, slurm_time_seconds
 
 Pairs = list[tuple[str, str]]
 
@@ -74,6 +75,85 @@ def gpu_cores(profile: NodeProfile) -> list[str]:
     return [f"{s * per}-{(s + 1) * per - 1}" for s in profile.gpus.sockets]
 
 
+# ------------------------------------------------------------- GPU-site settings (issue 16)
+
+BF_WINDOW_DEFAULT = 1440  # minutes: Slurm's default bf_window (one day)
+BF_WINDOW_MAX = 43200  # minutes: the most Slurm accepts (30 days)
+NO_MAIL = "/bin/true"  # MailProg when the site sends no job mail (slurm.mail_prog = "")
+
+
+def longest_max_time_minutes(site: Site) -> int | None:
+    """The longest partition MaxTime in minutes (None: some partition has no limit, INFINITE)."""
+    limits = [slurm_time_seconds(p.max_time) for p in site.partitions]
+    if any(not sec for sec in limits):
+        return None
+    return max(-(-sec // 60) for sec in limits)
+
+
+def backfill(site: Site) -> tuple[int, int]:
+    """(bf_window minutes, bf_resolution seconds). Slurm's man page: a window at least as long as
+    the highest time limit prevents starving large jobs, and a longer window wants a coarser
+    resolution (60 s, the default, per day of window)."""
+    s = site.slurm
+    window = s.bf_window_minutes
+    if window is None:
+        longest = longest_max_time_minutes(site)
+        window = BF_WINDOW_MAX if longest is None else min(BF_WINDOW_MAX, max(BF_WINDOW_DEFAULT, longest))
+    resolution = s.bf_resolution_s or min(3600, 60 * -(-window // BF_WINDOW_DEFAULT))
+    return window, resolution
+
+
+def mail_prog(site: Site) -> str:
+    return site.slurm.mail_prog or NO_MAIL
+
+
+def _weight(value: float) -> str:
+    """Six significant digits, rounded down: a whole node must not bill above its GPU count."""
+    if value == 0:
+        return "0"
+    text = format(Decimal(repr(value)).quantize(Decimal(1).scaleb(Decimal(repr(value)).adjusted() - 5),
+                                                rounding=ROUND_DOWN), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def billing_weights(site: Site, part, profiles: list[NodeProfile]) -> str | None:
+    """TRESBillingWeights of a partition (None: Slurm bills allocated CPUs)."""
+    if part.billing_weights is not None:
+        weights = dict(part.billing_weights)
+    elif site.slurm.billing == "cpus":
+        return None
+    elif site.slurm.billing == "gpus":
+        weights = {"gres/gpu": 1.0}
+    else:
+        # gpu-equivalent: a whole node's CPUs, or its whole memory, cost as much as its GPUs.
+        # Mixed profiles: the weights of the node with the fewest GPUs per CPU / per GiB, so no
+        # job pays more than the GPUs it keeps from others.
+        weights = {
+            "cpu": min(p.gpus.count / p.cpus for p in profiles),
+            "mem": min(p.gpus.count / (real_memory(site, p) / 1024) for p in profiles),
+            "gres/gpu": 1.0,
+        }
+    names = {"cpu": "CPU", "mem": "Mem", "gres/gpu": "GRES/gpu"}
+    parts = []
+    for key in ("cpu", "mem", "gres/gpu"):
+        if key in weights:
+            parts.append(f"{names[key]}={_weight(weights[key])}{'G' if key == 'mem' else ''}")
+    return ",".join(parts) or None
+
+
+def priority_flags(site: Site) -> list[str]:
+    return ["MAX_TRES"] if site.slurm.billing == "gpu-equivalent" else []
+
+
+def def_mem_per_cpu(site: Site, part, profiles: list[NodeProfile]) -> int:
+    """DefMemPerCPU (MiB): a CPU-only job gets memory in proportion to its CPUs instead of the
+    whole node; a GPU job gets DefCpuPerGPU x this per GPU. (DefMemPerCPU, DefMemPerGPU and
+    DefMemPerNode are mutually exclusive, so DefMemPerGPU is not written.)"""
+    if part.def_mem_per_cpu_mib is not None:
+        return part.def_mem_per_cpu_mib
+    return max(1, min(real_memory(site, p) // p.cpus for p in profiles))
+
+
 def spine_groups(site: Site) -> list[tuple[str, list[str]]]:
     """(spine name, unit names) above the scalable units; one spine unless units_per_spine."""
     units = [name for name, _ in site.scalable_units]
@@ -100,6 +180,7 @@ def slurm_settings(site: Site) -> list[Section]:
         ("SlurmctldPort", str(s.slurmctld_port)),
         ("SlurmdPort", str(s.slurmd_port)),
         ("SlurmUser", site.slurm_user),
+        ("MailProg", mail_prog(site)),
         ("AuthType", "auth/munge"),
         ("CredType", "cred/munge"),
     ]
@@ -127,11 +208,16 @@ def slurm_settings(site: Site) -> list[Section]:
     ]
 
     prio = s.priority
+    window, resolution = backfill(site)
     scheduling: Pairs = [
         ("SchedulerType", "sched/backfill"),
-        ("SchedulerParameters", ",".join([NOHOLD, *s.scheduler_parameters])),
+        ("SchedulerParameters", ",".join([NOHOLD, *s.scheduler_parameters,
+                                          f"bf_window={window}", f"bf_resolution={resolution}"])),
+        ("EnforcePartLimits", s.enforce_part_limits),
         ("PriorityType", "priority/multifactor"),
     ]
+    if priority_flags(site):
+        scheduling.append(("PriorityFlags", ",".join(priority_flags(site))))
     # How GPU-hour budgets refill (decay, reset per period, lifetime): site/accounts.py decides.
     scheduling += list(priority_usage_settings(site).items())
     scheduling += [
@@ -248,10 +334,10 @@ def partition_lines(site: Site, layout: Layout) -> list[Pairs]:
     everything = layout.union(layout.groups)
     for i, part in enumerate(site.partitions):
         nodes = everything if part.nodes == "ALL" else nodeset(part.nodes, what=f"partitions[{i}].nodes")
-        profiles = {g.profile for g, members in zip(site.nodes, layout.groups) if members & nodes}
+        names = dict.fromkeys(g.profile for g, members in zip(site.nodes, layout.groups) if members & nodes)
+        profiles = [site.profile(p) for p in names]
         # Defaults that fit every node of the partition (a job may land on any of them).
-        cpu_per_gpu = min(site.profile(p).cpus // site.profile(p).gpus.count for p in profiles)
-        mem_per_gpu = min(real_memory(site, site.profile(p)) // site.profile(p).gpus.count for p in profiles)
+        cpu_per_gpu = min(p.cpus // p.gpus.count for p in profiles)
         line: Pairs = [("PartitionName", part.name), ("Nodes", str(nodes))]
         if part.default:
             line.append(("Default", "YES"))
@@ -266,7 +352,10 @@ def partition_lines(site: Site, layout: Layout) -> list[Pairs]:
         line += [("PriorityTier", str(part.priority_tier)), ("OverSubscribe", part.oversubscribe)]
         if cpu_per_gpu > 0:  # fewer CPUs than GPUs (a dev node): no per-GPU CPU default
             line.append(("DefCpuPerGPU", str(cpu_per_gpu)))
-        line.append(("DefMemPerGPU", str(mem_per_gpu)))
+        line.append(("DefMemPerCPU", str(def_mem_per_cpu(site, part, profiles))))
+        weights = billing_weights(site, part, profiles)
+        if weights:
+            line.append(("TRESBillingWeights", weights))
         lines.append(line)
     return lines
 

@@ -14,8 +14,11 @@ from ClusterShell.RangeSet import RangeSet, RangeSetException
 
 from ..hostlist import expand
 from ..site import Site
-from .build import several_slurmd_per_host, slurm_settings, spine_groups
+from ..site.accounts import slurm_time_seconds
+from .build import longest_max_time_minutes, several_slurmd_per_host, slurm_settings, spine_groups
 from .release import CGROUP_DISABLED_FROM, Release, fmt
+
+MAX_TIME_MINUTES = 2**32 - 3  # uint32 minutes below INFINITE and NO_VAL
 
 # Lines slurmadm writes itself besides the settings (slurm.extra may not add them).
 _LINE_KEYS = ("NodeName", "PartitionName", "NodeSet", "DownNodes", "FrontendName")
@@ -155,11 +158,50 @@ def check_slurm(site: Site) -> list[str]:
             if group.port <= port <= last:
                 p(f"nodes[{i}].port: the nodes' ports {group.port}-{last} include {key} {port}")
 
+    problems.extend(check_gpu_site(site))
+
     written = {key.lower() for section in slurm_settings(site) for key, _ in section.pairs}
     written |= {key.lower() for key in _LINE_KEYS}
     for key in s.extra:
         if key.lower() in written:
             p(f"slurm.extra.{key}: slurmadm writes {key} itself; set it through its own site key")
+    return problems
+
+
+def check_gpu_site(site: Site) -> list[str]:
+    """Settings a GPU site needs to be right, not only valid (issue 16)."""
+    s = site.slurm
+    problems: list[str] = []
+    p = problems.append
+    if len(site.cluster.controllers) > 1 and not s.state_save_shared:
+        p(f"cluster.controllers: {len(site.cluster.controllers)} controllers fail over through "
+          f"slurm.state_save_location {s.state_save_location!r}, which must be storage every controller "
+          f"mounts (NFS or similar); put it there and set slurm.state_save_shared = true, or list one "
+          f"controller")
+    for i, param in enumerate(s.scheduler_parameters):
+        key = param.split("=", 1)[0]
+        if key in ("bf_window", "bf_resolution"):
+            p(f"slurm.scheduler_parameters[{i}]: set {key} through slurm.{key}_"
+              f"{'minutes' if key == 'bf_window' else 's'} (slurmadm derives it from the partitions)")
+    for i, part in enumerate(site.partitions):  # Slurm keeps time limits in uint32 minutes
+        for key in ("max_time", "default_time"):
+            value = getattr(part, key)
+            seconds = slurm_time_seconds(value) if value else None
+            if seconds and seconds // 60 > MAX_TIME_MINUTES:
+                p(f"partitions[{i}].{key}: {value!r} is longer than Slurm can store "
+                  f"({MAX_TIME_MINUTES} minutes); use INFINITE")
+    if problems:
+        return problems
+    longest = longest_max_time_minutes(site)
+    window = s.bf_window_minutes
+    if window is not None and longest is not None and window < longest:  # (INFINITE: no window is enough)
+        p(f"slurm.bf_window_minutes: {window} is shorter than the longest partition max_time ({longest} minutes); "
+          f"backfill could not plan the longest jobs, which starve (omit it to derive it)")
+    for i, part in enumerate(site.partitions):
+        weights = part.billing_weights
+        if weights is not None and not any(weights.values()):
+            p(f"partitions[{i}].billing_weights: every weight is 0, so no job in {part.name!r} would be "
+              f"charged (omit the key for slurm.billing)")
     return problems
 
 

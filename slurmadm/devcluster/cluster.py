@@ -12,6 +12,11 @@ Layout of the state directory:
   prolog_epilog/    links to slurmadm's hook scripts (slurm.conf's Prolog/Epilog/HealthCheckProgram)
                     and slurmadm.env, what they read (site, python, stand-in NVML); see hook-env.sh
   slurmadm.db       the dev site's store, shared by every fake node's health runs
+  stores/           with a central store (`up --central-store`): one store per node and the
+                    head's, shipping to MariaDB's `slurmadm` database (etc/store.password, 0600)
+  bin/reboot        slurm.conf's RebootProgram: restarts the node's slurmd (and sshd) as a reboot
+  nodes/ ssh/       with --ssh: each fake node's files and sshd (fakenode.py); the admin key and
+                    known_hosts that the dev site's [fleet] section names
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import os
 import secrets
 import shlex
 import shutil
+import signal
 import socket
 import stat
 import sys
@@ -36,7 +42,7 @@ from ..proc import run
 from ..resources import example_site, prolog_epilog_dir
 from ..site import Site, load_site
 from ..slurm.parse import parse_version
-from . import devsite, gpus, slurmconf
+from . import bmcs, devsite, fakenode, gpus, slurmconf
 from .daemons import Daemon, session_members, start_time, wait_for, with_descendants
 
 DEFAULT_STATE_DIR = "/var/lib/slurmadm/dev-cluster"
@@ -107,7 +113,21 @@ class DevCluster:
     def daemons(self) -> list[Daemon]:
         """In start order."""
         fixed = [self.daemon(n) for n in ("munged", "mariadbd", "slurmdbd", "slurmctld")]
-        return fixed + [self.daemon(f"slurmd-{n}") for n in self.nodes()]
+        sshds = [self.daemon(f"sshd-{n}") for n in self.nodes()] if self.has_ssh() else []
+        # the BMC emulator last: `down` stops it first, so it powers nothing back on
+        bmc = [self.daemon(bmcs.EMULATOR)] if (self.record() or {}).get("bmc") else []
+        return fixed + sshds + [self.daemon(f"slurmd-{n}") for n in self.nodes()] + bmc
+
+    def has_ssh(self) -> bool:
+        rec = self.record()
+        return bool(rec and rec.get("ssh"))
+
+    def extra_daemons(self) -> list[Daemon]:
+        """Processes capabilities started beside the cluster under its run/ directory (e.g. the
+        monitoring stack's `monitor-*`), stopped first by `down` so none outlives a purge."""
+        known = {d.pidfile.name for d in self.daemons()}
+        return [self.daemon(p.name[: -len(".dev.pid")]) for p in sorted(self.p("run").glob("*.dev.pid"))
+                if p.name not in known]
 
     def env(self) -> dict[str, str]:
         """What a shell (or a prolog) needs to use this dev cluster, its stand-in GPUs included."""
@@ -123,12 +143,18 @@ class DevCluster:
         """env() as shell `export` lines (what `slurmadm dev-cluster env` prints, and <state>/env)."""
         return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.env().items())
 
+    @property
+    def munge_socket(self) -> Path:
+        """munged's socket: <state>/run/munge (0755, like /run/munge); its key stays in <state>/munge (0700)."""
+        return self.p("run", "munge", "munge.socket")
+
     def _slurm_env(self) -> dict[str, str]:
         return {"SLURM_CONF": str(self.slurm_conf)}
 
     # ------------------------------------------------------------------ bring-up
     def up(self, *, nodes: int | None = None, site_file: str | None = None, port_base: int | None = None,
-           progress: Callable[[str], None] = lambda msg: None, timeout: float = 180.0) -> dict:
+           progress: Callable[[str], None] = lambda msg: None, timeout: float = 180.0,
+           central_store: bool | None = None, bmc: bool | None = None, ssh: bool | None = None) -> dict:
         if os.geteuid() != 0:
             raise UsageError("dev-cluster up must run as root (it starts munged, MariaDB and Slurm daemons)")
         missing = missing_binaries()
@@ -140,28 +166,48 @@ class DevCluster:
         nodes = nodes or old.get("nodes") or 4
         port_base = port_base or old.get("port_base") or DEFAULT_PORT_BASE
         source = str(Path(site_file).resolve()) if site_file else old.get("source_site") or str(example_site())
+        ssh = bool(old.get("ssh")) if ssh is None else ssh
+        if ssh and nodes > fakenode.MAX_SSH_NODES:
+            raise UsageError(f"--ssh: at most {fakenode.MAX_SSH_NODES} nodes get an sshd (ports base+500..599)")
         src_site = load_site(source)
         release = parse_version(run(["slurmd", "-V"]).stdout)
         hw = devsite.Hardware.parse(run(["slurmd", "-C"], timeout=30).stdout)
         hostname = socket.gethostname().split(".")[0]
         ports = devsite.Ports(port_base)
 
-        for sub in ("etc", "munge", "mysql", "spool/ctld", "spool/d", "log", "run", "dev", "gpus"):
+        for sub in ("etc", "munge", "mysql", "spool/ctld", "spool/d", "log", "run", "run/munge", "dev", "gpus"):
             self.p(sub).mkdir(parents=True, exist_ok=True)
+        # as on a real host: the key root-only (/etc/munge), the socket reachable by every user
+        # (/run/munge), so people can submit jobs as their own users
         os.chmod(self.p("munge"), 0o700)
+        for reachable in (self.state_dir, self.p("run"), self.p("run", "munge")):
+            os.chmod(reachable, os.stat(reachable).st_mode & 0o7777 | 0o755)
+        central_store = bool(old.get("central_store")) if central_store is None else central_store
         data = devsite.derive(src_site, nodes=nodes, state_dir=self.state_dir, ports=ports,
-                              hostname=hostname, hw=hw, prolog_dir=self.p("prolog_epilog"), release=release[:2])
+                              hostname=hostname, hw=hw, prolog_dir=self.p("prolog_epilog"), release=release[:2],
+                              central_store=central_store, ssh=ssh)
+        bmc = bool(old.get("bmc")) if bmc is None else bmc
+        if bmc:
+            if nodes > devsite.BMC_MAX_NODES:
+                raise UsageError(f"--bmc: at most {devsite.BMC_MAX_NODES} nodes get emulated BMCs, not {nodes}")
+            data["bmc"].update(devsite.bmc_settings(ports, self.state_dir))
+            # a frozen node is marked DOWN in ~20 s rather than Slurm's default 300 s, so dead-node
+            # recovery through the BMCs can be shown and tested
+            data["slurm"].setdefault("extra", {}).setdefault("SlurmdTimeout", "20")
+            data["bmc"]["recover"] = {**data["bmc"].get("recover", {}), "grace_s": 5.0, "boot_timeout_s": 120.0}
         site = devsite.write(data, self.site_path, source=source)
         node_names = site.node_names
 
         # Something else must not hold our ports (e.g. another dev cluster with the same base).
         if not any(d.alive() for d in self.daemons()):
-            busy = [p for p in [ports.slurmctld, ports.slurmdbd, ports.mysql] if _port_busy(p)]
+            busy = [p for p in ports.every_port(len(node_names)) if _port_busy(p)]
             if busy:
-                raise UsageError(f"--port-base {port_base}: port(s) {busy} already in use; pick another base")
+                raise UsageError(f"--port-base {port_base}: port(s) {_ranges(busy)} already in use (another dev "
+                                 f"cluster?); pick another base (--port-base, or PORT_BASE=... scripts/demo.sh)")
 
         changed = self._write_configs(site, release)
-        if old and (old.get("node_names") != node_names or old.get("port_base") != port_base):
+        if old and (old.get("node_names") != node_names or old.get("port_base") != port_base
+                    or bool(old.get("ssh")) != ssh):
             changed = True
         if changed:
             # configuration changed under running Slurm daemons: restart them
@@ -173,6 +219,9 @@ class DevCluster:
             "nodes": nodes, "node_names": node_names, "port_base": port_base, "source_site": source,
             "hostname": hostname, "slurm_release": f"{release[0]}.{release[1]:02d}.{release[2]}",
             "cluster_name": site.cluster.name, "started": old.get("started") or time.time(),
+            "central_store": central_store,
+            "bmc": bmc,
+            "ssh": ssh,
         }
         self.record_path.write_text(json.dumps(rec, indent=2) + "\n")
 
@@ -182,8 +231,16 @@ class DevCluster:
         self._munge(progress)
         self._mariadb(site, ports, progress)
         self._slurmdbd(site, progress)
+        if central_store:
+            self._central_store(site, progress)
         self._slurmctld(progress)
+        powered_off = [n for n in node_names if not self.daemon(f"slurmd-{n}").alive()]
+        self._write_reboot_program()
+        if ssh:
+            self._sshds(site, port_base, progress)
         self._slurmds(node_names, progress)
+        if bmc:  # restarted when slurmds were (re)started: its power state follows them
+            bmcs.start(self, node_names, ports, progress, restart=bool(powered_off))
         progress(f"waiting for {len(node_names)} nodes to be idle")
         self.wait_ready(timeout=timeout)
         self._write_env_file()
@@ -192,13 +249,7 @@ class DevCluster:
 
     def _write_configs(self, site: Site, release: tuple[int, int, int]) -> bool:
         files = config.render(site, release[:2], source=str(self.site_path))
-        pw_file = Path(site.database.storage_password_file)
-        if not pw_file.exists():
-            pw_file.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(pw_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_urlsafe(24) + "\n")
-        password = pw_file.read_text().strip()
+        password = _secret_file(Path(site.database.storage_password_file))
         files["slurmdbd.conf"] = slurmconf.slurmdbd_conf(site, password, self.state_dir)
         changed = False
         for name, text in files.items():
@@ -251,7 +302,7 @@ class DevCluster:
     def _munge(self, progress) -> None:
         d = self.daemon("munged")
         key = self.p("munge", "munge.key")
-        sock = self.p("munge", "munge.socket")
+        sock = self.munge_socket
         if d.alive():
             return
         if not key.exists():
@@ -296,6 +347,56 @@ class DevCluster:
         )
         run([client, "--no-defaults", "-S", str(sock), "-u", "root"], input=sql, timeout=30)
 
+    # ------------------------------------------------------------------ the central store
+    def _central_store(self, site: Site, progress) -> None:
+        """slurmadm's own database and user in the dev cluster's MariaDB (never slurmdbd's),
+        its password in a root-only file, the schema migrated."""
+        from ..store import central
+
+        password = _secret_file(Path(site.store.password_file)).replace("'", "''")
+        name = devsite.CENTRAL_DB
+        client = shutil.which("mariadb") or shutil.which("mysql") or "mariadb"
+        sql = (  # on stdin: the password never appears in a process argument
+            f"CREATE DATABASE IF NOT EXISTS `{name}`;\n"
+            f"CREATE USER IF NOT EXISTS '{name}'@'127.0.0.1' IDENTIFIED BY '{password}';\n"
+            f"ALTER USER '{name}'@'127.0.0.1' IDENTIFIED BY '{password}';\n"
+            f"GRANT ALL ON `{name}`.* TO '{name}'@'127.0.0.1';\n"
+        )
+        run([client, "--no-defaults", "-S", str(self.p("mysql", "mysqld.sock")), "-u", "root"], input=sql, timeout=30)
+        with central.connected(site.store) as c:
+            found, steps = central.migrate(c)
+        if steps:
+            progress(f"central store: schema version {found} -> {central.schema.SCHEMA_VERSION}")
+
+    def start_database(self, progress: Callable[[str], None] = lambda msg: None) -> None:
+        """Start MariaDB (and slurmdbd, should it have died without it) after someone stopped it:
+        the central store's failure drill. Nothing else is touched."""
+        rec = self.record()
+        if rec is None:
+            raise UsageError(f"no dev cluster in {self.state_dir} (run `slurmadm dev-cluster up`)")
+        site = self.site()
+        self._mariadb(site, devsite.Ports(rec["port_base"]), progress)
+        self._slurmdbd(site, progress)
+
+    def set_central_store(self, on: bool, progress: Callable[[str], None] = lambda msg: None) -> Site:
+        """Switch the running dev cluster's store between one shared SQLite file and per-node
+        stores shipping to MariaDB, without restarting Slurm (only the dev site's [store] changes;
+        the hooks see the new site on their next run)."""
+        import tomllib
+
+        rec = self.record()
+        if rec is None:
+            raise UsageError(f"no dev cluster in {self.state_dir} (run `slurmadm dev-cluster up`)")
+        data = tomllib.loads(self.site_path.read_text())
+        data["store"] = devsite.store_section(self.state_dir, devsite.Ports(rec["port_base"]), central=on)
+        site = devsite.write(data, self.site_path, source=rec["source_site"])
+        if on:
+            if not self.daemon("mariadbd").alive():
+                raise UnreachableError("MariaDB of the dev cluster is not running (run `slurmadm dev-cluster up`)")
+            self._central_store(site, progress)
+        self.record_path.write_text(json.dumps({**rec, "central_store": on}, indent=2) + "\n")
+        return site
+
     def _slurmdbd(self, site: Site, progress) -> None:
         d = self.daemon("slurmdbd")
         if not d.alive():
@@ -332,8 +433,103 @@ class DevCluster:
         if todo:
             progress(f"starting {len(todo)} slurmd")
         for node in todo:
-            self.p("spool", "d", node).mkdir(parents=True, exist_ok=True)
-            self.daemon(f"slurmd-{node}").start(["slurmd", "-D", "-N", node], env=env)
+            self._start_slurmd(node, env)
+
+    def _start_slurmd(self, node: str, env: dict[str, str], *, rebooted: bool = False) -> None:
+        """The node's slurmd; with --ssh inside its sshd's namespaces (it sees the node's files).
+        SLURMADM_DEV_NODE tells the RebootProgram (run by this slurmd) which node it is on."""
+        self.p("spool", "d", node).mkdir(parents=True, exist_ok=True)
+        argv = ["slurmd", "-D", "-N", node] + (["-b"] if rebooted else [])
+        if self.has_ssh():
+            pid = self.daemon(f"sshd-{node}").pid()
+            if pid is None:
+                raise UnreachableError(f"sshd of {node} is not running; its slurmd joins that namespace")
+            argv = ["nsenter", f"--target={pid}", "--mount", "--uts", "--", *argv]
+        self.daemon(f"slurmd-{node}").start(argv, env={**env, "SLURMADM_DEV_NODE": node})
+
+    # ------------------------------------------------------------------ fake nodes over SSH
+    def fake_node(self, node: str) -> fakenode.FakeNode:
+        if node not in self.nodes():
+            raise UsageError(f"NODE: {node!r} is not a node of this dev cluster ({', '.join(self.nodes())})")
+        return fakenode.FakeNode(self.state_dir, node)
+
+    def _sshds(self, site: Site, port_base: int, progress) -> None:
+        """Per node: files, host key, sshd in its own namespaces; the known_hosts file."""
+        fakenode.write_client_key(self.p("ssh"))
+        defaults = fakenode.defaults(site.software)
+        lines, todo = [], []
+        for i, node in enumerate(site.node_names):
+            fn = fakenode.FakeNode(self.state_dir, node)
+            fn.create(defaults)
+            port = fakenode.ssh_port(port_base, i)
+            lines.append(fakenode.known_hosts_line(port, fn.ensure_host_key()))
+            if not self.daemon(f"sshd-{node}").alive():
+                todo.append((node, fn, port))
+        write_atomic(self.p("ssh", "known_hosts"), "\n".join(lines) + "\n")
+        if todo:
+            progress(f"starting {len(todo)} sshd (one namespace per node)")
+        for node, fn, port in todo:
+            self._start_sshd(node, fn, port)
+        for node, _, port in todo:
+            d = self.daemon(f"sshd-{node}")
+            self._await(d, lambda port=port: _port_busy(port), f"sshd of {node} listens on {port}", 30)
+
+    def _start_sshd(self, node: str, fn: fakenode.FakeNode, port: int) -> None:
+        config = fn.sshd_config(port, self.p("ssh", "authorized_keys"))
+        self.daemon(f"sshd-{node}").start(fn.boot_script(config))
+
+    def _ssh_port(self, node: str) -> int:
+        rec = self.record() or {}
+        return fakenode.ssh_port(int(rec["port_base"]), self.nodes().index(node))
+
+    def set_software(self, node: str, values: dict[str, str], *, at_boot: bool = False) -> dict:
+        """Change a fake node's stack (now, or boot facts at its next reboot); NVML follows the
+        running driver."""
+        if not self.has_ssh():
+            raise UsageError("this dev cluster has no fake-node sshd (run `slurmadm dev-cluster up --ssh`)")
+        state = self.fake_node(node).set(values, at_boot=at_boot)
+        running = state["running"]
+        gpus.set_versions(self.p("gpus"), node, driver_version=running["driver"], cuda_version=running["cuda"])
+        return state
+
+    def regenerate_host_key(self, node: str) -> None:
+        """A node whose host key changed (reinstalled): its sshd restarts with a new key; the
+        known_hosts file keeps the old one, so slurmadm must refuse the node."""
+        fn = self.fake_node(node)
+        fn.ensure_host_key(regenerate=True)
+        self.daemon(f"sshd-{node}").stop()
+        self._restart_sshd(node, fn)
+
+    def _restart_sshd(self, node: str, fn: fakenode.FakeNode) -> None:
+        port = self._ssh_port(node)
+        self._start_sshd(node, fn, port)
+        d = self.daemon(f"sshd-{node}")
+        self._await(d, lambda: _port_busy(port), f"sshd of {node} listens on {port}", 30)
+
+    def reboot_node(self, node: str) -> None:
+        """What the RebootProgram does: the node goes away (slurmd, sshd), boots the staged
+        stack, and comes back (sshd in a fresh namespace, slurmd reporting a reboot)."""
+        self.daemon(f"slurmd-{node}").stop()
+        if self.has_ssh():
+            fn = self.fake_node(node)
+            self.daemon(f"sshd-{node}").stop()
+            fn.boot()
+            running = fn.software()["running"]
+            gpus.set_versions(self.p("gpus"), node, driver_version=running["driver"], cuda_version=running["cuda"])
+            self._restart_sshd(node, fn)
+        self._start_slurmd(node, self._slurm_env(), rebooted=True)
+
+    def _write_reboot_program(self) -> None:
+        text = (
+            "#!/bin/sh\n# RebootProgram of the dev cluster (slurm.conf): \"reboots\" the fake node whose slurmd\n"
+            "# runs it. The worker detaches (its own session) and restarts that slurmd (and sshd).\n"
+            'node="${SLURMADM_DEV_NODE:?RebootProgram: SLURMADM_DEV_NODE unset}"\n'
+            f"setsid {shlex.quote(sys.executable)} -m slurmadm.devcluster.fakenode "
+            f"--state-dir {shlex.quote(str(self.state_dir))} --node \"$node\" reboot "
+            f">>{shlex.quote(str(self.p('log')))}/reboot-\"$node\".log 2>&1 </dev/null &\n"
+            "exit 0\n")
+        self.p("bin").mkdir(exist_ok=True)
+        write_atomic(self.p("bin", "reboot"), text, mode=0o755)
 
     def _await(self, d: Daemon, cond: Callable[[], bool], what: str, timeout: float) -> None:
         def ok() -> bool:
@@ -392,9 +588,14 @@ class DevCluster:
             "env": self.env() if rec else {},
         }
 
-    def down(self, *, progress: Callable[[str], None] = lambda msg: None, purge: bool = False) -> list[str]:
-        """Stop every process this dev cluster started (and only those). Returns what stopped."""
-        daemons = self.daemons()
+    def down(self, *, progress: Callable[[str], None] = lambda msg: None, purge: bool = False,
+             kill_after: float = 15.0) -> list[str]:
+        """Stop every process this dev cluster started (and only those), and return what stopped
+        only once all of them have exited: the daemons, and whatever runs in their sessions or
+        below our slurmstepds (a slurmd forks for job steps and health checks even while it shuts
+        down). SIGTERM, then SIGKILL after `kill_after` s; --purge deletes the state only after
+        that (UnreachableError, nothing deleted, if something still lives)."""
+        daemons = self.daemons() + self.extra_daemons()
         env = self._slurm_env()
         if self.daemon("slurmctld").alive():
             jobs = run(["squeue", "-h", "-o", "%i"], env=env, check=False, timeout=10).stdout.split()
@@ -407,18 +608,34 @@ class DevCluster:
         stray_roots = self._our_stepds() | set(session_members(sids))
         stopped = []
         for d in reversed(daemons):
-            if d.stop():
+            if d.stop(timeout=kill_after):
                 stopped.append(d.name)
                 progress(f"stopped {d.name}")
-        # slurmstepd and job processes that outlived their slurmd
-        leftovers = [p for p in with_descendants(stray_roots | self._our_stepds())
-                     if p not in sids and start_time(p) is not None]
-        for pid in leftovers:
-            try:
-                os.kill(pid, 9)
-                stopped.append(f"pid {pid}")
-            except ProcessLookupError:
-                pass
+        # slurmstepd, job processes and forks that outlived their slurmd: looked for again until
+        # none is left (a session id outlives its leader), each by pid and start time
+        seen: dict[int, str] = {}
+        deadline = time.monotonic() + kill_after + 10.0
+        while True:
+            found = {p: st for p in with_descendants(stray_roots | self._our_stepds() | set(session_members(sids)))
+                     if p not in sids and p != os.getpid() and (st := start_time(p)) is not None}
+            if not found:
+                break
+            for pid, st in found.items():
+                if pid not in seen:
+                    seen[pid] = st
+                    stopped.append(f"pid {pid}")
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if time.monotonic() >= deadline:
+                raise UnreachableError(f"dev cluster {self.state_dir}: pid(s) {sorted(found)} still running after "
+                                       "SIGKILL" + ("; state directory kept" if purge else ""))
+            time.sleep(0.05)
+        left = [d.name for d in daemons if d.alive()]
+        if left:
+            raise UnreachableError(f"dev cluster {self.state_dir}: {', '.join(left)} still running"
+                                   + ("; state directory kept" if purge else ""))
         if purge:
             shutil.rmtree(self.state_dir, ignore_errors=True)
         return stopped
@@ -438,6 +655,25 @@ class DevCluster:
             except (FileNotFoundError, ProcessLookupError, PermissionError):
                 continue
         return out
+
+
+def _secret_file(path: Path) -> str:
+    """A database password in a root-only file, made (random) when missing."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(24) + "\n")
+    return path.read_text().strip()
+def _ranges(ports: list[int]) -> str:
+    """[17000, 17011, 17012, 17013] -> '17000, 17011-17013'."""
+    out: list[str] = []
+    for p in sorted(ports):
+        if out and out[-1].split("-")[-1] == str(p - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{p}"
+        else:
+            out.append(str(p))
+    return ", ".join(out)
 
 
 def _port_busy(port: int) -> bool:

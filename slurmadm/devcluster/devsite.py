@@ -23,6 +23,7 @@ from ..files import write_atomic
 from ..hostlist import compress, expand
 from ..site import Site, parse_site
 from ..site.model import SlurmSection
+from ..site.monitor import MonitorSection
 from ..site.profiles import NodeProfile
 from ..slurm.parse import parse_slurmd_c
 
@@ -68,10 +69,62 @@ class Ports:
     def first_slurmd(self) -> int:
         return self.base + 11
 
+    # Monitoring (slurmadm monitor dev-stack): base+690..base+699, node exporters from base+700.
+    @property
+    def monitor_head_exporter(self) -> int:
+        return self.base + 690
+
+    @property
+    def monitor_webhook(self) -> int:
+        return self.base + 691
+
+    @property
+    def monitor_prometheus(self) -> int:
+        return self.base + 692
+
+    @property
+    def monitor_alertmanager(self) -> int:
+        return self.base + 693
+
+    @property
+    def monitor_alertmanager_cluster(self) -> int:
+        return self.base + 694
+
+    def monitor_node_exporter(self, index: int) -> int:
+        return self.base + 700 + index
+
     @property
     def burnin_rendezvous(self) -> int:
         """All fake nodes share 127.0.0.1: burn-in all-reduces listen on base+400..base+499."""
         return self.base + 400
+
+    def every_port(self, nodes: int) -> list[int]:
+        """Every TCP port a dev cluster of `nodes` nodes listens on, for the check that nothing
+        else holds them before `up` (a capability that adds a port adds it here too)."""
+        return [self.slurmctld, self.slurmdbd, self.mysql,
+                *range(self.first_slurmd, self.first_slurmd + nodes),
+                *range(self.burnin_rendezvous, self.burnin_rendezvous + 100)]
+    # --- BMC emulators (`dev-cluster up --bmc`): node i answers IPMI on bmc_ipmi + i and
+    # Redfish on bmc_redfish + i, at most BMC_MAX_NODES nodes
+    @property
+    def bmc_ipmi(self) -> int:
+        return self.base + 300
+
+    @property
+    def bmc_redfish(self) -> int:
+        return self.base + 350
+
+
+BMC_MAX_NODES = 50
+
+
+def bmc_settings(ports: Ports, state_dir: Path) -> dict[str, Any]:
+    """The dev site's [bmc] when the dev cluster runs BMC emulators: one address, per-node ports,
+    Redfish TLS checked against the dev cluster's own CA, short timeouts (loopback)."""
+    d = state_dir.resolve()
+    return {"shared_address": "127.0.0.1", "port": ports.bmc_ipmi, "redfish_port": ports.bmc_redfish,
+            "password_file": f"{d}/bmc/password", "tls_ca_file": f"{d}/bmc/ca.pem", "timeout_s": 3.0,
+            "retries": 1, "drain_timeout_s": 60.0, "username": "admin"}
 
 
 def dev_profile(src: NodeProfile, hw: Hardware, dev_dir: Path) -> NodeProfile:
@@ -91,7 +144,7 @@ def dev_profile(src: NodeProfile, hw: Hardware, dev_dir: Path) -> NodeProfile:
         memory_gib=max(1, hw.real_memory_mib // 1024),
         gpus=dev_gpus,
         nics=src.nics,
-        boot_seconds=5,  # its "reboot" is /bin/true
+        boot_seconds=5,  # its "reboot" restarts its slurmd (bin/reboot)
     )
 
 
@@ -104,7 +157,8 @@ def _drop_none(value: Any) -> Any:
 
 
 def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: str, hw: Hardware,
-           prolog_dir: Path, release: Release) -> dict[str, Any]:
+           prolog_dir: Path, release: Release, central_store: bool = False,
+           ssh: bool = False) -> dict[str, Any]:
     """The dev site as a plain dict (TOML-ready), for the installed Slurm `release`."""
     if nodes < 1:
         raise UsageError("--nodes: must be at least 1")
@@ -180,7 +234,7 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "storage_port": ports.mysql, "storage_user": "slurm",
         "storage_password_file": f"{d}/mysql/slurm.password",
     })
-    data["store"] = {"path": f"{d}/slurmadm.db", "audit_log": f"{d}/log/audit.jsonl"}
+    data["store"] = store_section(state_dir, ports, central=central_store)
     data["slurm"].update({
         "config_dir": f"{d}/etc",
         "slurmctld_port": ports.slurmctld,
@@ -188,7 +242,7 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "slurmd_spool_dir": f"{d}/spool/d/%n",
         "log_dir": f"{d}/log",
         "run_dir": f"{d}/run",
-        "munge_socket": f"{d}/munge/munge.socket",
+        "munge_socket": f"{d}/run/munge/munge.socket",  # DevCluster.munge_socket
         "slurm_user": "root",
         "release": fmt(release) if fmt(release) in RELEASES else "auto",
         "proctrack": "linuxproc",
@@ -201,10 +255,15 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "constrain_ram_space": False,
         "constrain_swap_space": False,
         "prolog_dir": str(prolog_dir),
-        "reboot_program": "/bin/true",
+        # restarts the node's slurmd (and sshd): `scontrol reboot` goes through Slurm's states
+        "reboot_program": f"{d}/bin/reboot",
+        "mail_prog": "",  # no job mail from the dev cluster (MailProg=/bin/true)
         "resume_timeout": 60,
         "health_check_interval": 30,
     })
+    # Usage reaches sshare (GrpTRESRaw: what budgets are charged) every PriorityCalcPeriod; one
+    # minute instead of five, so `accounts report` shows a finished job soon.
+    data["slurm"]["extra"] = {**data["slurm"].get("extra", {}), "PriorityCalcPeriod": "1"}
     # Health checks against the stand-in GPUs (gpus/); sized for a handful of nodes:
     # - the breaker's cap is a fraction of a partition: 10 % of 4 nodes would forbid every drain;
     # - there is nothing to all-reduce on, so nccl-allreduce runs only when asked (`health run
@@ -240,7 +299,42 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "rendezvous_port": ports.burnin_rendezvous,
     })
     data["bmc"]["password_file"] = f"{d}/bmc/password"
+    if ssh:  # every fake node's sshd on 127.0.0.1, its own port (fakenode.py)
+        from .fakenode import ssh_port
+
+        data["fleet"] = {
+            **data.get("fleet", {}),
+            "host_pattern": "127.0.0.1",
+            "ports": {n: ssh_port(ports.base, i) for i, n in enumerate(keep)},
+            "key_file": f"{d}/ssh/id_ed25519",
+            "known_hosts": f"{d}/ssh/known_hosts",
+            "drain_timeout_s": 300.0,
+            "reboot_timeout_s": 120.0,
+        }
+        data["software"]["hash_files"] = [f"{d}/etc/slurm.conf", f"{d}/etc/gres.conf"]
+    data["monitor"] = monitor_settings(data.get("monitor", {}), d, ports)
     return data
+
+
+def monitor_settings(src: dict[str, Any], d: str, ports: Ports) -> dict[str, Any]:
+    """Monitoring on the dev cluster (`slurmadm monitor dev-stack`): every port from the port
+    base, short intervals so a fault becomes an alert in seconds, and PCIe replays (which no
+    health check drains for) mapped to a drain so the alert path is the one that isolates."""
+    return {
+        **src,
+        "node_listen": f"127.0.0.1:{ports.monitor_node_exporter(0)}",
+        "head_listen": f"127.0.0.1:{ports.monitor_head_exporter}",
+        "node_cache_s": 0.5, "head_cache_s": 1.0, "read_deadline_s": 2.0,
+        "job_map_dir": f"{d}/run/jobs",
+        "prometheus_url": f"http://127.0.0.1:{ports.monitor_prometheus}",
+        "webhook_listen": f"127.0.0.1:{ports.monitor_webhook}",
+        "webhook_token_file": f"{d}/monitor/webhook.token",
+        "resume_check_s": 2.0,
+        "gpu_temp_for": "30s", "error_rise_window": "20s", "absent_for": "30s", "quota_for": "1m",
+        "actions": {**MonitorSection().actions, **src.get("actions", {}), "GpuPcieReplayRising": "drain"},
+        "idle_minutes": 0.25,
+        "idle_action": "report",
+    }
 
 
 def write(data: dict[str, Any], path: Path, *, source: str) -> Site:
@@ -253,3 +347,18 @@ def write(data: dict[str, Any], path: Path, *, source: str) -> Site:
     site = parse_site(text, source=str(path))
     write_atomic(path, text)
     return site
+
+
+CENTRAL_DB = "slurmadm"  # the central store's database and user in the dev cluster's MariaDB
+
+
+def store_section(state_dir: Path, ports: Ports, *, central: bool) -> dict[str, Any]:
+    """The dev site's [store]: one SQLite file shared by every fake node; or, with a central
+    store, a file per node (stores/<node>.db, as on real hosts) shipping to the dev cluster's
+    MariaDB (its own `slurmadm` database and user, never slurmdbd's)."""
+    d = str(state_dir)
+    if not central:
+        return {"path": f"{d}/slurmadm.db", "audit_log": f"{d}/log/audit.jsonl"}
+    return {"path": f"{d}/stores/{{node}}.db", "audit_log": f"{d}/log/audit.jsonl",
+            "url": f"mysql://{CENTRAL_DB}@127.0.0.1:{ports.mysql}/{CENTRAL_DB}",
+            "password_file": f"{d}/etc/store.password", "stale_after_minutes": 5, "ship_batch": 500}

@@ -12,9 +12,13 @@ Rules:
 - Resume only in periodic runs, only slurmadm's own drains set by a health check (not e.g. a
   burn-in drain, which only a passing burn-in lifts), after `resume_after_clean_runs`
   consecutive clean periodic runs (the count lives in the store's node_state).
-- A prolog/epilog blocks the job (non-zero exit) only when the node is drained now (by us or
-  already by someone): when the breaker or a foreign state holds the drain back, the job runs and
-  an alert says why; a non-zero exit there would make Slurm drain the node behind the breaker.
+- A prolog/epilog blocks the job (non-zero exit) when the node is drained now (by us or already
+  by someone), and when a state someone else handles holds the drain back (a pending reboot, DOWN,
+  power): the fault is real and the job must not run on it. Two exceptions let the job run with an
+  alert: the breaker (a non-zero exit would make Slurm drain the node behind it) and a maintenance
+  reservation (its jobs are the admin's, or burn-in's, which test the node themselves).
+- A drain whose reason no longer reads exactly as slurmadm set it (`our_reason`, remembered in
+  the store) was taken over by an admin: never resumed.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from .checks import BY_ID
 from .runner import Plan, Result, first_drain
 
 CLEAN_RUNS_KEY = "clean-runs"
+DRAIN_REASON_KEY = "drain-reason"  # the exact reason this node's last health drain set
 
 
 def drain_reason(results: list[Result], context: str) -> tuple[str, str] | None:
@@ -54,18 +59,24 @@ def breaker(node: NodeInfo, everyone: list[NodeInfo], fraction: float) -> str:
 
 
 def over_cap(node: NodeInfo, everyone: list[NodeInfo], fraction: float) -> str:
-    """After our drain: '' unless some partition of `node` now has more slurmadm drains than the cap."""
+    """After our drain: '' unless `node`'s drain is one too many in some partition of it.
+
+    Racing runs (nodes with separate stores share no lock) each recount Slurm's state, so the
+    answer must be the same from every node: the drains Slurm recorded first (reason time, then
+    node name) fill the cap, and only those after it undo: the cap holds and none of it is lost."""
     for part in node.partitions:
         members = [n for n in everyone if part in n.partitions]
-        ours = [n for n in members if is_ours(n)]
+        ours = sorted((n for n in members if is_ours(n)), key=lambda n: (n.reason_time, n.name))
         cap = math.floor(fraction * len(members) + 1e-9)
-        if len(ours) > cap:
-            return f"partition {part}: {len(ours)} slurmadm drains > cap {cap} (a concurrent drain raced this one)"
+        rank = next((i for i, n in enumerate(ours) if n.name == node.name), 0)
+        if len(ours) > cap and rank >= cap:
+            return (f"partition {part}: {len(ours)} slurmadm drains > cap {cap} and this one came after "
+                    f"{', '.join(n.name for n in ours[:cap]) or 'none'} (a concurrent drain raced it)")
     return ""
 
 
 def decide(*, context: str, results: list[Result], node: NodeInfo | None, everyone: list[NodeInfo],
-           fraction: float, resume_after: int, prev_clean: int) -> Plan:
+           fraction: float, resume_after: int, prev_clean: int, our_reason: str | None = None) -> Plan:
     found = drain_reason(results, context)
     periodic = context == "periodic"
     if found is not None:
@@ -78,7 +89,9 @@ def decide(*, context: str, results: list[Result], node: NodeInfo | None, everyo
         if not verdict.act:
             if node.drained:  # ours already, or someone else's: the node takes no new work anyway
                 return Plan("none", verdict.why, blocks_job=True, clean_runs=reset, check_id=check_id)
-            return Plan("alert", f"not draining ({reason}): {verdict.why}", clean_runs=reset, check_id=check_id)
+            refuse = "MAINTENANCE" not in node.flags
+            return Plan("alert", f"not draining ({reason}): {verdict.why}", blocks_job=refuse, clean_runs=reset,
+                        check_id=check_id)
         why = breaker(node, everyone, fraction)
         if why:
             return Plan("alert", f"breaker: not draining ({reason}): {why}", clean_runs=reset, check_id=check_id)
@@ -91,6 +104,9 @@ def decide(*, context: str, results: list[Result], node: NodeInfo | None, everyo
     if owner not in BY_ID:  # e.g. a burn-in drain: only a passing burn-in may lift it
         return Plan("none", f"clean; drained by slurmadm for {owner!r}, which is not a health check: "
                     "left to its owner", clean_runs=0 if prev_clean else None)
+    if our_reason and node.reason != our_reason:
+        return Plan("none", f"clean; the drain reason was changed since slurmadm set {our_reason!r}: "
+                    "the drain is the admin's now", clean_runs=0 if prev_clean else None)
     count = prev_clean + 1
     if count < resume_after:
         return Plan("none", f"clean run {count} of {resume_after} before resuming", clean_runs=count)

@@ -14,24 +14,23 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ..burnin import history  # noqa: F401  (registers the burn-in tables read below)
 from ..site import Site
-from ..store import Store
 
 
-def latest_busbw(store: Store, since: float) -> dict[str, tuple[float, float, str]]:
-    """node -> (ts, GB/s, source) of its newest passing single-node all-reduce since `since`."""
-    rows = store.db.execute(
+def latest_busbw(store, since: float) -> dict[str, tuple[float, float, str]]:
+    """node -> (ts, GB/s, source) of its newest passing single-node all-reduce since `since`.
+    `store`: a local Store or a central store's reader (anything with `.query`)."""
+    rows = store.query(
         "SELECT node, value AS busbw, ts, 'health' AS source FROM check_results "
         "WHERE check_id = 'nccl-allreduce' AND status = 'pass' AND value IS NOT NULL AND ts >= ? "
         "UNION ALL "
         "SELECT node, busbw, ts, 'burn-in' FROM burnin_nodes "
         "WHERE verdict = 'pass' AND busbw IS NOT NULL AND ts >= ? "
-        "ORDER BY ts", (since, since)).fetchall()
+        "ORDER BY ts", (since, since))
     return {r["node"]: (r["ts"], r["busbw"], r["source"]) for r in rows}
 
 
-def calibrate(site: Site, store: Store, since: float, margin: float, model: str | None = None) -> list[dict[str, Any]]:
+def calibrate(site: Site, store, since: float, margin: float, model: str | None = None) -> list[dict[str, Any]]:
     model_of = {n: site.node_profile(n).gpus.model for n in site.node_names}
     latest = latest_busbw(store, since)
     out = []

@@ -71,8 +71,12 @@ class HealthConfig:
     results_log: str
     policies: dict[str, dict] = field(default_factory=dict)  # check id -> overrides given
     alert_repeat_minutes: int = 60
+    job_map_dir: str = "/run/slurmadm/jobs"  # monitor.job_map_dir: the prolog's GPU -> job records
     # node checks beyond the GPUs (fabric, clock events, InfiniBand, host basics): plain data
     host: dict = field(default_factory=dict)
+    ship: bool = False  # store.url set: queue records for the central store; the periodic run ships them
+    # [software] baseline of the facts the software-drift check reads on the node (fleet/collector.py)
+    software_baseline: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -102,7 +106,7 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
                       gpus.power_limit_w),
         thresholds=Thresholds(**{f.name: getattr(t, f.name) for f in dataclasses.fields(Thresholds)}),
         driver_version=site.software.driver_version,
-        store_path=site.store.path,
+        store_path=site.store.local_path(node),
         audit_log=site.store.audit_log,
         check_timeout_s=h.check_timeout_s,
         timeouts={"prolog": h.prolog_timeout_s, "epilog": h.epilog_timeout_s,
@@ -120,8 +124,17 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
         results_log=h.results_log,
         policies={cid: p.model_dump(exclude_none=True) for cid, p in h.checks.items()},
         alert_repeat_minutes=h.alert_repeat_minutes,
+        job_map_dir=site.monitor.job_map_dir,
         host=host_settings(site, node),
+        ship=site.store.url is not None,
+        software_baseline=_software_baseline(site),
     )
+
+
+def _software_baseline(site) -> dict[str, str]:
+    from ..fleet.collector import CHEAP_FACTS, baseline
+
+    return {k: v for k, v in baseline(site.software).items() if k in CHEAP_FACTS}
 
 
 def host_settings(site, node: str) -> dict:
@@ -171,16 +184,52 @@ def _sha256(data: bytes) -> str:
     return sha256(data).hexdigest()
 
 
+def untrusted(path: Path) -> str:
+    """'' when only root can change `path` (the file and every directory above it), else why not.
+
+    A root hook follows its site file (where to write the store and logs, what to run): like sshd's
+    StrictModes, it refuses one that another user could change: not owned by root, writable by
+    others, or by a group other than root's, or in a directory that is (a sticky world-writable
+    directory such as /tmp is fine: others cannot replace root's files in it)."""
+    try:
+        real = Path(os.path.realpath(path))
+        st = real.stat()
+    except OSError:
+        return ""  # missing: load_site says so
+    if st.st_uid != 0:
+        return f"site file {path} is owned by uid {st.st_uid}, not root"
+    if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != 0):
+        return f"site file {path} is writable by {'everyone' if st.st_mode & 0o002 else f'group {st.st_gid}'}"
+    for d in real.parents:
+        try:
+            ds = d.stat()
+        except OSError:
+            continue
+        sticky = ds.st_mode & 0o1000
+        if ds.st_uid != 0:
+            return f"directory {d} of site file {path} is owned by uid {ds.st_uid}, not root"
+        if (ds.st_mode & 0o002 and not sticky) or (ds.st_mode & 0o020 and ds.st_gid != 0 and not sticky):
+            return f"directory {d} of site file {path} is writable by others"
+    return ""
+
+
 def load(node: str, site_file: str | None = None) -> HealthConfig:
-    """The node's settings: from the cache when the site file is unchanged, else from the site."""
+    """The node's settings: from the cache when the site file is unchanged, else from the site.
+    Run as root, a site file (or cache) another user could change is refused (UsageError)."""
+    from ..errors import UsageError
+
     path = site_path(site_file)
+    if os.geteuid() == 0:
+        why = untrusted(path)
+        if why:
+            raise UsageError(f"{why}: refusing it as root (chown root and chmod go-w)")
     try:
         raw = path.read_bytes()
     except OSError:
         raw = None  # let load_site produce the proper one-line error
     sha = _sha256(raw) if raw is not None else ""
     cached = _cache_file(node, sha)
-    if raw is not None:
+    if raw is not None and (os.geteuid() != 0 or not untrusted(cached)):
         try:
             return HealthConfig.from_json(cached.read_text())
         except (OSError, ValueError, TypeError, KeyError):
@@ -191,7 +240,6 @@ def load(node: str, site_file: str | None = None) -> HealthConfig:
     # the bytes just hashed, not a second read: the cache key must match what was parsed
     site = parse_site(raw, source=str(path)) if raw is not None else load_site(path)
     cfg = from_site(site, node, site_path=str(path), site_sha256=sha)
-    from ..errors import UsageError
     from ..files import write_atomic
 
     try:

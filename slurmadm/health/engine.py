@@ -73,7 +73,7 @@ def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, a
     limit = cfg.timeouts[context]
     run_id = os.urandom(6).hex()  # (uuid costs an import a prolog does not need)
     check_deadline = started + limit * CHECK_SHARE
-    store, store_problem = open_store(cfg.store_path, cfg.audit_log, timeout_s=min(5.0, limit * 0.1))
+    store, store_problem = open_store(cfg.store_path, cfg.audit_log, timeout_s=min(5.0, limit * 0.1), ship=cfg.ship)
     rec = Recorder(node=cfg.node, context=context, run_id=run_id, results_log=cfg.results_log, store=store,
                    use_syslog=use_syslog)
     if store_problem:
@@ -106,6 +106,11 @@ def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, a
                     round((time.monotonic() - started) * 1000, 1), rec.problems)
     if store is not None:
         store.close()
+    if cfg.ship and act and context == "periodic":
+        # the records travel to the central store in the background; no hook waits for the network
+        from ..store.ship import spawn
+
+        spawn(cfg.site_path, cfg.node)
     return report
 
 
@@ -166,9 +171,13 @@ def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, 
             _admin_resumed(results, node, state, rec, recheck, act)
             if context != "periodic" and first_drain(results) is None:
                 return Plan("none", "clean"), False
+            our_reason = (state.get(actions.DRAIN_REASON_KEY) or None) if state is not None else None
+            if our_reason and node is not None and not node.drained and act:
+                state.set(actions.DRAIN_REASON_KEY, "")  # resumed since (by anyone): forget it
+                our_reason = None
             plan = actions.decide(context=context, results=results, node=node, everyone=everyone,
                                   fraction=cfg.drain_cap_fraction, resume_after=cfg.resume_after_clean_runs,
-                                  prev_clean=prev)
+                                  prev_clean=prev, our_reason=our_reason)
             if not act:
                 return plan, False
             if plan.action == "drain":
@@ -177,12 +186,16 @@ def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, 
                     if state is not None and r.check_id in HELD and r.action == "drain":
                         state.set(HELD[r.check_id][0], "1")
                         state.set(HELD_SEEN_KEY, f"{time.time():.3f}")
+                if state is not None:
+                    state.set(actions.DRAIN_REASON_KEY, plan.reason)
                 rec.event("drain", plan.reason, check_id=plan.check_id)
                 after = backend.nodes()
                 me = next((n for n in after if n.name == cfg.node), None)
                 why = actions.over_cap(me, after, cfg.drain_cap_fraction) if me is not None else ""
                 if why and me is not None and actions.is_ours(me):
                     backend.resume([cfg.node])
+                    if state is not None:
+                        state.set(actions.DRAIN_REASON_KEY, "")
                     rec.event("resume", f"undo drain: {why}", check_id=plan.check_id)
                     plan = Plan("alert", f"breaker: drain undone ({plan.reason}): {why}",
                                         clean_runs=plan.clean_runs, check_id=plan.check_id)
@@ -191,6 +204,8 @@ def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, 
                 for held_key, _ack in HELD.values():
                     if state is not None and state.get(held_key) == "1":
                         state.set(held_key, "0")
+                if state is not None:
+                    state.set(actions.DRAIN_REASON_KEY, "")
                 rec.event("resume", plan.reason)
             if plan.action == "alert":
                 _alert(cfg, rec, state, plan.reason, check_id=plan.check_id)
@@ -231,13 +246,11 @@ def _alert(cfg: HealthConfig, rec: Recorder, state: NodeState | None, reason: st
 
 
 def _backend(deadline: float):
+    """Every scontrol/sinfo call (and the pyslurm probe) within a third of what is left; a pyslurm
+    call that hangs holding the GIL is cut by the hook's supervisor process at the run's limit."""
     from ..slurm import get_backend
-    from ..slurm.cli_backend import CliBackend
 
-    backend = get_backend()
-    if isinstance(backend, CliBackend):
-        backend.timeout = max(1.0, min(backend.timeout, (deadline - time.monotonic()) / 3))
-    return backend
+    return get_backend(timeout=max(1.0, min(20.0, (deadline - time.monotonic()) / 3)))
 
 
 def summary_line(report: Report) -> str:

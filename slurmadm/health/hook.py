@@ -4,21 +4,41 @@ It imports only what a run needs (no click, no rich, and no site model while the
 settings match the site file), so a healthy 8-GPU node's prolog stays in the tens of
 milliseconds. `slurmadm health prolog` (the CLI) runs the same code for people.
 
-Exit codes: prolog/epilog 0 = the node may take the job, 1 = it must not (Slurm requeues the
-job; slurmadm has already drained the node with its own reason); 2 = bad usage.
-A site file that cannot be read is an admin's error, not the node's: the hook logs it to syslog
-and stderr and lets the job run (exit 0) rather than have Slurm drain every node at once.
+The rule: **the hook never fails a job for the admin's mistake or a broken install, only for a
+node fault.** So:
+- exit 0: the node may take the job; also whenever the site file cannot be read, is unsafe
+  (writable by others while we run as root) or anything unexpected happens while loading it:
+  that is logged loudly (syslog LOG_ALERT and stderr) and the job runs, rather than have Slurm
+  drain every node at once;
+- exit `$SLURMADM_REFUSE_EXIT` (default 1; the wrappers in prolog_epilog/ set their own code and
+  turn it into 1 for Slurm): the node must not take the job (slurmadm has drained it, or a
+  state someone else handles holds the drain back);
+- exit 2: bad usage.
+The wrappers treat every other exit (a traceback's 1, a missing interpreter's 127, a signal) as a
+broken install: alert, and let the job run.
+
+The run's time limit (`health.<context>_timeout_s`) is held from outside the Python process that
+runs the checks: the hook forks, the child runs the checks and the Slurm calls, and the parent,
+which runs no Python code but a wait, kills the child at the limit. So a library that keeps the
+GIL while it hangs (pyslurm while libslurm retries an unreachable controller) cannot stretch it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
+import signal
 import sys
 import syslog
 import time
 
 CONTEXTS = ("prolog", "epilog", "periodic", "run")
+ENV_REFUSE_EXIT = "SLURMADM_REFUSE_EXIT"
+HOOK_CONTEXTS = ("prolog", "epilog", "periodic")
+# the parent's limit is this much after the child's own watchdog, so the child reports first
+# whenever its Python still runs
+SUPERVISOR_GRACE_S = 1.0
 
 
 def local_node(explicit: str | None) -> str:
@@ -27,6 +47,20 @@ def local_node(explicit: str | None) -> str:
         os.environ["SLURMD_NODENAME"] = explicit
         return explicit
     return os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+
+
+def refuse_exit() -> int:
+    try:
+        code = int(os.environ.get(ENV_REFUSE_EXIT) or 1)
+    except ValueError:
+        return 1
+    return code if 1 <= code <= 125 else 1
+
+
+def _alert(msg: str) -> None:
+    syslog.openlog("slurmadm-health", syslog.LOG_PID, syslog.LOG_DAEMON)
+    syslog.syslog(syslog.LOG_ALERT, msg)
+    print(f"slurmadm: error: {msg}", file=sys.stderr, flush=True)
 
 
 def _as_slurm_runs_it(argv: list[str]):
@@ -54,6 +88,8 @@ def _parse(argv: list[str] | None):
 def main(argv: list[str] | None = None) -> None:
     started = time.monotonic()
     args = _as_slurm_runs_it(sys.argv[1:] if argv is None else argv) or _parse(argv)
+    hook = args.context in HOOK_CONTEXTS
+    refuse = refuse_exit()
 
     from ..errors import SlurmadmError
     from . import config, engine
@@ -62,21 +98,25 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cfg = config.load(node, args.site)
     except SlurmadmError as exc:
-        msg = f"slurmadm health {args.context}: cannot load the site: {exc}"
-        syslog.openlog("slurmadm-health", syslog.LOG_PID, syslog.LOG_DAEMON)
-        syslog.syslog(syslog.LOG_ALERT, msg)
-        print(f"slurmadm: error: {msg}", file=sys.stderr)
-        sys.exit(0 if args.context in ("prolog", "epilog", "periodic") else exc.exit_code)
+        _alert(f"slurmadm health {args.context}: cannot load the site: {exc}"
+               + ("; the job runs (an admin's error, not the node's)" if hook else ""))
+        sys.exit(0 if hook else exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - anything at all: never fail every job for it
+        _alert(f"slurmadm health {args.context}: cannot load the site: unexpected {type(exc).__name__}: {exc}"
+               + ("; the job runs (an admin's error, not the node's)" if hook else ""))
+        sys.exit(0 if hook else 2)
 
     limit = cfg.timeouts[args.context]
     # at the hard limit, fail-safe for the job unless the site said otherwise
-    expiry_code = 1 if cfg.on_error == "fail" and args.context in ("prolog", "epilog") else 0
+    expiry_code = refuse if cfg.on_error == "fail" and args.context in ("prolog", "epilog") else 0
+    gave_up = f"slurmadm health {args.context} {node}: gave up at the run's limit of {limit:g} s"
+
+    if hook:
+        _supervise(cfg, args.context, limit - (time.monotonic() - started) + SUPERVISOR_GRACE_S, gave_up,
+                   expiry_code)  # returns only in the child
 
     def expired() -> None:
-        msg = f"slurmadm health {args.context} {node}: gave up at the run's limit of {limit:g} s"
-        syslog.openlog("slurmadm-health", syslog.LOG_PID, syslog.LOG_DAEMON)
-        syslog.syslog(syslog.LOG_ALERT, msg)
-        print(msg, file=sys.stderr, flush=True)
+        _alert(gave_up)
 
     engine.start_watchdog(limit - (time.monotonic() - started), expired, exit_code=expiry_code)
     try:
@@ -84,9 +124,102 @@ def main(argv: list[str] | None = None) -> None:
         report = engine.execute(cfg, args.context, only=only, act=not args.dry_run, started=started)
     except SlurmadmError as exc:
         print(f"slurmadm: error: {exc}", file=sys.stderr)
-        engine.leave(exc.exit_code)
+        engine.leave(exc.exit_code if not hook else 0)
         return
+    if args.context == "epilog" or (args.context == "prolog" and report.exit_code == 0):
+        _record_job_gpus(cfg, node, args.context)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str))
     print(engine.summary_line(report), file=sys.stderr)
-    engine.leave(report.exit_code)
+    code = report.exit_code
+    engine.leave(refuse if code == 1 and args.context in ("prolog", "epilog") else code)
+
+
+def _supervise(cfg, context: str, limit_s: float, gave_up: str, expiry_code: int) -> None:
+    """Fork: the child returns and runs the health run; the parent waits for it at most `limit_s`,
+    then kills it, records the alert and leaves with `expiry_code`. The parent leaves with the
+    child's exit code otherwise (0 when the child died of a signal: a crash is not a node fault)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        pid = os.fork()
+    except OSError as exc:  # no fork (out of processes): run in this process, with the thread watchdog
+        print(f"slurmadm: warning: cannot fork a supervisor ({exc.strerror}); running unsupervised",
+              file=sys.stderr)
+        return
+    if pid == 0:
+        return
+    signal.signal(signal.SIGTERM, lambda *_: (_kill(pid), os._exit(0)))
+    status = _wait(pid, max(limit_s, 0.1))
+    if status is None:
+        _kill(pid)
+        _alert(gave_up)
+        _record_alert(cfg, context, gave_up)
+        os._exit(expiry_code)
+    if os.WIFEXITED(status):
+        os._exit(os.WEXITSTATUS(status))
+    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+    _alert(f"slurmadm health {context} {cfg.node}: the run died of signal {sig}; the job runs")
+    _record_alert(cfg, context, f"the health run died of signal {sig}")
+    os._exit(0)
+
+
+def _wait(pid: int, timeout_s: float) -> int | None:
+    """The child's wait status, or None if it is still running after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if fd is not None:
+                select.select([fd], [], [], left)
+            else:
+                time.sleep(min(left, 0.02))
+    except ChildProcessError:
+        return 0
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+def _record_alert(cfg, context: str, reason: str) -> None:
+    """The alert where a run's own alerts go (JSON lines, the store's audit trail), best effort
+    and briefly: this runs after the limit."""
+    try:
+        from .record import Recorder, open_store
+
+        store, _ = open_store(cfg.store_path, cfg.audit_log, timeout_s=1.0)
+        rec = Recorder(node=cfg.node, context=context, run_id="supervisor", results_log=cfg.results_log,
+                       store=store, use_syslog=False)
+        rec.event("alert", reason)
+        if store is not None:
+            store.close()
+    except Exception:  # noqa: BLE001 - syslog and stderr already have it
+        pass
+
+
+def _record_job_gpus(cfg, node: str, context: str) -> None:
+    """The GPU -> job map the node exporter labels GPU metrics with (prolog writes, epilog
+    removes). Best effort: a map that cannot be written never fails a job."""
+    try:
+        from ..exporter.jobmap import record_from_env
+
+        record_from_env(dict(os.environ), node, cfg.job_map_dir, context)
+    except Exception as exc:  # noqa: BLE001
+        print(f"slurmadm: warning: GPU->job map: {exc}", file=sys.stderr)

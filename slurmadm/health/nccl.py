@@ -19,7 +19,7 @@ import sys
 
 from ..errors import SlurmadmError
 from ..proc import run
-from .checks import CannotRun, Ctx, Outcome
+from .checks import CannotRun, Ctx, MissingTool, Outcome
 
 NUM = r"[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?"
 AVG_RE = re.compile(rf"^\s*#?\s*Avg bus bandwidth\s*:\s*({NUM})", re.M)
@@ -79,7 +79,7 @@ def measure(gpus: int, size_mib: int, iters: int, timeout_s: float) -> tuple[flo
                 raise
             return bw, wrong, "all_reduce_perf"
         if not _torch_cuda():
-            raise CannotRun("no all_reduce_perf on PATH and no torch with CUDA (pip install 'slurmadm[burnin]')")
+            raise MissingTool("no all_reduce_perf on PATH and no torch with CUDA (pip install 'slurmadm[burnin]')")
         from .allreduce import run_local
 
         data = run_local("nccl", gpus, mib=size_mib, iters=iters, timeout=timeout_s)

@@ -20,12 +20,12 @@ _PRIORITY = {"fail": syslog.LOG_ERR, "error": syslog.LOG_ERR, "warn": syslog.LOG
 STATE_PREFIX = "health."
 
 
-def open_store(path: str, audit_log: str | None, timeout_s: float):
+def open_store(path: str, audit_log: str | None, timeout_s: float, ship: bool | None = None):
     """The store, or None (with the reason) when it cannot be opened in time."""
     from ..store import Store
 
     try:
-        return Store(path, audit_log=audit_log, timeout_s=timeout_s), ""
+        return Store(path, audit_log=audit_log, timeout_s=timeout_s, ship=ship), ""
     except Exception as exc:  # noqa: BLE001 - UsageError, sqlite3.OperationalError (locked)
         return None, f"store {path}: {exc}"
 

@@ -11,10 +11,10 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from .checks import CannotRun, Ctx, Outcome, Policy
+from .checks import CannotRun, Ctx, MissingTool, Outcome, Policy
 from .nvml import Nvml, NvmlUnavailable
 
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
@@ -156,6 +156,10 @@ def run_checks(policies: list[Policy], ctx: Ctx, *, deadline: float,
             results.append(_result(p, "error", f"cannot run: timed out after {limit:.3g} s", None, started))
             if p.spec.needs_nvml:
                 nvml_error = f"NVML hung in {p.spec.id} earlier in this run"
+            continue
+        except MissingTool as exc:  # a configuration problem: report it, never drain for it
+            r = _result(p, "error", f"cannot run (not installed): {exc}", None, started)
+            results.append(r if r.action == "none" else replace(r, action="warn"))
             continue
         except CannotRun as exc:
             results.append(_result(p, "error", f"cannot run: {exc}", None, started))

@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt
+from pydantic import Field, PositiveInt
 
 from .profiles import Strict
 
@@ -46,7 +46,10 @@ SlurmTime = Annotated[
     str,
     Field(pattern=r"^(INFINITE|UNLIMITED|\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d{1,2}(:\d{2}(:\d{2})?)?)$"),
 ]
-Fairshare = PositiveInt | Literal["parent"]
+# Slurm keeps shares and QOS priorities in uint32 (below NO_VAL) and GrpTRESMins in uint64 minutes.
+_UINT32 = 2**32 - 3
+Fairshare = Annotated[int, Field(gt=0, le=_UINT32)] | Literal["parent"]
+GpuHours = Annotated[int, Field(gt=0, le=(2**63 - 1) // 60)]
 
 
 def slurm_time_seconds(text: str) -> int | None:
@@ -81,7 +84,7 @@ QosFlag = Literal[
 class Qos(Strict):
     name: SlurmName
     description: Description = ""  # empty: Slurm uses the name
-    priority: NonNegativeInt = 0
+    priority: Annotated[int, Field(ge=0, le=_UINT32)] = 0
     # QOS names this QOS may preempt (PreemptType=preempt/qos).
     preempt: list[SlurmName] = []
     # What happens to a job of this QOS when it is preempted ("cluster": slurm.conf PreemptMode).
@@ -103,7 +106,7 @@ class Organization(Strict):
     description: Description = ""
     fairshare: Fairshare = 1
     gpu_quota: PositiveInt | None = None  # GrpTRES=gres/gpu=N for the whole organisation
-    gpu_hours: PositiveInt | None = None  # GrpTRESMins=gres/gpu=N*60 for the whole organisation
+    gpu_hours: GpuHours | None = None  # GrpTRESMins=gres/gpu=N*60 for the whole organisation
     # Slurm coordinators (sacctmgr add coordinator): may manage users, limits and jobs of this
     # account and every account below it. Users the site declares (members of some project).
     coordinators: list[UserName] = []
@@ -117,7 +120,7 @@ class Project(Strict):
     description: Description = ""
     fairshare: Fairshare = 1
     gpu_quota: PositiveInt | None = None  # concurrent GPUs: GrpTRES=gres/gpu=N
-    gpu_hours: PositiveInt | None = None  # budget: GrpTRESMins=gres/gpu=(hours*60)
+    gpu_hours: GpuHours | None = None  # budget: GrpTRESMins=gres/gpu=(hours*60)
     user_gpu_cap: PositiveInt | None = None  # per member: user association GrpTRES=gres/gpu=N
     member_gpu_caps: dict[UserName, PositiveInt] = {}  # per-member overrides of user_gpu_cap
     member_fairshare: Fairshare = 1  # the members' Fairshare within the project

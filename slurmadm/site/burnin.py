@@ -46,6 +46,9 @@ class BurninSection(Strict):
     # .nccl_busbw_floor_gbps) and two nodes (inter-node fabric).
     node_busbw_floor_gbps: GBps | None = None
     pair_busbw_floor_gbps: GBps = 40.0
+    # A node or pair whose bus bandwidth dropped more than this many percent since the previous
+    # sweep is a warning in the report and in `burnin status` (the floors decide failures).
+    slowdown_warn_percent: Annotated[float, Field(gt=0, le=100)] = 10.0
     # All-reduce rendezvous: rank 0 listens on this port + (job id % 100).
     rendezvous_port: Annotated[int, Field(ge=1024, le=65435)] = 29500
     # Python with slurmadm (and torch) on the compute nodes; default: the one running the sweep.

@@ -37,13 +37,19 @@ def load_site(explicit: str | os.PathLike | None = None) -> Site:
 
 
 def parse_site(raw: bytes | str, *, source: str = "site.toml") -> Site:
-    text = raw.decode("utf-8", errors="strict") if isinstance(raw, bytes) else raw
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8", errors="strict")
+        except UnicodeDecodeError as exc:
+            line = raw[: exc.start].count(b"\n") + 1
+            raise SiteError(source, [f"not UTF-8: byte 0x{raw[exc.start]:02x} at line {line} "
+                                     f"(byte offset {exc.start})"]) from None
+    else:
+        text = raw
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SiteError(source, [f"TOML syntax error: {exc}"]) from None
-    except UnicodeDecodeError as exc:  # pragma: no cover - decode above raises first
-        raise SiteError(source, [f"not UTF-8 ({exc})"]) from None
     try:
         site = Site.model_validate(data)
     except ValidationError as exc:

@@ -16,13 +16,26 @@ from pydantic import Field
 from ..hostlist import compress, expand
 from .accounts import AccountingSettings, Organization, Project, Qos, SlurmName, SlurmTime, User, memberships
 from .burnin import BurninSection
-from .fleet import BmcSection, SoftwareBaseline
+from .fleet import BmcSection, FleetSection, SoftwareBaseline
 from .health import HealthSection, ModelThresholds
+from .monitor import MonitorSection
 from .profiles import BUILTIN_PROFILES, NodeProfile, Strict
+from .slurmtext import (
+    UINT32_NO_VAL,
+    Hostlist,
+    NodeAddress,
+    SlurmExecutable,
+    SlurmPath,
+    SlurmProgram,
+    SlurmValue,
+    UnixUser,
+)
+from .store import StoreSection
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 HostName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,252}$")]
-AbsPath = Annotated[str, Field(pattern=r"^/")]
+# Absolute paths that may reach a Slurm config: no blanks, quotes, '#' or control characters.
+AbsPath = SlurmPath
 
 
 class ClusterSection(Strict):
@@ -30,7 +43,7 @@ class ClusterSection(Strict):
     name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
     # SlurmctldHost lines, primary first.
     controllers: Annotated[list[HostName], Field(min_length=1, max_length=8)]
-    slurm_user: str = "slurm"
+    slurm_user: UnixUser = "slurm"
 
 
 class DatabaseSection(Strict):
@@ -38,30 +51,25 @@ class DatabaseSection(Strict):
     port: Port = 6819
     storage_host: HostName = "localhost"
     storage_port: Port = 3306
-    storage_user: str = "slurm"
-    storage_name: str = "slurm_acct_db"
+    storage_user: UnixUser = "slurm"
+    storage_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_$]{1,64}$")] = "slurm_acct_db"
     # The database password lives in a root-only file, never in site.toml.
     storage_password_file: AbsPath = "/etc/slurm/slurmdbd.password"
 
 
-class StoreSection(Strict):
-    path: AbsPath = "/var/lib/slurmadm/slurmadm.db"
-    audit_log: AbsPath | None = None  # optional JSON-lines copy of every audit event
-
-
 class NodeGroup(Strict):
-    names: str  # hostlist, e.g. "b200-[001-128]"
+    names: Hostlist  # hostlist, e.g. "b200-[001-128]"
     profile: str = "hgx-b200"
     features: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_\-.]+$")]] = []
     # Network placement, only needed when several slurmd share one host (the dev cluster):
-    addr: str | None = None  # NodeAddr
-    hostname: str | None = None  # NodeHostname
+    addr: NodeAddress | None = None  # NodeAddr
+    hostname: NodeAddress | None = None  # NodeHostname
     port: Port | None = None  # Port of the first node; the i-th node of the group gets port+i
 
 
 class ScalableUnit(Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_\-]+$")]
-    nodes: str  # hostlist
+    nodes: Hostlist
 
 
 SwitchName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_\-]+$")]
@@ -82,7 +90,7 @@ class TopologySection(Strict):
 
 class Partition(Strict):
     name: SlurmName
-    nodes: str = "ALL"  # hostlist or ALL
+    nodes: Hostlist = "ALL"  # hostlist or ALL
     default: bool = False
     max_time: SlurmTime = "INFINITE"
     default_time: SlurmTime | None = None
@@ -91,16 +99,21 @@ class Partition(Strict):
     allow_qos: list[SlurmName] = []  # empty: all
     priority_tier: Annotated[int, Field(ge=0, le=65533)] = 1
     oversubscribe: Literal["NO", "EXCLUSIVE", "YES", "FORCE"] = "NO"
+    # TRESBillingWeights of this partition, e.g. { "gres/gpu" = 1.0, cpu = 0.0 } (mem per GiB);
+    # omitted: derived from slurm.billing and the partition's node profile.
+    billing_weights: dict[Literal["cpu", "mem", "gres/gpu"], Annotated[float, Field(ge=0, le=1e6)]] | None = None
+    # DefMemPerCPU in MiB; omitted: the node's RealMemory / CPUs (smallest over the partition).
+    def_mem_per_cpu_mib: Annotated[int, Field(ge=1, le=2**40)] | None = None
 
 
 class PrioritySection(Strict):
     decay_half_life: SlurmTime = "14-0"
     max_age: SlurmTime = "7-0"
-    weight_fairshare: Annotated[int, Field(ge=0)] = 100000
-    weight_age: Annotated[int, Field(ge=0)] = 1000
-    weight_partition: Annotated[int, Field(ge=0)] = 10000
-    weight_job_size: Annotated[int, Field(ge=0)] = 1000
-    weight_qos: Annotated[int, Field(ge=0)] = 10000
+    weight_fairshare: Annotated[int, Field(ge=0, le=UINT32_NO_VAL - 1)] = 100000
+    weight_age: Annotated[int, Field(ge=0, le=UINT32_NO_VAL - 1)] = 1000
+    weight_partition: Annotated[int, Field(ge=0, le=UINT32_NO_VAL - 1)] = 10000
+    weight_job_size: Annotated[int, Field(ge=0, le=UINT32_NO_VAL - 1)] = 1000
+    weight_qos: Annotated[int, Field(ge=0, le=UINT32_NO_VAL - 1)] = 10000
 
 
 class SlurmSection(Strict):
@@ -116,7 +129,7 @@ class SlurmSection(Strict):
     log_dir: AbsPath = "/var/log/slurm"
     run_dir: AbsPath = "/run/slurm"
     munge_socket: AbsPath | None = None  # AuthInfo=socket=...; None: munge's default
-    slurm_user: str | None = None  # SlurmUser; default cluster.slurm_user
+    slurm_user: UnixUser | None = None  # SlurmUser; default cluster.slurm_user
     proctrack: Literal["cgroup", "linuxproc"] = "cgroup"
     task_plugins: Annotated[list[Literal["task/cgroup", "task/affinity", "task/none"]], Field(min_length=1)] = [
         "task/cgroup",
@@ -141,7 +154,7 @@ class SlurmSection(Strict):
     ]
     # Must cover profiles.*.boot_seconds when Slurm reboots nodes (RebootProgram set).
     resume_timeout: Annotated[int, Field(ge=60, le=86400)] = 900
-    reboot_program: str = "/usr/sbin/reboot"  # "" for none
+    reboot_program: SlurmProgram = "/usr/sbin/reboot"  # "" for none
     return_to_service: Literal[0, 1, 2] = 2
     preempt_mode: Literal["REQUEUE", "CANCEL", "SUSPEND,GANG"] = "REQUEUE"
     # SchedulerParameters besides nohold_on_prolog_fail (always set: a job whose prolog drains
@@ -163,9 +176,34 @@ class SlurmSection(Strict):
     # configs, and `scontrol reconfigure` pushes a new set to every node.
     configless: bool = True
     priority: PrioritySection = PrioritySection()
+    # ---- what makes the configuration right for a GPU site (see site.example.toml) ----
+    # How jobs are billed (fairshare usage, sshare, the billing TRES):
+    #   "gpu-equivalent"  in GPUs: GRES/gpu=1 and CPUs and memory weighted so a whole node's worth
+    #                     equals its GPU count, with PriorityFlags=MAX_TRES (a job pays for the
+    #                     largest share of a node it holds)
+    #   "gpus"            GPUs only (CPU-only jobs are free)
+    #   "cpus"            Slurm's default: allocated CPUs
+    billing: Literal["gpu-equivalent", "gpus", "cpus"] = "gpu-equivalent"
+    # EnforcePartLimits: ALL rejects at submit a job that a partition's limits (AllowQos, MaxTime,
+    # ...) would leave pending forever.
+    enforce_part_limits: Literal["ALL", "ANY", "NO"] = "ALL"
+    # SchedulerParameters bf_window (minutes) and bf_resolution (seconds); omitted: bf_window
+    # covers the longest partition max_time, bf_resolution grows with it (60 s per day).
+    bf_window_minutes: Annotated[int, Field(ge=1, le=43200)] | None = None
+    bf_resolution_s: Annotated[int, Field(ge=1, le=3600)] | None = None
+    # True when state_save_location is storage that every controller mounts (required with more
+    # than one cluster.controllers: the backup takes over from the primary's saved state).
+    state_save_shared: bool = False
+    # MailProg: the mailer slurmctld runs for --mail-type; "" for no job mail (MailProg=/bin/true).
+    mail_prog: SlurmExecutable = "/usr/bin/mail"
+    # systemd units slurmd starts after (`slurmadm config slurmd-unit`): the GPU device files of
+    # gres.conf must exist before slurmd reads it, or it exits.
+    slurmd_after: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9@_.\-]+\.(service|target|mount|device)$")]] = [
+        "nvidia-persistenced.service"
+    ]
     # Extra slurm.conf lines for what the model does not cover (KEY -> value). Keys slurmadm
     # writes itself are refused here (set them through their own key).
-    extra: dict[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9]*$")], str] = {}
+    extra: dict[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9]*$")], SlurmValue] = {}
 
 
 class Site(Strict):
@@ -185,7 +223,9 @@ class Site(Strict):
     health: HealthSection = HealthSection()
     bmc: BmcSection = BmcSection()
     software: SoftwareBaseline = SoftwareBaseline()
+    fleet: FleetSection = FleetSection()
     burnin: BurninSection = BurninSection()
+    monitor: MonitorSection = MonitorSection()
 
     # ---- derived views (computed once; the model is frozen) ----
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from ..hostlist import expand
+from .slurmtext import MAX_NODE_MEMORY_GIB, UINT16_MAX, SlurmWord
 
 
 class Strict(BaseModel):
@@ -31,9 +32,9 @@ class GpuSpec(Strict):
     sockets: list[Annotated[int, Field(ge=0)]] = [0, 0, 0, 0, 1, 1, 1, 1]
     # Logical core indexes (0 .. sockets*cores_per_socket-1, not OS CPU ids) near each GPU, by
     # index, e.g. "0-27" on a sub-NUMA-clustered build. Omitted: every core of the GPU's socket.
-    cores: list[str] | None = None
+    cores: list[SlurmWord] | None = None
     # Device file of each GPU, by index; a hostlist-style pattern expanded in order.
-    device_files: str = "/dev/nvidia[0-7]"
+    device_files: SlurmWord = "/dev/nvidia[0-7]"
     nvlinks: Annotated[int, Field(ge=0)] = 18
     pcie_gen: Annotated[int, Field(ge=1, le=7)] = 5
     pcie_width: Annotated[int, Field(ge=1, le=32)] = 16
@@ -76,8 +77,9 @@ class NodeProfile(Strict):
     threads_per_core: Annotated[int, Field(ge=1, le=8)]
     # Logical CPUs as `slurmd -C` reports them; must be sockets x cores_per_socket x
     # threads_per_core (checked). Omitted: that product.
-    cpus: PositiveInt
-    memory_gib: PositiveInt
+    cpus: Annotated[int, Field(ge=1, le=UINT16_MAX)]  # Slurm keeps CPUs in a uint16
+    # RealMemory (uint64 MiB) is derived from it.
+    memory_gib: Annotated[int, Field(ge=1, le=MAX_NODE_MEMORY_GIB)]
     # Seconds from power-on until slurmd answers (slurm.resume_timeout must cover it when Slurm
     # reboots nodes). An HGX/DGX B200 takes about ten minutes.
     boot_seconds: PositiveInt = 600

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from ClusterShell.NodeSet import NodeSet
 
 from ..errors import UsageError
-from ..hostlist import nodeset
+from ..hostlist import MAX_HOSTLIST_NODES, hostlist_size, nodeset
 from .accounts import account_problems, slurm_time_seconds
 from .accounts import dupes as _dupes
 from .model import Site
@@ -33,7 +33,13 @@ def check_site(site: Site) -> list[str]:
 
     # ---- nodes and profiles ----
     defined = NodeSet()
+    total = 0
     for i, group in enumerate(site.nodes):
+        total += hostlist_size(group.names) or 0
+        if total > MAX_HOSTLIST_NODES:  # each group is bounded; so is the whole site
+            p(f"nodes[{i}].names: the node groups up to here name {total:,} nodes, more than the "
+              f"{MAX_HOSTLIST_NODES:,} slurmadm handles")
+            return problems
         if not site.has_profile(group.profile):
             known = sorted(set(site.profiles) | set(BUILTIN_PROFILES))
             p(f"nodes[{i}].profile: {group.profile!r} is not a defined profile (known: {', '.join(known)})")
@@ -112,9 +118,19 @@ def check_site(site: Site) -> list[str]:
             p(f"burnin.account: {site.burnin.account!r} is not a defined organization or project")
     _check_burnin_times(site, p)
 
+    _check_store(site, p)
+
     for extra in EXTRA_CHECKS:
         problems.extend(extra(site))
     return problems
+
+
+def _check_store(site: Site, p: Callable[[str], None]) -> None:
+    """The central store gets its own database, never slurmdbd's."""
+    url = site.store.central()
+    if url is not None and url.dialect == "mysql" and url.database == site.database.storage_name:
+        p(f"store.url: database {url.database!r} is slurmdbd's (database.storage_name); "
+          "give slurmadm its own (e.g. mysql://slurmadm@host/slurmadm)")
 
 
 def _check_burnin_times(site: Site, p: Callable[[str], None]) -> None:

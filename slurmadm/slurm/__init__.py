@@ -9,7 +9,10 @@ $SLURMADM_SLURM_BACKEND=cli|pyslurm|auto overrides the choice (auto is the defau
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
+import subprocess
+import sys
 
 from ..errors import UsageError
 from .cli_backend import CliBackend
@@ -45,19 +48,39 @@ def choose_backend(prefer: str, pyslurm_module, slurm_version: tuple[int, int, i
     return "pyslurm" if matches else "cli"
 
 
-def _import_pyslurm():
+def _import_pyslurm(timeout: float = 10.0):
+    """pyslurm, or None. `import pyslurm` is probed in a child process first: libslurm calls
+    exit() when it finds no configuration (no SLURM_CONF, no /etc/slurm/slurm.conf), which would
+    end this process with no report, and it can block with the GIL held. Only when the child
+    imported it cleanly within `timeout` is it imported here."""
+    try:
+        if importlib.util.find_spec("pyslurm") is None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    try:
+        probe = subprocess.run([sys.executable, "-c", "import pyslurm"], env=env, stdin=subprocess.DEVNULL,
+                               capture_output=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if probe.returncode != 0:
+        return None
     try:
         return importlib.import_module("pyslurm")
     except Exception:  # ImportError, or its own "Slurm version mismatch" RuntimeError
         return None
 
 
-def get_backend(prefer: str | None = None) -> SlurmBackend:
+def get_backend(prefer: str | None = None, *, timeout: float | None = None) -> SlurmBackend:
+    """The backend to use; `timeout` bounds each scontrol/sinfo call (and the pyslurm probe)."""
     prefer = prefer or os.environ.get("SLURMADM_SLURM_BACKEND", "auto")
-    cli = CliBackend()
+    cli = CliBackend() if timeout is None else CliBackend(timeout=timeout)
     if prefer == "cli":
         return cli
-    module = _import_pyslurm()
+    if prefer not in ("auto", "pyslurm"):
+        choose_backend(prefer, None, (0, 0, 0))  # the one-line UsageError
+    module = _import_pyslurm(cli.timeout)
     choice = choose_backend(prefer, module, cli.version())
     if choice == "pyslurm":
         return PyslurmBackend(module, cli.version(), cli.reservations)

@@ -548,9 +548,15 @@ class ShareRow:
     level_fs: float | None  # inf for an unused account
     grp_tres_mins: Tres
     grp_tres_raw: Tres  # usage counted against GrpTRESMins (decayed like fairshare)
+    # TRES-minutes that running jobs still hold until their time limits (GrpTRESRunMins usage):
+    # what AccountingStorageEnforce=safe counts against a budget before it starts a job.
+    tres_run_mins: Tres = field(default_factory=dict)
 
 
-SSHARE_FIELDS = "Account,User,RawShares,NormShares,RawUsage,EffectvUsage,FairShare,LevelFS,GrpTRESMins,GrpTRESRaw"
+SSHARE_FIELDS = ("Account,User,RawShares,NormShares,RawUsage,EffectvUsage,FairShare,LevelFS,GrpTRESMins,"
+                 "GrpTRESRaw,TRESRunMins")
+# Output captured before TRESRunMins was asked for (tests/unit/data/accounting/*/sshare.txt).
+_SSHARE_FIELDS_10 = SSHARE_FIELDS.rsplit(",", 1)[0]
 
 
 def _float(text: str) -> float | None:
@@ -566,13 +572,15 @@ def _float(text: str) -> float | None:
 def shares_from_text(text: str) -> list[ShareRow]:
     """`sshare -a -P -o SSHARE_FIELDS` (the header line is skipped; account names are indented)."""
     rows = []
-    for cols in _rows(text, SSHARE_FIELDS, "sshare"):
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    fields = _SSHARE_FIELDS_10 if first.count("|") == _SSHARE_FIELDS_10.count(",") else SSHARE_FIELDS
+    for cols in _rows(text, fields, "sshare"):
         if cols[0] == "Account" and cols[1] == "User":
             continue
-        account, user, raw, norm, usage, eff, fs, lfs, mins, tres_raw = (c.strip() for c in cols)
+        account, user, raw, norm, usage, eff, fs, lfs, mins, tres_raw, *run = (c.strip() for c in cols)
         rows.append(
             ShareRow(account, user, raw, _float(norm), int(float(usage or 0)), _float(eff), _float(fs),
-                     _float(lfs), parse_tres(mins), parse_tres(tres_raw))
+                     _float(lfs), parse_tres(mins), parse_tres(tres_raw), parse_tres(run[0]) if run else {})
         )
     return rows
 
@@ -619,8 +627,10 @@ class JobReader:
 
     def gpu_minutes_since(self, start: str, end: str = "now") -> dict[str, float]:
         """GPU-minutes per account of jobs that ran between start and end (sacct), each job's time
-        clipped to the window. start/end in sacct's format (2026-11-01T00:00:00)."""
-        out = self._out(["sacct", "-a", "-X", "-n", "-P", "-S", start, "-E", end,
+        clipped to the window. start/end in sacct's format (2026-11-01T00:00:00). Every run of a
+        requeued job counts (--duplicates: without it sacct shows only a job's last run, and the
+        low QOS is preempted by requeue)."""
+        out = self._out(["sacct", "-a", "-X", "--duplicates", "-n", "-P", "-S", start, "-E", end,
                          "-o", "Account,User,AllocTRES,Start,End,State"])
         return gpu_minutes_from_sacct(out, start, end)
 

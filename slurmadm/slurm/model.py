@@ -8,7 +8,10 @@ from typing import Protocol, runtime_checkable
 
 from ..hostlist import expand
 
-# Flags that mean "someone else is handling this node": slurmadm neither drains nor resumes it.
+# Flags that mean "someone else is handling this node": slurmadm neither drains, resumes nor
+# re-reasons it. Not RESERVED: Slurm flags every node of any active reservation RESERVED, and an
+# ordinary (user) reservation is no reason to stop enforcing health; only a MAINT reservation
+# (node flag MAINTENANCE) is someone else's maintenance.
 FOREIGN_FLAGS = frozenset(
     {
         "REBOOT_REQUESTED",
@@ -18,10 +21,12 @@ FOREIGN_FLAGS = frozenset(
         "POWERED_DOWN",
         "POWER_DOWN",
         "MAINTENANCE",
-        "RESERVED",
         "FAIL",
+        "NOT_RESPONDING",
     }
 )
+# Base states nobody may drain or resume: an admin's (or slurmctld's) DOWN, a FUTURE node.
+FOREIGN_STATES = frozenset({"DOWN", "FUTURE"})
 BASE_STATES = frozenset(
     {"IDLE", "MIXED", "ALLOCATED", "DOWN", "UNKNOWN", "FUTURE", "ERROR", "COMPLETING", "PLANNED"}
 )
@@ -39,6 +44,7 @@ class NodeInfo:
     features: tuple[str, ...] = ()
     cpus: int = 0
     real_memory: int = 0
+    reason_time: float = field(default=0.0, compare=False)  # when the reason was set (Unix time; 0: unknown)
 
     @property
     def drained(self) -> bool:

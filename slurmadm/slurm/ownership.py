@@ -2,17 +2,27 @@
 
 Drain reasons slurmadm sets start with `slurmadm:` followed by the check id
 (`slurmadm: ecc-uncorrected: GPU5 volatile DBE=2 [prolog]`). A node drained for any other reason,
-or in a state someone else is handling (reboot, power, maintenance, reservation), is left alone.
+or in a state someone else is handling (DOWN, not responding, FAIL, reboot, power, a maintenance
+reservation), is left alone: never drained, resumed or given a new reason. A node in an ordinary
+(non-MAINT) reservation is not such a state: its faults are enforced like anyone's.
+
+A reason is slurmadm's only while it has exactly the shape slurmadm writes; an admin who appends
+or removes text ("... [prolog] -- admin: RMA, do not resume") has made the drain theirs. Callers
+that remember the exact reason they set (the health store) also treat any other change as the
+admin's (`decide(our_reason=...)`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from .model import FOREIGN_FLAGS, NodeInfo
+from .model import FOREIGN_FLAGS, FOREIGN_STATES, NodeInfo
 
 OWNER_PREFIX = "slurmadm:"
 MAX_REASON = 240
+# exactly what format_reason writes: `slurmadm: <check-id>: <detail> [<context>]`
+REASON_RE = re.compile(r"slurmadm: [A-Za-z0-9][A-Za-z0-9_.-]*: .* \[[a-z][a-z-]*\]")
 
 
 def format_reason(check_id: str, detail: str, context: str) -> str:
@@ -26,7 +36,15 @@ def format_reason(check_id: str, detail: str, context: str) -> str:
 
 
 def is_ours(node: NodeInfo) -> bool:
-    return node.drained and node.reason.startswith(OWNER_PREFIX)
+    return node.drained and REASON_RE.fullmatch(node.reason) is not None
+
+
+def foreign_state(node: NodeInfo) -> str:
+    """'' unless the node is in a state someone else handles; else that state (`DOWN+NOT_RESPONDING`)."""
+    found = sorted(node.flags & FOREIGN_FLAGS)
+    if node.state in FOREIGN_STATES:
+        found.insert(0, node.state)
+    return "+".join(found)
 
 
 def reason_check_id(reason: str) -> str | None:
@@ -55,15 +73,13 @@ class Verdict:
 
 def may_drain(node: NodeInfo) -> Verdict:
     """May slurmadm drain this node now?"""
-    foreign = node.flags & FOREIGN_FLAGS
+    foreign = foreign_state(node)
     if foreign:
-        return Verdict(False, f"node is {'+'.join(sorted(foreign))}; left to whoever owns that")
+        return Verdict(False, f"node is {foreign}; left to whoever owns that")
     if node.drained and not is_ours(node):
         return Verdict(False, f"node already drained by {node.reason_user or 'someone'}: {node.reason!r}")
     if is_ours(node):
         return Verdict(False, "already drained by slurmadm")
-    if node.state in ("FUTURE",):
-        return Verdict(False, f"node is {node.state}")
     return Verdict(True, "")
 
 
@@ -73,7 +89,7 @@ def may_resume(node: NodeInfo) -> Verdict:
         return Verdict(False, "node is not drained")
     if not is_ours(node):
         return Verdict(False, f"drained by {node.reason_user or 'someone else'}: {node.reason!r}")
-    foreign = node.flags & FOREIGN_FLAGS
+    foreign = foreign_state(node)
     if foreign:
-        return Verdict(False, f"node is {'+'.join(sorted(foreign))}")
+        return Verdict(False, f"node is {foreign}")
     return Verdict(True, "")

@@ -15,6 +15,7 @@ Shapes handled (real samples of each: tests/fixtures/slurm/<release>/):
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from typing import Any
@@ -93,6 +94,7 @@ def node_from_json(obj: dict[str, Any]) -> NodeInfo:
         flags=flags,
         reason=_text(obj.get("reason")),
         reason_user=_text(obj.get("reason_set_by_user")),
+        reason_time=float(unwrap_number(obj.get("reason_changed_at")) or 0),
         gres=_text(obj.get("gres")),
         partitions=tuple(parts),
         features=tuple(str(f) for f in feats),
@@ -135,6 +137,7 @@ def _nodes_from_sinfo_rows(rows: list[Any]) -> list[NodeInfo]:
                     "state": (row.get("node") or {}).get("state"),
                     "reason": reason.get("description"),
                     "reason_set_by_user": reason.get("user"),
+                    "reason_changed_at": reason.get("time"),
                     "gres": (row.get("gres") or {}).get("total"),
                     "features": (row.get("features") or {}).get("total"),
                     "partitions": [],
@@ -156,7 +159,7 @@ def _group_value(minmax: Any) -> Any:
 # `scontrol show node -o` ends with these free-text fields (each optional, in this order). Their
 # values may hold spaces and "=" (`Reason=slurmadm: ecc: GPU5 DBE=2 [prolog] [root@2026-...]`).
 NODE_TEXT_TAIL = ("Reason", "Comment", "Extra")
-_REASON_BY = re.compile(r"^(.*?)\s*\[([^@\]\s]+)@[^\]]*\]$")  # "<reason> [<user>@<time>]"
+_REASON_BY = re.compile(r"^(.*?)\s*\[([^@\]\s]+)@([^\]]*)\]$")  # "<reason> [<user>@<time>]"
 
 
 def parse_kv_line(line: str, tail: tuple[str, ...] = ()) -> dict[str, str]:
@@ -190,10 +193,14 @@ def nodes_from_scontrol_text(text: str) -> list[NodeInfo]:
             continue
         kv = parse_kv_line(line.strip(), NODE_TEXT_TAIL)
         reason = kv.get("Reason", "")
-        user = ""
+        user, when = "", 0.0
         m = _REASON_BY.match(reason)
         if m:
             reason, user = m.group(1), m.group(2)
+            try:
+                when = dt.datetime.fromisoformat(m.group(3)).timestamp()  # local time, as scontrol prints
+            except ValueError:
+                pass
         base, flags = split_state(kv.get("State", ""))
         nodes.append(
             NodeInfo(
@@ -202,6 +209,7 @@ def nodes_from_scontrol_text(text: str) -> list[NodeInfo]:
                 flags=flags,
                 reason=reason,
                 reason_user=user,
+                reason_time=when,
                 gres=kv.get("Gres", ""),
                 partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p),
                 features=tuple(f for f in kv.get("AvailableFeatures", "").split(",") if f and f != "(null)"),

@@ -58,6 +58,7 @@ class PyslurmBackend:
             flags=flags,
             reason=getattr(node, "reason", None) or "",
             reason_user=getattr(node, "reason_user", None) or "",
+            reason_time=float(getattr(node, "reason_time", None) or 0),
             gres=gres_text,
             partitions=tuple(getattr(node, "partitions", None) or ()),
             features=tuple(getattr(node, "available_features", None) or ()),

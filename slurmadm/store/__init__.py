@@ -1,9 +1,11 @@
-"""slurmadm's store: one SQLite file for audit events, check results and burn-in history.
+"""slurmadm's store: one SQLite file per host for audit events, check results, node state and
+burn-in history, and optionally a central store (MariaDB) that every host ships its records to.
 
 WAL mode, a busy timeout so concurrent writers (prologs on many nodes sharing one store file,
-a sweep, an admin's apply) wait instead of failing. The shared tables are SCHEMA below; a
-capability appends its own to EXTRA_SCHEMA (burnin/history.py); the store creates what is missing
-on open.
+a sweep, an admin's apply) wait instead of failing. The tables are the explicit, versioned list
+in `schema.py`; a local store migrates itself on open (PRAGMA user_version) and refuses one that
+a newer slurmadm wrote. With `store.url` set, triggers queue every new or changed row in the
+`outbox` and `ship.py` copies them to the central store in the background (`central.py`).
 """
 
 from __future__ import annotations
@@ -19,47 +21,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import UnreachableError, UsageError
+from . import schema
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
-    id      INTEGER PRIMARY KEY,
-    ts      REAL NOT NULL,
-    actor   TEXT NOT NULL,      -- who: the real user behind sudo, or the daemon context
-    action  TEXT NOT NULL,      -- what: e.g. node.drain, accounts.add-account, config.apply
-    target  TEXT NOT NULL,      -- on what: a node, an account, a file
-    reason  TEXT NOT NULL,      -- why
-    detail  TEXT NOT NULL       -- JSON
-);
-CREATE INDEX IF NOT EXISTS events_ts ON events(ts);
-CREATE INDEX IF NOT EXISTS events_target ON events(target, ts);
+# Store files this process opened: a database error met later (a corrupt page read by some
+# query) is reported naming them (slurmadm.cli.common).
+OPENED: list[str] = []
 
-CREATE TABLE IF NOT EXISTS check_results (
-    id       INTEGER PRIMARY KEY,
-    ts       REAL NOT NULL,
-    run_id   TEXT NOT NULL,
-    node     TEXT NOT NULL,
-    context  TEXT NOT NULL,
-    check_id TEXT NOT NULL,
-    status   TEXT NOT NULL,     -- pass | fail | warn | error | skip
-    severity TEXT NOT NULL,
-    detail   TEXT NOT NULL,
-    value    REAL,
-    duration_ms REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS check_results_node ON check_results(node, check_id, ts);
 
-CREATE TABLE IF NOT EXISTS node_state (
-    node  TEXT NOT NULL,
-    key   TEXT NOT NULL,
-    value TEXT NOT NULL,
-    ts    REAL NOT NULL,
-    PRIMARY KEY (node, key)
-);
-"""
-
-# Capabilities append their own DDL here at import time (CREATE ... IF NOT EXISTS only).
-EXTRA_SCHEMA: list[str] = []
+def store_error(exc: Exception, path: str | None = None) -> UnreachableError:
+    """One line for an SQLite error: a corrupt file or a store that stays locked (exit 3)."""
+    where = path or ", ".join(dict.fromkeys(OPENED)) or "(unknown file)"
+    hint = "" if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc) else \
+        " (corrupt? move it aside or restore it from a backup)"
+    return UnreachableError(f"store {where}: {exc}{hint}")
 
 
 def actor() -> str:
@@ -85,7 +60,11 @@ class Event:
 
 
 class Store:
-    def __init__(self, path: str | os.PathLike, *, audit_log: str | None = None, timeout_s: float = 30.0):
+    """The local store. `ship`: True queues rows for the central store (store.url set), False
+    stops queueing, None (default) leaves it as the file says."""
+
+    def __init__(self, path: str | os.PathLike, *, audit_log: str | None = None, timeout_s: float = 30.0,
+                 ship: bool | None = None):
         self.path = Path(path)
         self.audit_log = audit_log
         try:
@@ -94,18 +73,58 @@ class Store:
         except (OSError, sqlite3.Error) as exc:
             raise UsageError(f"store {self.path}: cannot open ({exc})") from None
         self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA busy_timeout = %d" % int(timeout_s * 1000))
+        OPENED.append(str(self.path))
         try:
-            self._db.execute("PRAGMA journal_mode = WAL")
-        except sqlite3.OperationalError:
-            pass  # another process is switching it right now; it will be WAL either way
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        # one script, one write transaction: concurrent first opens queue on the lock
-        self._db.executescript("BEGIN IMMEDIATE;\n" + SCHEMA + "\n".join(EXTRA_SCHEMA) + "\nCOMMIT;")
+            self._db.execute("PRAGMA busy_timeout = %d" % int(timeout_s * 1000))
+            try:
+                self._db.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.OperationalError:
+                pass  # another process is switching it right now; it will be WAL either way
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            self._migrate(ship)
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise store_error(exc, str(self.path)) from None
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _migrate(self, ship: bool | None) -> None:
+        """Bring the file to this slurmadm's schema version (and shipping mode) in one write
+        transaction; a store at the current version with the right triggers costs two reads."""
+        def version() -> int:
+            return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+        def triggers() -> int:
+            return int(self._db.execute("SELECT count(*) FROM sqlite_master WHERE type='trigger' AND name LIKE ?",
+                                        (schema.SHIP_TRIGGER_PREFIX + "%",)).fetchone()[0])
+
+        found = version()
+        if found > schema.SCHEMA_VERSION:
+            raise UsageError(schema.newer_error(f"store {self.path}", found))
+        if found == schema.SCHEMA_VERSION and (ship is None or bool(triggers()) == ship):
+            return
+        # concurrent first opens queue on the write lock; the second finds the work done
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            found = version()
+            if found > schema.SCHEMA_VERSION:
+                raise UsageError(schema.newer_error(f"store {self.path}", found))
+            for step in schema.local_steps(found) if found < schema.SCHEMA_VERSION else []:
+                for statement in _statements(step):
+                    self._db.execute(statement)
+            self._db.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")
+            if ship is not None:
+                schema.ship_triggers(self._db, ship)
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     @classmethod
-    def for_site(cls, site) -> "Store":
-        return cls(site.store.path, audit_log=site.store.audit_log)
+    def for_site(cls, site, *, node: str | None = None) -> "Store":
+        """This host's store (`node`: the Slurm node it acts as, for a `{node}` in store.path)."""
+        return cls(site.store.local_path(node), audit_log=site.store.audit_log, ship=site.store.url is not None)
 
     def close(self) -> None:
         self._db.close()
@@ -119,6 +138,10 @@ class Store:
     @property
     def db(self) -> sqlite3.Connection:
         return self._db
+
+    def query(self, sql: str, args=()) -> list[dict[str, Any]]:
+        """Rows as dicts (the same call a central store answers: store/read.py)."""
+        return [dict(r) for r in self._db.execute(sql, tuple(args))]
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -165,25 +188,23 @@ class Store:
                 pass  # the store rows are the record; the JSON-lines copy is best effort
         return ids
 
+    def update_events(self, ids: list[int], **detail: Any) -> None:
+        """Merge `detail` into events already written (an intent recorded before a change,
+        marked done or refused after it): one transaction."""
+        with self.transaction() as db:
+            for event_id in ids:
+                row = db.execute("SELECT detail FROM events WHERE id=?", (event_id,)).fetchone()
+                if row is not None:
+                    merged = {**json.loads(row["detail"]), **detail}
+                    db.execute("UPDATE events SET detail=? WHERE id=?",
+                               (json.dumps(merged, sort_keys=True, default=str), event_id))
+
     def events(self, *, since: float | None = None, action: str | None = None,
                target: str | None = None, limit: int = 1000) -> list[Event]:
-        sql = "SELECT * FROM events WHERE 1=1"
-        args: list[Any] = []
-        if since is not None:
-            sql += " AND ts >= ?"
-            args.append(since)
-        if action is not None:
-            sql += " AND action LIKE ?"
-            args.append(action.replace("*", "%"))
-        if target is not None:
-            sql += " AND target = ?"
-            args.append(target)
-        sql += " ORDER BY id DESC LIMIT ?"
-        args.append(limit)
-        return [
-            Event(r["id"], r["ts"], r["actor"], r["action"], r["target"], r["reason"], json.loads(r["detail"]))
-            for r in self._db.execute(sql, args)
-        ]
+        from .read import Reader, events
+
+        rows = events(Reader(self, central=False, host=""), since=since, action=action, target=target, limit=limit)
+        return [Event(r["id"], r["ts"], r["actor"], r["action"], r["target"], r["reason"], r["detail"]) for r in rows]
 
     # ---- small per-node state (counters, last-pass timestamps) ----
 
@@ -207,3 +228,17 @@ class Store:
     def delete_node_state(self, node: str, key: str) -> None:
         with self.transaction() as db:
             db.execute("DELETE FROM node_state WHERE node=? AND key=?", (node, key))
+
+
+def _statements(script: str) -> list[str]:
+    """Split DDL into statements (sqlite3.complete_statement knows where each one ends); one
+    execute() each keeps them inside the caller's transaction (executescript would commit)."""
+    out, buf = [], ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            out.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        out.append(buf.strip())
+    return out

@@ -29,3 +29,18 @@ def ensure_burnin_accounting(env: dict[str, str], site) -> None:
             sacctmgr("-i", "add", "account", account, f"parent={up}")
     sacctmgr("-i", "add", "user", "root", f"account={b.account}", check=False)  # exit 1: exists
     sacctmgr("-i", "modify", "user", "root", "where", f"account={b.account}", "set", f"qos=normal,{b.qos}")
+
+
+def sh(env: dict[str, str], *argv: str, timeout: float = 60, check: bool = True) -> str:
+    """A command's stdout; with check, a failure is an assertion naming the command."""
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert p.returncode == 0, f"{argv}: {p.stderr}"
+    return p.stdout
+
+
+def slurm_node(env: dict[str, str], name: str):
+    """Slurm's view of one node through slurmadm's own adapter (sinfo/scontrol JSON)."""
+    from slurmadm.slurm.cli_backend import CliBackend
+
+    return CliBackend(env={"SLURM_CONF": env["SLURM_CONF"]}).nodes([name])[0]

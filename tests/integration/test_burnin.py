@@ -180,7 +180,7 @@ def test_fault_under_load_drains_exactly_that_node_and_a_clean_sweep_resumes_it(
     assert all("b200-003" not in (p["a"], p["b"]) for p in s["pairs"])
     assert any(p["a"] == "b200-004" and p["kind"] == "partner" and p["status"] == "pass" for p in s["pairs"])
     html = Path(s["report"]).read_text()
-    assert bad["reason"].replace("[burnin]", "") in html and "problems found" in html
+    assert bad["reason"].replace("[burnin]", "") in html and "<title>1/4 FAIL: b200-003 ecc-uncorrected: GPU2" in html
 
     clear = run_slurmadm(burnin_env, "dev-cluster", "gpu-fault", "b200-003", "--clear", "--state-dir",
                          str(dev_cluster.state_dir))

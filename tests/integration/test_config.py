@@ -276,7 +276,9 @@ def test_full_reference_rendering_on_a_real_slurmctld(reference_ctld):
         "PriorityWeightJobSize": str(pr.weight_job_size), "PriorityWeightQOS": str(pr.weight_qos),
         "AccountingStorageType": "accounting_storage/slurmdbd",
         "AccountingStorageEnforce": ",".join(site.slurm.accounting_enforce),
-        "SchedulerParameters": ",".join(["nohold_on_prolog_fail", *site.slurm.scheduler_parameters]),
+        "SchedulerParameters": ",".join(["nohold_on_prolog_fail", *site.slurm.scheduler_parameters,
+                                         "bf_window=10080", "bf_resolution=420"]),
+        "EnforcePartLimits": "ALL", "PriorityFlags": "MAX_TRES", "MailProg": "/usr/bin/mail",
         "Prolog": f"{site.slurm.prolog_dir}/prolog.sh", "Epilog": f"{site.slurm.prolog_dir}/epilog.sh",
         "HealthCheckProgram": f"{site.slurm.prolog_dir}/healthcheck.sh",
         "HealthCheckInterval": f"{site.slurm.health_check_interval} sec",
@@ -293,7 +295,9 @@ def test_full_reference_rendering_on_a_real_slurmctld(reference_ctld):
 
     lines = sh(env, "scontrol", "show", "partition", "-o").splitlines()
     parts = {p["PartitionName"]: p for p in map(parse_kv_line, lines)}
-    assert parts["gpu"]["JobDefaults"] == "DefCpuPerGPU=28,DefMemPerGPU=249036"
+    assert parts["gpu"]["JobDefaults"] == "DefCpuPerGPU=28"
+    assert parts["gpu"]["DefMemPerCPU"] == "8894"
+    assert parts["gpu"]["TRESBillingWeights"] == "CPU=0.0357142,Mem=0.00411184G,GRES/gpu=1"
     assert parts["gpu"]["Nodes"] == "b200-[001-128]" and parts["gpu"]["Default"] == "YES"
     assert parts["debug"]["QoS"] == "debug" and parts["debug"]["Nodes"] == "b200-[001-004]"
     assert parts["gpu"]["AllowQos"] == ",".join(site.partitions[0].allow_qos)

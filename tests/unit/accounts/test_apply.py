@@ -220,3 +220,106 @@ def test_a_dump_that_writes_nothing_stops_the_apply(tmp_path):
 
 def test_qos_record_equality_is_by_value():
     assert QosRecord("x", max_tres_per_user={"gres/gpu": "8"}) == QosRecord("x", max_tres_per_user={"gres/gpu": "8"})
+
+
+# --- issue 15: a user in two projects, refusals, intent ----------------------------------------
+
+def _without_grace(data):
+    data["users"] = [u for u in data["users"] if u["name"] != "grace"]
+    for p in data["projects"]:
+        p["members"] = [m for m in p["members"] if m != "grace"]
+
+
+def test_a_user_in_two_projects_loses_the_non_default_association_first():
+    """slurmdbd refuses `delete user where name=grace` while grace has two associations ("You can
+    not remove the default account of a user"); her non-default one goes first, alone."""
+    site = site_with()
+    live = as_stored(site)
+    assert {a for (a, u) in live.assocs if u == "grace"} == {"ml-llm", "ml-vision"}
+    default = live.default_account["grace"]
+    other = ({"ml-llm", "ml-vision"} - {default}).pop()
+    plan = make_plan(desired_state(site_with(_without_grace)), live)
+    argvs = calls(plan, live)
+    first = ["delete", "user", "where", "name=grace", f"account={other}", "cluster=b200"]
+    last = ["delete", "user", "where", "name=grace", "cluster=b200"]
+    assert first in argvs and last in argvs and argvs.index(first) < argvs.index(last)
+    last_batch = next(b for b in batches(plan.runnable(True), plan.cluster, live) if b.argv == last)
+    assert [op.target for op in last_batch.ops] == [f"user:grace@{default}"]
+
+
+class Refusing:
+    """sacctmgr that refuses any delete naming `bad`, alone or with others, and records calls."""
+
+    def __init__(self, bad):
+        self.bad = bad
+        self.calls = []
+
+    def execute(self, argv):
+        self.calls.append(list(argv))
+        names = next((a[5:].split(",") for a in argv if a.startswith("name=")), [])
+        if argv[0] == "delete" and self.bad in names:
+            from slurmadm.errors import CommandFailed
+            raise CommandFailed(["sacctmgr", *argv], 1, " Error with request: You can not remove the default "
+                                "account of a user")
+        return ""
+
+
+def test_a_refused_deletion_does_not_stop_the_others():
+    from slurmadm.accounts.apply import Batch, _run_stage
+    from slurmadm.accounts.plan import Op
+
+    ops = [Op("delete-user", n, "ml-llm") for n in ("ann", "zed", "bob")]
+    batch = Batch(["delete", "user", "where", "name=ann,zed,bob", "cluster=b200"], ops)
+    sacctmgr = Refusing("zed")
+    done, failed = _run_stage(sacctmgr, [batch])
+    assert sorted(op.name for b in done for op in b.ops) == ["ann", "bob"]
+    assert [(sorted(op.name for op in b.ops), "default account" in str(exc)) for b, exc in failed] == [(["zed"], True)]
+    assert ["delete", "user", "where", "name=ann", "cluster=b200"] in sacctmgr.calls
+
+
+class Slurmdbd:
+    """Just enough sacctmgr for apply_site: a fixed state; `die_on` call raises KeyboardInterrupt
+    after slurmdbd 'committed' it, as a killed apply would leave it."""
+
+    cluster = "b200"
+
+    def __init__(self, die_on=None):
+        self.die_on = die_on
+        self.n = 0
+
+    def read_state(self):
+        return empty_slurmdbd()
+
+    def dump(self, path):
+        Path(path).write_text("Cluster - 'b200'\n")
+
+    def execute(self, argv):
+        self.n += 1
+        if self.n == self.die_on:
+            raise KeyboardInterrupt  # the commit happened; this process got no further
+        return ""
+
+    def load(self, path):
+        return self.execute(["load", f"file={path}"])
+
+
+def test_a_killed_apply_leaves_the_intent_in_the_audit_trail(tmp_path):
+    site = site_with(lambda d: d["store"].update(path=str(tmp_path / "s.db")))
+    with Store(tmp_path / "s.db") as store, pytest.raises(KeyboardInterrupt):
+        apply_site(site, Slurmdbd(die_on=1), store, prune=False, reason="ticket 42")
+    with Store(tmp_path / "s.db") as store:
+        events = store.events(action="accounts.*")
+    assert events and all(e.detail["status"] == "started" and e.reason == "ticket 42" for e in events)
+    assert any(e.action == "accounts.add-qos" for e in events)
+
+
+def test_finished_changes_are_marked_done(tmp_path):
+    from slurmadm.accounts.apply import NotConverged
+
+    site = site_with(lambda d: d["store"].update(path=str(tmp_path / "s.db")))
+    with Store(tmp_path / "s.db") as store, pytest.raises(NotConverged):  # the fake never changes
+        apply_site(site, Slurmdbd(), store, prune=False, reason="r")
+    with Store(tmp_path / "s.db") as store:
+        events = store.events(action="accounts.*")
+    assert events and {e.detail["status"] for e in events} == {"done"}
+    assert all(e.detail["command"].startswith("sacctmgr -i ") for e in events)

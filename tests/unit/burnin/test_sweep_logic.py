@@ -99,7 +99,7 @@ def test_own_reservation_flags_do_not_block_the_drain_but_others_do(site, tmp_pa
     sw.reserved, sw.runs = False, {"b200-004": run("b200-004", verdict="fail", failed_test="stress", detail="x")}
     slurm.calls.clear()
     sw._act()
-    assert slurm.calls == [] and "MAINTENANCE+RESERVED" in sw.runs["b200-004"].action
+    assert slurm.calls == [] and "MAINTENANCE" in sw.runs["b200-004"].action
 
 
 def test_breaker_turns_drains_into_alerts(site, tmp_path):
@@ -235,3 +235,44 @@ def test_a_signal_interrupts_the_work_but_waits_for_the_clean_up():
         os.kill(os.getpid(), signal.SIGINT)  # during the clean-up: noted, nothing raised
     assert fired == [signal.SIGINT]
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before  # restored
+
+
+# --- issue 15: a sweep that tested nothing, prerequisites -------------------------------------
+
+def test_a_sweep_that_tested_no_selected_node_fails(site, tmp_path):
+    """Every node job failed to start ("Invalid account or account/partition combination"): every
+    node 'skipped'. Cron must not read that as success."""
+    sw, _ = sweep(site, tmp_path, fleet())
+    history.start_sweep(sw.store, sw.id, pid=1, host="h", actor="root", nodes="b200-[001-002]")
+    sw.status = "done"
+    sw.runs = {n: run(n, verdict="skipped", detail="job did not start: Invalid account or account/partition "
+                      "combination specified") for n in ("b200-001", "b200-002")}
+    summary = sw._finish()
+    assert summary["exit_code"] == 1
+    assert "none of the 2 selected node(s) was tested" in summary["problem"]
+
+
+def test_an_empty_selection_is_still_success(site, tmp_path):
+    sw, _ = sweep(site, tmp_path, fleet())
+    history.start_sweep(sw.store, sw.id, pid=1, host="h", actor="root", nodes="")
+    sw.status = "done"
+    assert sw._finish()["exit_code"] == 0
+
+
+def test_prerequisites_name_the_fix(site):
+    from slurmadm.burnin.sweep import missing_prerequisites
+
+    b = site.burnin
+    ok = dict(user="root", partitions={"gpu"}, assocs={(b.account, ""): {b.qos, "normal"}},
+              qos_names={b.qos, "normal"}, python_ok="")
+    assert missing_prerequisites(site, **ok) == []
+    none = missing_prerequisites(site, **{**ok, "assocs": {}, "qos_names": {"normal"}})
+    assert any(f"QOS {b.qos!r} (burnin.qos) does not exist" in p for p in none)
+    assert any(f"user root has no association with account {b.account!r}" in p for p in none)
+    assert all("slurmadm accounts apply" in p for p in none)
+    qos = missing_prerequisites(site, **{**ok, "assocs": {(b.account, ""): {"normal"}}})
+    assert qos and f"may not use QOS {b.qos!r}" in qos[0]
+    part = missing_prerequisites(site, **{**ok, "partitions": {"debug"}})
+    assert part and "partition 'gpu'" in part[0]
+    py = missing_prerequisites(site, **{**ok, "python_ok": "/opt/x/bin/python: not found"})
+    assert py and "/opt/x/bin/python: not found" in py[0]

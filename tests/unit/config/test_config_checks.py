@@ -146,7 +146,8 @@ def test_extra_cannot_override_generated_keys():
     assert only(lambda d: d["slurm"].update(extra={"SchedulerParameters": "bf_continue"})) == (
         "slurm.extra.SchedulerParameters: slurmadm writes SchedulerParameters itself; set it through its own site key")
     assert only(lambda d: d["slurm"].update(extra={"nodename": "x"})).startswith("slurm.extra.nodename:")
-    make_site(lambda d: d["slurm"].update(extra={"MailProg": "/usr/bin/s-nail"}))
+    assert only(lambda d: d["slurm"].update(extra={"MailProg": "/usr/bin/s-nail"})).startswith("slurm.extra.MailProg:")
+    make_site(lambda d: d["slurm"].update(extra={"MailDomain": "example.org"}))
 
 
 def test_several_slurmd_per_host_need_their_own_spool_and_ports():

@@ -44,7 +44,10 @@ def test_priority_weights_and_partitions_take_reconfigure(tmp_path):
         d["slurm"]["priority"]["weight_age"] = 5000
         d["partitions"][0]["max_time"] = "3-00:00:00"
     the_plan, real = changes_after(tmp_path, change)
-    assert set(real) == {"PriorityWeightAge: 1000 -> 5000", "partition gpu: MaxTime changed"}
+    # the backfill window follows the longest MaxTime (7 days -> 3 days)
+    assert set(real) == {"PriorityWeightAge: 1000 -> 5000", "partition gpu: MaxTime changed",
+                         "SchedulerParameters: nohold_on_prolog_fail,bf_continue,bf_window=10080,bf_resolution=420"
+                         " -> nohold_on_prolog_fail,bf_continue,bf_window=4320,bf_resolution=180"}
     assert all(c.action == "reconfigure" for c in real.values())
     assert the_plan.restart == {} and the_plan.needs_reconfigure
 

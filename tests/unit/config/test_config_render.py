@@ -73,7 +73,8 @@ def test_node_lines_are_hostlists_per_scalable_unit(example):
     assert [n["features"] for n in nodes] == [f"b200,ib400,su{i}" for i in range(1, 5)]
     parts = {p["partitionname"]: p for p in records(text, "partitionname")}
     assert parts["gpu"]["nodes"] == "b200-[001-128]" and parts["debug"]["nodes"] == "b200-[001-004]"
-    assert parts["gpu"]["defcpupergpu"] == "28" and parts["gpu"]["defmempergpu"] == str(int(2048 * 1024 * 0.95) // 8)
+    assert parts["gpu"]["defcpupergpu"] == "28" and parts["gpu"]["defmempercpu"] == str(int(2048 * 1024 * 0.95) // 224)
+    assert "defmempergpu" not in parts["gpu"]  # mutually exclusive with DefMemPerCPU
     assert parts["debug"]["qos"] == "debug" and "default" not in parts["debug"]
 
 
@@ -168,7 +169,7 @@ def test_small_dev_node_gets_no_cpu_per_gpu_default():
         d["profiles"]["hgx-b200"].update(sockets=1, cores_per_socket=2, threads_per_core=1, cpus=2)
         d["profiles"]["hgx-b200"]["gpus"]["sockets"] = [0] * 8
     part = records(render(make_site(change), (22, 5))["slurm.conf"], "partitionname")[0]
-    assert "defcpupergpu" not in part and "defmempergpu" in part
+    assert "defcpupergpu" not in part and "defmempercpu" in part
 
 
 @pytest.mark.parametrize("mode,period,half_life,reset", [
@@ -197,10 +198,10 @@ def test_munge_socket_reaches_slurmctld_and_slurmdbd_connections():
 
 
 def test_extra_values_with_blanks_are_quoted():
-    site = make_site(lambda d: d["slurm"].update(extra={"MailProg": "/usr/bin/mail -s"},
+    site = make_site(lambda d: d["slurm"].update(extra={"MailDomain": "mail example"},
                                                   reboot_program="/bin/systemctl reboot"))
     text = render(site, (22, 5))["slurm.conf"]
-    assert 'MailProg="/usr/bin/mail -s"' in text and 'RebootProgram="/bin/systemctl reboot"' in text
+    assert 'MailDomain="mail example"' in text and 'RebootProgram="/bin/systemctl reboot"' in text
     assert setting(text, "RebootProgram") == ["/bin/systemctl reboot"]
 
 

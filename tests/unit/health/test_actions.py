@@ -72,11 +72,14 @@ def test_admin_drained_node_keeps_its_reason(flags, reason):
     assert plan("periodic", CLEAN, me, [me], prev=99).action == "none"
 
 
-@pytest.mark.parametrize("flag", ["REBOOT_REQUESTED", "REBOOT_ISSUED", "RESERVED", "MAINTENANCE", "POWERING_UP"])
+@pytest.mark.parametrize("flag", ["REBOOT_REQUESTED", "REBOOT_ISSUED", "MAINTENANCE", "POWERING_UP", "NOT_RESPONDING"])
 def test_foreign_states_are_left_alone_with_an_alert(flag):
     me = node("b200-003", flags=(flag,))
     p = plan("prolog", BAD, me, [me])
-    assert p.action == "alert" and flag in p.reason and not p.blocks_job
+    assert p.action == "alert" and flag in p.reason
+    # only a maintenance node's job runs (the admin's own, or burn-in's); elsewhere a critical
+    # fault still keeps the job off the node, though its drain is left to whoever owns the state
+    assert p.blocks_job == (flag != "MAINTENANCE")
 
 
 def test_breaker_caps_drains_per_partition():
@@ -140,3 +143,66 @@ def test_periodic_never_resumes_a_burnin_drain():
         assert p.action == "none" and "not a health check" in p.reason
     ours = node("b200-003", flags=("DRAIN",), reason="slurmadm: xid: GPU0 XID 79 [periodic]")
     assert plan("periodic", CLEAN, ours, [ours], resume_after=3, prev=2).action == "resume"
+
+
+# --- issue 15 ---------------------------------------------------------------------------------
+
+def test_user_reservation_node_with_a_fault_is_drained_and_the_job_refused():
+    everyone = fleet()
+    me = node("b200-006", flags=("RESERVED",))
+    everyone[5] = me
+    p = plan("prolog", BAD, me, everyone)
+    assert (p.action, p.blocks_job) == ("drain", True)
+
+
+@pytest.mark.parametrize("flag", ["REBOOT_REQUESTED", "REBOOT_ISSUED"])
+def test_pending_reboot_refuses_the_job_but_leaves_the_drain_to_the_reboot(flag):
+    me = node("b200-003", flags=(flag,))
+    p = plan("prolog", BAD, me, [me])
+    assert p.action == "alert" and flag in p.reason and p.blocks_job
+
+
+def test_maintenance_node_alerts_and_lets_the_job_run():
+    me = node("b200-003", flags=("MAINTENANCE", "RESERVED"))
+    p = plan("prolog", BAD, me, [me])
+    assert p.action == "alert" and not p.blocks_job
+
+
+def test_down_node_is_not_drained_nor_re_reasoned_nor_resumed():
+    me = node("b200-003", state="DOWN", reason="admin down")
+    p = plan("periodic", BAD, me, [me])
+    assert p.action == "alert" and "DOWN" in p.reason
+    ours_down = node("b200-003", state="DOWN", flags=("DRAIN",), reason="slurmadm: xid: GPU0 XID 79 [periodic]")
+    assert plan("periodic", CLEAN, ours_down, [ours_down], resume_after=1, prev=5).action == "none"
+
+
+def test_reason_changed_since_our_drain_is_the_admins():
+    """The store remembers the reason slurmadm set; if Slurm now shows another one, an admin edited it."""
+    ours = "slurmadm: xid: GPU0 XID 79 [periodic]"
+    edited = "slurmadm: xid: GPU0 XID 79 -- RMA, do not resume [periodic]"
+    me = node("b200-003", flags=("DRAIN",), reason=edited)
+    p = decide(context="periodic", results=CLEAN, node=me, everyone=[me], fraction=0.5, resume_after=1,
+               prev_clean=5, our_reason=ours)
+    assert p.action == "none" and "changed" in p.reason
+    same = node("b200-003", flags=("DRAIN",), reason=ours)
+    p = decide(context="periodic", results=CLEAN, node=same, everyone=[same], fraction=0.5, resume_after=1,
+               prev_clean=5, our_reason=ours)
+    assert p.action == "resume"
+
+
+def test_two_racing_drains_with_separate_stores_keep_exactly_the_cap():
+    """Two prologs on nodes with separate stores (no shared drain lock) both pass the breaker and
+    drain; each then recounts Slurm's state. The decision must be one answer for both: the
+    drains Slurm recorded first (then by name) stay, the rest undo, so the cap holds and is used."""
+    base = fleet(8)  # cap 2 at 0.25
+    old = node("b200-008", flags=("DRAIN",), reason="slurmadm: xid: GPU0 XID 79 [periodic]")
+    old = NodeInfo(**{**old.__dict__, "reason_time": 1000.0})
+    racers = [NodeInfo(**{**node(n, flags=("DRAIN",), reason="slurmadm: ecc-uncorrected: GPU5 x [prolog]").__dict__,
+                          "reason_time": 2000.0}) for n in ("b200-003", "b200-001")]
+    after = [n for n in base if n.name not in {"b200-008", "b200-003", "b200-001"}] + [old, *racers]
+    verdicts = {r.name: over_cap(r, after, 0.25) for r in racers}
+    assert verdicts["b200-001"] == "" and verdicts["b200-003"] != ""  # one stays: cap 2 = old + b200-001
+    # with room for both, neither undoes
+    assert all(over_cap(r, after, 0.5) == "" for r in racers)
+    # and the old drain is never the one to go
+    assert over_cap(old, after, 0.25) == ""

@@ -74,6 +74,8 @@ def node(tmp_path, lib_dir):
 def test_healthy_node_passes_every_fast_check(node):
     report = node()  # `run`: the fast checks, as periodic, but no Slurm needed when all is well
     statuses = {cid: r["status"] for cid, r in report["by_id"].items()}
+    drift = statuses.pop("software-drift")  # reads this machine's own stack (fleet/collector.py)
+    assert drift == "skip" or os.path.exists("/proc/driver/nvidia/version")
     assert statuses == {
         "gpu-count": "pass", "ecc-uncorrected": "pass", "row-remap": "pass", "xid": "pass", "nvlink": "pass",
         "pcie-link": "pass", "thermal": "pass", "ecc-corrected": "pass", "retired-pages": "pass", "power": "pass",
@@ -221,6 +223,12 @@ def test_concurrent_prologs_share_one_store(node, lib_dir):
     """Eight nodes' prologs at the same moment, one store file and one JSON-lines file (as on the
     dev cluster): every run succeeds and every result lands, none interleaved."""
     names = [f"b200-{i:03d}" for i in range(1, 9)]
+    # what is under test is the shared store, not speed: eight runs on a loaded 2-core machine
+    # may take long, so the run's limit is out of the way
+    site = node.tmp / "site.toml"
+    data = tomllib.loads(site.read_text())
+    data["health"].update(prolog_timeout_s=300.0, check_timeout_s=120.0)
+    site.write_text(tomli_w.dumps(data))
     for n in names:
         gpus.write_healthy(node.gdir, n, B200, driver_version=DRIVER)
         ibsysfs.write_healthy(node.gdir, n, B200)

@@ -114,3 +114,21 @@ def test_check_ids_are_stable_kebab_case():
 
     assert all(re.fullmatch(r"[a-z][a-z0-9]*(-[a-z0-9]+)*", c.id) for c in C.CHECKS)
     assert len(C.BY_ID) == len(C.CHECKS)
+
+
+def test_a_missing_tool_is_reported_never_drained_for():
+    """issue 15: `health run` drained a healthy node because all_reduce_perf was not installed and
+    on_error is fail. A missing tool is the site's configuration, not the node's fault."""
+    def missing(ctx):
+        raise C.MissingTool("no all_reduce_perf on PATH")
+
+    def broken(ctx):
+        raise C.CannotRun("all-reduce failed: NCCL error")
+
+    c = cfg(on_error="fail")
+    pols = [C.policy(spec("nccl-allreduce", missing, needs_nvml=False), c),
+            C.policy(spec("other", broken, needs_nvml=False), c)]
+    results = run_checks(pols, C.Ctx(cfg=c, context="run", now=time.time()), deadline=time.monotonic() + 5)
+    assert (results[0].status, results[0].action) == ("error", "warn")
+    assert "not installed" in results[0].detail
+    assert (results[1].status, results[1].action) == ("error", "drain")  # a real failure to run still fails safe

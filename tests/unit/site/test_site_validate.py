@@ -127,7 +127,7 @@ BAD_SITES = [
     ("burnin-window", put("burnin.window_start", "25:00"), "burnin.window_start: '25:00' is not allowed"),
     ("burnin-zero-stress", put("burnin.stress_seconds", 0), "burnin.stress_seconds: must be >= 1, got 0"),
     ("bmc-pattern", put("bmc.host_pattern", "bmc-01"), "bmc.host_pattern: 'bmc-01' is not allowed"),
-    ("relative-store-path", put("store.path", "slurmadm.db"), "store.path: 'slurmadm.db' is not allowed"),
+    ("relative-store-path", put("store.path", "slurmadm.db"), "store.path: 'slurmadm.db' is not an absolute path"),
     ("negative-threshold", put("health.models.b200.max_gpu_temp_c", -5), "health.models.b200.max_gpu_temp_c: must be > 0, got -5"),
     ("missing-database-host", put("database.host", DELETE), "database.host: required key is missing"),
 ]
@@ -175,3 +175,14 @@ def test_validate_json(tmp_path):
     data = json.loads(result.output)
     assert data["nodes"] == 128 and data["gpus"] == 1024 and data["valid"] is True
     assert data["node_list"] == "b200-[001-128]"
+
+
+def test_undecodable_byte_is_one_line_not_a_traceback(tmp_path):
+    """issue 15: one non-UTF-8 byte gave a UnicodeDecodeError traceback (exit 1)."""
+    bad = tmp_path / "site.toml"
+    bad.write_bytes(MINIMAL.encode().replace(b'name = "mini"', b'name = "mi\xffni"'))
+    with pytest.raises(SiteError, match=r"not UTF-8: byte 0xff at line 3"):
+        load_site(bad)
+    result = CliRunner().invoke(cli, ["site", "validate", "--site", str(bad)])
+    assert result.exit_code == 2
+    assert "not UTF-8: byte 0xff at line 3" in result.output and "Traceback" not in result.output

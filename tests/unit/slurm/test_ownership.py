@@ -38,7 +38,7 @@ def test_healthy_node_may_be_drained():
         (node(flags={"DRAIN"}, reason="slurmadm: xid: GPU1 XID 79 [prolog]"), "already drained by slurmadm"),
         (node(flags={"REBOOT_REQUESTED"}), "REBOOT_REQUESTED"),
         (node(flags={"REBOOT_ISSUED"}), "REBOOT_ISSUED"),
-        (node(flags={"RESERVED", "MAINTENANCE"}), "MAINTENANCE+RESERVED"),
+        (node(flags={"RESERVED", "MAINTENANCE"}), "MAINTENANCE"),
         (node(flags={"POWERING_UP"}), "POWERING_UP"),
     ],
 )
@@ -73,3 +73,44 @@ def test_backend_choice():
         choose_backend("pyslurm", _FakePyslurm("25.11.2"), (22, 5, 8))
     with pytest.raises(UsageError, match="not one of"):
         choose_backend("rest", None, (22, 5, 8))
+
+
+# --- issue 15: reservations, DOWN-like states, admin-edited reasons -------------------------------
+
+def test_an_ordinary_reservation_does_not_stop_enforcement():
+    """Slurm flags every node of an active reservation RESERVED; only MAINT reservations (node flag
+    MAINTENANCE) are someone else's maintenance. A user reservation's node is drained like any other."""
+    assert may_drain(node(flags={"RESERVED"})).act
+    ours = node(flags={"DRAIN", "RESERVED"}, reason="slurmadm: xid: GPU1 XID 79 [periodic]")
+    assert may_resume(ours).act
+
+
+@pytest.mark.parametrize("state,flags", [
+    ("DOWN", ()), ("DOWN", {"NOT_RESPONDING"}), ("IDLE", {"NOT_RESPONDING"}), ("IDLE", {"FAIL"}),
+    ("IDLE", {"POWERED_DOWN"}), ("IDLE", {"POWERING_DOWN"}), ("IDLE", {"POWERING_UP"}),
+    ("IDLE", {"POWER_DOWN"}), ("DOWN", {"DRAIN"}), ("FUTURE", ()),
+])
+def test_down_like_nodes_are_never_drained_or_resumed(state, flags):
+    n = node(state=state, flags=flags, reason="admin down", user="alice")
+    assert not may_drain(n).act
+    ours = node(state=state, flags=set(flags) | {"DRAIN"}, reason="slurmadm: xid: GPU1 XID 79 [periodic]")
+    assert not may_drain(ours).act and not may_resume(ours).act
+
+
+@pytest.mark.parametrize("reason", [
+    "slurmadm: ecc-uncorrected: GPU5 volatile uncorrected ECC=1 [prolog] -- admin: RMA, do not resume",
+    "slurmadm: ecc-uncorrected: GPU5 volatile uncorrected ECC=1 [prolog] admin",
+    "slurmadm: ecc-uncorrected: GPU5 RMA do not resume",
+    "slurmadm:ecc",
+])
+def test_an_admin_edited_reason_is_no_longer_ours(reason):
+    n = node(flags={"DRAIN"}, reason=reason)
+    assert not is_ours(n) and not may_resume(n).act
+
+
+def test_our_reasons_stay_ours():
+    for r in ("slurmadm: ecc-uncorrected: GPU5 volatile DBE=2 [prolog]",
+              "slurmadm: burnin-allreduce-pair: 12 GB/s < 40 [burnin]",
+              format_reason("xid", "GPU2 XID 79: fell off [weird] text", "periodic"),
+              format_reason("xid", "x" * 1000, "run")):
+        assert is_ours(node(flags={"DRAIN"}, reason=r)), r

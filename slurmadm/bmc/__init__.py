@@ -1,0 +1,1 @@
+"""`slurmadm bmc`: out-of-band management through the nodes' BMCs (see cli/bmc.py)."""

@@ -1,0 +1,181 @@
+"""Talk to many BMCs at once: bounded concurrency (`bmc.fanout`), one session per BMC for the
+whole command (opened on first use, always logged out at the end), a retry policy for the
+login (`bmc.retries`), and a per-BMC deadline: a dead BMC becomes one row with its error after
+its deadline and never holds up the others (its thread is abandoned, not waited for)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import SlurmadmError, UnreachableError
+from ..site import Site
+from .creds import Credentials, load_credentials
+from .model import BmcClient, FirmwareClient, Target
+
+
+@dataclass
+class Row:
+    node: str
+    ok: bool
+    value: Any = None
+    error: str = ""
+    seconds: float = 0.0
+
+
+def targets(site: Site, nodes: Iterable[str]) -> list[Target]:
+    """Each node's BMC address: host_pattern with {node}, or (dev cluster) shared_address with
+    node i of the site on port + i."""
+    b = site.bmc
+    index = {n: i for i, n in enumerate(site.node_names)}
+    out = []
+    for node in nodes:
+        if b.shared_address:
+            i = index[node]
+            out.append(Target(node, b.shared_address, b.port + i, b.redfish_port + i))
+        else:
+            out.append(Target(node, b.host_pattern.replace("{node}", node), b.port, b.redfish_port))
+    return out
+
+
+class Conn:
+    """The sessions of one node's BMC for one command: `bmc` speaks the site's protocol,
+    `redfish` is for inventory and firmware. Both opened lazily, with the login retried."""
+
+    def __init__(self, target: Target, creds: Credentials, site: Site, tls, on_login=lambda: None):
+        self.target = target
+        self._on_login = on_login
+        self.node = target.node
+        self._creds = creds
+        self._site = site
+        self._tls = tls
+        self._bmc: BmcClient | None = None
+        self._redfish = None
+
+    def _login(self, make: Callable[[], Any]) -> Any:
+        retries = self._site.bmc.retries
+        for attempt in range(retries + 1):
+            try:
+                client = make()
+                self._on_login()
+                return client
+            except UnreachableError:
+                if attempt == retries:
+                    raise
+        raise AssertionError("unreachable")
+
+    @property
+    def bmc(self) -> BmcClient:
+        if self._bmc is None:
+            if self._site.bmc.protocol == "redfish":
+                self._bmc = self.redfish
+            else:
+                from .ipmi import IpmiClient
+
+                self._bmc = self._login(lambda: IpmiClient(self.target, self._creds))
+        return self._bmc
+
+    @property
+    def redfish(self) -> FirmwareClient:
+        if self._redfish is None:
+            if not self._site.bmc.redfish:
+                raise UnreachableError(f"{self.node}: the site says the BMCs do not speak Redfish (bmc.redfish)")
+            from .redfish import RedfishClient
+
+            self._redfish = self._login(lambda: RedfishClient(self.target, self._creds, self._tls,
+                                                              timeout=self._site.bmc.timeout_s))
+        return self._redfish
+
+    def close(self) -> None:
+        for client in {id(c): c for c in (self._bmc, self._redfish) if c is not None}.values():
+            try:
+                client.close()
+            except Exception:
+                pass
+
+
+class Fleet:
+    """The BMCs of a site, with its credentials and connection policy."""
+
+    def __init__(self, site: Site, creds: Credentials | None = None):
+        from .redfish import TlsPolicy
+
+        self.site = site
+        self.creds = creds or load_credentials(site.bmc.username, site.bmc.password_file)
+        b = site.bmc
+        self.tls = TlsPolicy(ca_file=b.tls_ca_file, fingerprint=b.tls_fingerprint, insecure=b.tls_insecure)
+
+    @property
+    def login_deadline(self) -> float:
+        """What a BMC that does not answer costs a command: its timeout for each login try
+        (bmc.retries + 1). A dead BMC is given up on after this."""
+        b = self.site.bmc
+        return b.timeout_s * (b.retries + 1)
+
+    @property
+    def default_deadline(self) -> float:
+        """What an answering BMC may take for the whole operation (many calls: sensors, SEL)."""
+        return self.login_deadline + 10 * self.site.bmc.timeout_s
+
+    def run(self, nodes: list[str], fn: Callable[[Conn], Any], *, deadline_s: float | None = None,
+            progress: Callable[[Row], None] | None = None) -> list[Row]:
+        """fn(conn) on every node's BMC, at most bmc.fanout at once; rows in `nodes` order. A BMC
+        not logged in after login_deadline, or not done after deadline_s, becomes an error row."""
+        deadline_s = self.default_deadline if deadline_s is None else deadline_s
+        login_s = min(self.login_deadline, deadline_s)
+        pending = list(targets(self.site, nodes))
+        rows: dict[str, Row] = {}
+        running: dict[str, float] = {}
+        logged_in: set[str] = set()
+        cond = threading.Condition()
+        shown: set[str] = set()
+        fanout = self.site.bmc.fanout
+
+        def work(target: Target) -> None:
+            def mark() -> None:
+                with cond:
+                    logged_in.add(target.node)
+
+            conn = Conn(target, self.creds, self.site, self.tls, on_login=mark)
+            start = time.monotonic()
+            try:
+                row = Row(target.node, True, fn(conn))
+            except SlurmadmError as exc:
+                row = Row(target.node, False, error=self.creds.scrub(str(exc)))
+            except Exception as exc:  # a library's surprise: one row, never a traceback
+                row = Row(target.node, False, error=self.creds.scrub(f"{type(exc).__name__}: {exc}"))
+            finally:
+                conn.close()
+            row.seconds = round(time.monotonic() - start, 3)
+            with cond:
+                if target.node in running:  # not already given up on
+                    del running[target.node]
+                    rows[target.node] = row
+                    cond.notify_all()
+
+        with cond:
+            while pending or running:
+                while pending and len(running) < fanout:
+                    target = pending.pop(0)
+                    running[target.node] = time.monotonic()
+                    threading.Thread(target=work, args=(target,), daemon=True, name=f"bmc-{target.node}").start()
+                now = time.monotonic()
+                for node, started in list(running.items()):
+                    limit = deadline_s if node in logged_in else login_s
+                    if now - started >= limit:
+                        del running[node]
+                        what = "did not finish" if node in logged_in else "did not answer"
+                        rows[node] = Row(node, False, error=f"{node}: BMC {what} within {limit:g} s",
+                                         seconds=round(now - started, 3))
+                if progress is not None:
+                    for node in [n for n in rows if n not in shown]:
+                        shown.add(node)
+                        progress(rows[node])
+                if not running and not pending:
+                    break
+                soonest = min(running.values()) + login_s - now if running else 0.05
+                cond.wait(timeout=max(0.005, min(soonest, 0.5)))
+        return [rows[n] for n in nodes if n in rows]

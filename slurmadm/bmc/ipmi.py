@@ -1,0 +1,152 @@
+"""IPMI (RMCP+ lanplus) adapter on pyghmi's client: the fast paths (power, sensors, SEL, boot
+device, FRU). One session per BMC, logged out in close()."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+from ..errors import UnreachableError, UsageError
+from . import pyghmi_io
+from .creds import Credentials
+from .model import Sensor, SelEvent, Target
+
+# pyghmi SensorReading.type -> ours
+_TYPES = {"Temperature": "temperature", "Fan": "fan", "Power": "power", "Voltage": "voltage",
+          "Current": "power", "Power Supply": "psu"}
+# threshold order of Get Sensor Thresholds (IPMI 2.0, 35.9): mask bit i -> name
+_THRESHOLDS = ("lnc", "lc", "lnr", "unc", "uc", "unr")
+_BOOT = {"pxe": "network", "disk": "hd", "bios": "setup", "default": "default"}
+_BOOT_BACK = {"network": "pxe", "hd": "disk", "setup": "bios", "default": "default"}
+_login_lock = threading.Lock()
+
+
+def _severity(health: int) -> str:
+    if health & 0b110:  # Critical | Failed
+        return "critical"
+    if health & 0b1:
+        return "warning"
+    return "info"
+
+
+class IpmiClient:
+    def __init__(self, target: Target, creds: Credentials):
+        pyghmi_io.apply()
+        from pyghmi import exceptions as pexc
+        from pyghmi.ipmi.command import Command
+
+        self.node = target.node
+        self.target = target
+        self._creds = creds
+        self._pexc = pexc
+        pyghmi_io.forget_stale(target.host, creds.username, creds.password.reveal(), target.ipmi_port)
+        try:
+            self.cmd = Command(bmc=target.host, userid=creds.username, password=creds.password.reveal(),
+                               port=target.ipmi_port, keepalive=False)
+        except Exception as exc:  # pyghmi raises IpmiException, socket errors, ...
+            raise self._error("login", exc) from None
+        self._closed = False
+
+    def _error(self, what: str, exc: BaseException) -> UnreachableError:
+        msg = self._creds.scrub(str(exc) or type(exc).__name__)
+        return UnreachableError(f"{self.node}: BMC {self.target.host}:{self.target.ipmi_port}: {what}: {msg}")
+
+    def _call(self, what: str, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UsageError:
+            raise
+        except Exception as exc:
+            raise self._error(what, exc) from None
+
+    # ------------------------------------------------------------------ power and boot
+    def power_state(self) -> str:
+        return self._call("power status", self.cmd.get_power)["powerstate"]
+
+    def power(self, action: str) -> None:
+        if action == "cycle":
+            # pyghmi's set_power has no cycle: Chassis Control 02h (power cycle); an off
+            # system is powered on instead (a cycle of an off system is refused by many BMCs)
+            if self.power_state() == "off":
+                action = "on"
+            else:
+                rsp = self._call("power cycle", self.cmd.raw_command, netfn=0, command=2, data=[2])
+                if rsp.get("error"):
+                    raise self._error("power cycle", RuntimeError(rsp["error"]))
+                return
+        self._call(f"power {action}", self.cmd.set_power, action, wait=False)
+
+    def bootdev(self) -> tuple[str, bool]:
+        rsp = self._call("bootdev", self.cmd.get_bootdev)
+        return _BOOT_BACK.get(rsp.get("bootdev"), str(rsp.get("bootdev"))), bool(rsp.get("persistent"))
+
+    def set_bootdev(self, device: str, persistent: bool) -> None:
+        self._call("set bootdev", self.cmd.set_bootdev, _BOOT[device], persist=persistent)
+
+    # ------------------------------------------------------------------ sensors
+    def sensors(self) -> list[Sensor]:
+        readings = self._call("sensors", lambda: list(self.cmd.get_sensor_data()))
+        sdr = self.cmd.init_sdr()
+        by_name = {s.name: s for s in sdr.sensors.values()}
+        out = []
+        for r in readings:
+            entry = by_name.get(r.name)
+            thresholds = self._thresholds(entry) if entry is not None and entry.has_thresholds else {}
+            kind = _TYPES.get(r.type, "other")
+            status = {0: "ok"}.get(r.health) or ("critical" if r.health & 0b110 else "warning")
+            value = r.value
+            if value is not None and status == "ok" and thresholds:
+                if any(k in thresholds and (value >= thresholds[k] if k[0] == "u" else value <= thresholds[k])
+                       for k in ("uc", "unr", "lc", "lnr")):
+                    status = "critical"
+            out.append(Sensor(r.name, kind, value, r.units or "", status, thresholds, tuple(r.states)))
+        return out
+
+    def _thresholds(self, entry) -> dict[str, float]:
+        rsp = self._call("thresholds", self.cmd.raw_command, netfn=4, command=0x27, data=[entry.sensor_number])
+        if rsp.get("error") or len(rsp.get("data", b"")) < 7:
+            return {}
+        data = rsp["data"]
+        out = {}
+        for bit, key in enumerate(_THRESHOLDS):
+            if data[0] & (1 << bit):
+                out[key] = round(entry.decode_value(self.cmd, data[1 + bit]), 3)
+        return out
+
+    # ------------------------------------------------------------------ SEL
+    def sel(self, *, clear: bool = False) -> list[SelEvent]:
+        # pyghmi reads, reserves, re-reads the tail and clears with the reservation: an event
+        # logged in between cancels the reservation (0xC5) and the clear fails rather than lose it
+        events = self._call("sel clear" if clear else "sel", self.cmd.get_event_log, clear)
+        out = []
+        for e in events:
+            ts = None
+            if e.get("timestamp"):
+                try:
+                    ts = dt.datetime.fromisoformat(e["timestamp"]).timestamp()
+                except ValueError:
+                    ts = None
+            what = e.get("event") or ("OEM record" if "oemdata" in e else "event")
+            if e.get("deassertion"):
+                what += " (deasserted)"
+            out.append(SelEvent(int(e.get("record_id", 0)), ts, str(e.get("component") or ""),
+                                str(e.get("component_type") or ""), what, _severity(int(e.get("severity") or 0)),
+                                not e.get("deassertion", False)))
+        return out
+
+    # ------------------------------------------------------------------ inventory
+    def inventory(self) -> dict:
+        fru = self._call("inventory", self.cmd.get_inventory_of_component, "System") or {}
+        keep = {"Manufacturer": "manufacturer", "Product name": "model", "Serial Number": "serial",
+                "Board product name": "board", "Board serial number": "board_serial",
+                "firmware_version": "bmc_firmware"}
+        return {ours: str(fru[theirs]) for theirs, ours in keep.items() if fru.get(theirs) not in (None, "")}
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.cmd.ipmi_session.logout()
+        except Exception:
+            pass  # a dead BMC cannot be logged out of; its session times out on its side

@@ -1,0 +1,262 @@
+"""`slurmadm bmc recover`: bring back nodes whose OS died, through their BMCs.
+
+Which nodes (`select()`, pure): Slurm has had them DOWN or NOT_RESPONDING for at least
+`bmc.recover.grace_s` (first seen by slurmadm: node_state `bmc-down-since`), with Slurm's own
+reason (Not responding, Kill task failed, ...) or an unfinished recovery of ours; never a node an
+admin downed or drained with their own reason, and never one in a state someone else handles
+(reboot, power saving, maintenance). A node recovered less than `window_s` ago that is down
+again is not cycled: it is drained with the SEL evidence in its reason. Past
+`max_cycles_per_hour` power-cycles fleet-wide (counted from the audit trail), or past the health
+breaker's cap, the plan is an alert instead.
+
+How (`run()`): read the SEL and power state, drain with `slurmadm: bmc-recover: ...` (so
+the node stays out of service when slurmd comes back), power-cycle (or on), wait until slurmd
+registers (`boot_timeout_s`), wait for a health run on the node newer than the cycle (slurmd runs
+HealthCheckProgram when it starts; the result lands in the store), and resume it when that run
+is clean; otherwise leave it drained with the failing check in the reason. Every step is an
+audit event (`bmc.recover.*`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..health.actions import breaker
+from ..slurm.model import FOREIGN_FLAGS, NodeInfo, SlurmBackend
+from ..slurm.ownership import format_reason, is_ours, reason_check_id
+from ..store import Store
+from .fanout import Fleet
+from .model import SelEvent
+
+CHECK_ID = "bmc-recover"
+DOWN_SINCE = "bmc-down-since"
+RECOVERED_AT = "bmc-recovered-at"
+# reasons Slurm itself gives a node it lost (slurmctld's own strings)
+SLURM_REASONS = ("Not responding", "Kill task failed", "Node unexpectedly rebooted", "Prolog error",
+                 "Epilog error", "batch job complete failure", "")
+
+
+@dataclass
+class Candidate:
+    node: str
+    action: str  # cycle | drain-again | wait | skip | alert
+    why: str
+    down_for: float | None = None
+
+
+@dataclass
+class Report:
+    candidates: list[Candidate]
+    recovered: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"candidates": [c.__dict__ for c in self.candidates], "recovered": self.recovered,
+                "failed": self.failed}
+
+
+def is_down(n: NodeInfo) -> bool:
+    return n.state == "DOWN" or "NOT_RESPONDING" in n.flags
+
+
+def slurms_own(n: NodeInfo) -> bool:
+    """DOWN for a reason Slurm gave (not an admin), or in an unfinished recovery of ours."""
+    if is_ours(n):
+        return reason_check_id(n.reason) == CHECK_ID
+    if n.drained:
+        return False  # drained by someone with their own reason
+    return any(n.reason.startswith(r) for r in SLURM_REASONS if r) or not n.reason
+
+
+# What recovery leaves alone: the states someone else handles, except NOT_RESPONDING, the very
+# state a dead node is in (health checks leave it alone; recovery exists for it).
+RECOVERY_FOREIGN = FOREIGN_FLAGS - {"NOT_RESPONDING"}
+
+
+def select(nodes: list[NodeInfo], *, now: float, down_since: dict[str, float], recovered_at: dict[str, float],
+           grace_s: float, window_s: float, cycles_last_hour: int, max_per_hour: int,
+           drain_cap_fraction: float, everyone: list[NodeInfo] | None = None) -> list[Candidate]:
+    """`nodes`: the ones to consider; `everyone`: all of Slurm's nodes (the breaker's count)."""
+    everyone = nodes if everyone is None else everyone
+    out: list[Candidate] = []
+    budget = max_per_hour - cycles_last_hour
+    for n in nodes:
+        if not is_down(n):
+            continue
+        foreign = n.flags & RECOVERY_FOREIGN
+        if foreign:
+            out.append(Candidate(n.name, "skip", f"{'+'.join(sorted(foreign))}: left to whoever owns that"))
+            continue
+        if not slurms_own(n):
+            who = n.reason_user or "an admin"
+            out.append(Candidate(n.name, "skip", f"downed/drained by {who}: {n.reason!r}"))
+            continue
+        since = down_since.get(n.name, now)
+        down_for = now - since
+        if down_for < grace_s:
+            out.append(Candidate(n.name, "wait", f"down {down_for:.0f} s of the {grace_s:g} s grace", down_for))
+            continue
+        last = recovered_at.get(n.name)
+        if last is not None and now - last < window_s:
+            out.append(Candidate(n.name, "drain-again",
+                                 f"down again {now - last:.0f} s after a power-cycle (window {window_s:g} s)", down_for))
+            continue
+        if budget <= 0:
+            out.append(Candidate(n.name, "alert", f"rate limit: {max_per_hour} power-cycles per hour reached",
+                                 down_for))
+            continue
+        if not n.drained:
+            why = breaker(n, everyone, drain_cap_fraction)
+            if why:
+                out.append(Candidate(n.name, "alert", f"breaker: {why}", down_for))
+                continue
+        budget -= 1
+        out.append(Candidate(n.name, "cycle", f"{n.state_text} for {down_for:.0f} s ({n.reason or 'no reason'})",
+                             down_for))
+    return out
+
+
+def evidence(events: list[SelEvent], limit: int = 2) -> str:
+    """The SEL's most telling recent events, short enough for a drain reason."""
+    bad = [e for e in events if e.severity != "info"]
+    if not bad:
+        return f"no warning/critical events ({len(events)} in the log)"
+    return "; ".join(f"{e.sensor}: {e.event}" for e in bad[-limit:])
+
+
+class Recovery:
+    def __init__(self, site, fleet: Fleet, backend: SlurmBackend, store: Store,
+                 progress: Callable[[str], None] = lambda m: None, sleep: Callable[[float], None] = time.sleep):
+        self.site = site
+        self.cfg = site.bmc.recover
+        self.fleet = fleet
+        self.backend = backend
+        self.store = store
+        self.progress = progress
+        self.sleep = sleep
+
+    # ------------------------------------------------------------------ planning
+    def plan(self, nodes: list[str] | None = None, *, now: float | None = None, record: bool = True) -> list[Candidate]:
+        now = time.time() if now is None else now
+        everyone = self.backend.nodes()
+        down_since, recovered_at = {}, {}
+        for n in everyone:
+            raw = self.store.get_node_state(n.name, DOWN_SINCE)
+            if is_down(n):
+                if raw is None:
+                    if record:
+                        self.store.set_node_state(n.name, DOWN_SINCE, repr(now))
+                    down_since[n.name] = now
+                else:
+                    down_since[n.name] = float(raw)
+            elif raw is not None and record and not (is_ours(n) and reason_check_id(n.reason) == CHECK_ID):
+                self.store.delete_node_state(n.name, DOWN_SINCE)  # back up on its own
+            rec = self.store.get_node_state(n.name, RECOVERED_AT)
+            if rec is not None:
+                recovered_at[n.name] = float(rec)
+        cycles = len(self.store.events(since=now - 3600, action="bmc.recover.cycle", limit=100000))
+        wanted = set(nodes) if nodes else None
+        pool = [n for n in everyone if wanted is None or n.name in wanted]
+        return select(pool, now=now, down_since=down_since, recovered_at=recovered_at, grace_s=self.cfg.grace_s,
+                      window_s=self.cfg.window_s, cycles_last_hour=cycles, max_per_hour=self.cfg.max_cycles_per_hour,
+                      drain_cap_fraction=self.site.health.drain_cap_fraction, everyone=everyone)
+
+    # ------------------------------------------------------------------ acting
+    def run(self, candidates: list[Candidate], reason: str) -> Report:
+        report = Report(candidates)
+        act = [c for c in candidates if c.action in ("cycle", "drain-again")]
+        if not act:
+            for c in candidates:
+                if c.action == "alert":
+                    self.store.audit("bmc.recover.alert", c.node, c.why)
+            return report
+        reads = {r.node: r for r in self.fleet.run([c.node for c in act],
+                                                   lambda conn: (conn.bmc.sel(), conn.bmc.power_state()))}
+        cycled: dict[str, float] = {}
+        for c in act:
+            r = reads[c.node]
+            sel_text = evidence(r.value[0]) if r.ok else f"BMC unreachable: {r.error}"
+            if c.action == "drain-again":
+                why = f"failed again within {self.cfg.window_s:g} s of a power-cycle; SEL: {sel_text}"
+                self.backend.drain([c.node], format_reason(CHECK_ID, why, "bmc"))
+                self.store.audit("bmc.recover.give-up", c.node, why, sel=sel_text)
+                report.failed[c.node] = why
+                continue
+            if not r.ok:
+                report.failed[c.node] = r.error
+                self.store.audit("bmc.recover.unreachable", c.node, r.error)
+                continue
+            power = r.value[1]
+            self.backend.drain([c.node], format_reason(
+                CHECK_ID, f"power-cycling through the BMC ({c.why}); SEL: {sel_text}", "bmc"))
+            rows = self.fleet.run([c.node], lambda conn: conn.bmc.power("cycle"))
+            if not rows[0].ok:
+                report.failed[c.node] = rows[0].error
+                self.store.audit("bmc.recover.unreachable", c.node, rows[0].error)
+                continue
+            cycled[c.node] = time.time()
+            self.store.audit("bmc.recover.cycle", c.node, reason, was=power, down_for=c.down_for, sel=sel_text)
+            self.progress(f"{c.node}: power-cycled (was {power}); waiting for slurmd")
+        self._follow(cycled, report)
+        return report
+
+    def _follow(self, cycled: dict[str, float], report: Report) -> None:
+        deadline = time.monotonic() + self.cfg.boot_timeout_s
+        waiting = dict(cycled)
+        registered: dict[str, float] = {}
+        while waiting and time.monotonic() < deadline:
+            states = {n.name: n for n in self.backend.nodes(list(waiting))}
+            for node in list(waiting):
+                n = states.get(node)
+                if node not in registered and n is not None and not is_down(n):
+                    registered[node] = time.time()
+                    self.progress(f"{node}: slurmd registered; waiting for a health run")
+                if node in registered:
+                    verdict = self._health(node, waiting[node])
+                    if verdict is None:
+                        continue
+                    ok, detail = verdict
+                    del waiting[node]
+                    self._finish(node, ok, detail, report)
+            if waiting:
+                self.sleep(1.0)
+        for node in waiting:
+            why = ("slurmd did not register" if node not in registered else "no health run") + \
+                  f" within {self.cfg.boot_timeout_s:g} s of the power-cycle"
+            self.backend.drain([node], format_reason(CHECK_ID, why, "bmc"))
+            self.store.audit("bmc.recover.failed", node, why)
+            report.failed[node] = why
+
+    def _health(self, node: str, since: float) -> tuple[bool, str] | None:
+        """The first health run on `node` after `since` (None while there is none): clean when
+        no check of the configured set (default: all) failed or errored."""
+        rows = self.store.db.execute(
+            "SELECT run_id, check_id, status, detail FROM check_results WHERE node=? AND ts>=? AND context != 'bmc' ORDER BY id",
+            (node, since)).fetchall()
+        if not rows:
+            return None
+        first = rows[0]["run_id"]
+        run = [r for r in rows if r["run_id"] == first]
+        wanted = set(self.cfg.health_checks)
+        bad = [r for r in run if r["status"] in ("fail", "error") and (not wanted or r["check_id"] in wanted)]
+        if bad:
+            return False, f"{bad[0]['check_id']}: {bad[0]['detail']}"
+        return True, f"{len(run)} checks clean"
+
+    def _finish(self, node: str, ok: bool, detail: str, report: Report) -> None:
+        if ok:
+            n = self.backend.nodes([node])[0]
+            if is_ours(n) and reason_check_id(n.reason) == CHECK_ID:
+                self.backend.resume([node])
+            self.store.set_node_states(node, {RECOVERED_AT: repr(time.time())})
+            self.store.delete_node_state(node, DOWN_SINCE)
+            self.store.audit("bmc.recover.resume", node, f"recovered by power-cycle; health: {detail}")
+            report.recovered.append(node)
+            self.progress(f"{node}: healthy, resumed")
+        else:
+            why = f"health failed after power-cycle: {detail}"
+            self.backend.set_reason([node], format_reason(CHECK_ID, why, "bmc"))
+            self.store.audit("bmc.recover.failed", node, why)
+            report.failed[node] = why

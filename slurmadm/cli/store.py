@@ -1,0 +1,132 @@
+"""`slurmadm store ...`: the central store every host ships its records to (slurmadm/store/)."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from ..store import Store, central, read, schema
+from ..store.ship import host_name, ship
+from .common import (Group, console, dry_run_option, get_site, info, json_option, print_json, reason_option,
+                     site_option, table, warn, when)
+
+
+@click.group(cls=Group)
+def store() -> None:
+    """The store: this host's SQLite file and the central store (store.url) the fleet ships to."""
+
+
+@store.command()
+@site_option
+@dry_run_option
+@reason_option("central store schema migration")
+@json_option
+def migrate(site_file, dry_run, reason, as_json) -> None:
+    """Bring the central store (and this host's local store) to this slurmadm's schema version.
+    Shows the statements with --dry-run; safe to re-run; an older slurmadm refuses a newer schema."""
+    site = get_site(site_file)
+    with central.connected(site.store) as c:
+        found, steps = central.plan(c)
+        if not dry_run and steps:
+            found, steps = central.migrate(c)
+    out = {"url": str(site.store.central()), "from_version": found, "to_version": schema.SCHEMA_VERSION,
+           "statements": steps, "applied": bool(steps) and not dry_run}
+    if not dry_run and steps:
+        with Store.for_site(site) as local:  # the local store migrates on open
+            local.audit("store.migrate", out["url"], reason, from_version=found, to_version=schema.SCHEMA_VERSION,
+                        statements=len(steps))
+    if as_json:
+        print_json(out)
+        return
+    if not steps:
+        console.print(f"central store {out['url']}: at schema version {found}, nothing to do")
+        return
+    for sql in steps:
+        console.print(sql + ";", markup=False, highlight=False)
+    verb = "would migrate" if dry_run else "migrated"
+    console.print(f"{verb} central store {out['url']} from schema version {found} to {schema.SCHEMA_VERSION}"
+                  + (" (dry run: nothing changed)" if dry_run else ""))
+
+
+@store.command("ship")
+@site_option
+@click.option("--node", help="Ship as this Slurm node (default: $SLURMD_NODENAME, then the host name).")
+@dry_run_option
+@json_option
+def ship_cmd(site_file, node, dry_run, as_json) -> None:
+    """Ship this host's queued records to the central store now (the periodic hook does it in
+    the background; this is for cron on hosts without one, and by hand)."""
+    import os
+
+    site = get_site(site_file)
+    if site.store.url is None:
+        info("store.url is not set: records stay in this host's store")
+        return
+    node = node or os.environ.get("SLURMD_NODENAME")
+    if dry_run:
+        with Store(site.store.local_path(node), ship=True) as local:
+            queued = {r["tbl"]: r["n"] for r in local.query("SELECT tbl, count(*) AS n FROM outbox GROUP BY tbl")}
+        if as_json:
+            print_json({"host": host_name(node), "queued": queued, "url": str(site.store.central())})
+        else:
+            console.print(f"would ship {sum(queued.values())} queued record(s) of {host_name(node)} to "
+                          f"{site.store.central()}: " + (", ".join(f"{t} {n}" for t, n in sorted(queued.items()))
+                                                         or "nothing queued") + " (dry run: nothing changed)")
+        return
+    out = ship(site.store, host=host_name(node), local_path=site.store.local_path(node),
+               audit_log=site.store.audit_log)
+    if as_json:
+        print_json(out.to_dict())
+        return
+    if out.skipped:
+        info(f"not now: {out.skipped}")
+        return
+    per = ", ".join(f"{t} {n}" for t, n in sorted(out.tables.items()) if n) or "nothing new"
+    console.print(f"{out.host}: shipped {out.shipped} record(s) in {out.batches} batch(es) ({per}) in "
+                  f"{out.seconds:.2f} s; {out.remaining} left, {out.pruned} pruned locally")
+
+
+@store.command()
+@site_option
+@json_option
+def status(site_file, as_json) -> None:
+    """Schema versions, this host's queue, and every host's last arrival at the central store.
+    Exit 1 when a site node's records have not arrived for longer than store.stale_after_minutes."""
+    site = get_site(site_file)
+    with Store.for_site(site) as local:
+        (queued,) = local.db.execute("SELECT count(*) FROM outbox").fetchone()
+        local_version = int(local.db.execute("PRAGMA user_version").fetchone()[0])
+    out = {"schema_version": schema.SCHEMA_VERSION, "local": {"path": site.store.local_path(),
+           "version": local_version, "queued": queued}, "central": None, "hosts": [], "silent": {}}
+    if site.store.url is not None:
+        with central.connected(site.store) as c:
+            meta = central.info(c)
+            out["central"] = {"url": str(site.store.central()), "version": int(meta.get("version", 0)),
+                              "migrated_by": meta.get("slurmadm", ""), "migrated_at": meta.get("migrated_at", "")}
+            if out["central"]["version"] == schema.SCHEMA_VERSION:
+                r = read.Reader(c, central=True, host=host_name())
+                out["hosts"] = read.hosts(r)
+                out["silent"] = read.silent_nodes(r, site)
+    if as_json:
+        print_json(out)
+    else:
+        console.print(f"local store {out['local']['path']}: schema {local_version}, {queued} record(s) queued")
+        cen = out["central"]
+        if cen is None:
+            console.print("no central store (store.url not set)")
+        else:
+            console.print(f"central store {cen['url']}: schema {cen['version']} (this slurmadm: "
+                          f"{schema.SCHEMA_VERSION})")
+            if cen["version"] != schema.SCHEMA_VERSION:
+                warn("run `slurmadm store migrate`" if cen["version"] < schema.SCHEMA_VERSION
+                     else "the central store is newer than this slurmadm: upgrade it")
+            now = time.time()
+            console.print(table(None, ["host", "last arrival", "ago", "newest record", "records"],
+                                [(h["host"], when(h["last_arrival"]), f"{(now - h['last_arrival']) / 60:.0f} min",
+                                  when(h["last_record"]) if h["last_record"] else "", h["records"])
+                                 for h in out["hosts"]]))
+            for line in read.silent_lines(out["silent"], site.store.stale_after_minutes, when):
+                warn(line)
+    if out["silent"] or (out["central"] and out["central"]["version"] != schema.SCHEMA_VERSION):
+        raise SystemExit(1)

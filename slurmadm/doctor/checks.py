@@ -1,0 +1,418 @@
+"""The built-in doctor checks, in the order they print. Each reads only, with a time limit."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import socket
+import sqlite3
+import sys
+from pathlib import Path
+
+from ..errors import SiteError, SlurmadmError
+from ..proc import run
+from . import Context, Finding, register
+
+SLURM_TIMEOUT = 15.0
+HOOKS = {"Prolog": "prolog.sh", "Epilog": "epilog.sh", "HealthCheckProgram": "healthcheck.sh"}
+
+
+# ------------------------------------------------------------------------------ site
+
+
+@register("site", "site file", needs_site=False)
+def site_file(ctx: Context) -> Finding:
+    from ..site import load_site, site_path
+    from ..site.load import site_hash
+
+    path = site_path(ctx.site_file)
+    try:
+        site = load_site(ctx.site_file)
+    except SiteError as exc:
+        lines = exc.lines()
+        return Finding("site", "fail", f"site file {path}: {len(lines)} problem(s): {lines[0]}",
+                       f"slurmadm site validate --site {path}", {"path": str(path), "problems": lines})
+    except SlurmadmError as exc:
+        return Finding("site", "fail", str(exc), "write one from site.example.toml, or pass --site / $SLURMADM_SITE",
+                       {"path": str(path)})
+    ctx.site = site
+    sha = site_hash(path)
+    return Finding("site", "ok", f"{path} (sha256 {sha[:12]}): cluster {site.cluster.name}, "
+                   f"{len(site.node_names)} nodes, {site.total_gpus} GPUs",
+                   data={"path": str(path), "sha256": sha, "digest": site.digest, "cluster": site.cluster.name,
+                         "nodes": len(site.node_names)})
+
+
+# ------------------------------------------------------------------------------ Slurm
+
+
+def _slurm_version(ctx: Context) -> tuple[int, int, int] | None:
+    from ..slurm import CliBackend
+
+    def read():
+        try:
+            return CliBackend().version()
+        except SlurmadmError:
+            return None
+
+    return ctx.remember("slurm_version", read)
+
+
+@register("slurm", "Slurm release and backend", needs_site=False)
+def slurm_backend(ctx: Context) -> Finding:
+    from ..slurm import _import_pyslurm, choose_backend, pyslurm_release
+
+    version = _slurm_version(ctx)
+    if version is None:
+        return Finding("slurm", "fail", "Slurm: `scontrol --version` did not answer (Slurm not installed or not on "
+                       "PATH)", "install Slurm's client commands (Debian: slurm-client) on this host")
+    release = f"{version[0]}.{version[1]:02d}.{version[2]}"
+    prefer = os.environ.get("SLURMADM_SLURM_BACKEND", "auto")
+    module = _import_pyslurm()
+    have = pyslurm_release(module) if module is not None else None
+    data = {"release": release, "prefer": prefer,
+            "pyslurm": None if have is None else f"{have[0]}.{have[1]:02d}"}
+    try:
+        backend = choose_backend(prefer, module, version)
+    except SlurmadmError as exc:
+        return Finding("slurm", "fail", f"Slurm {release}: {exc}", "unset SLURMADM_SLURM_BACKEND or install the "
+                       "pyslurm of this Slurm release", data)
+    data["backend"] = backend
+    if backend == "pyslurm":
+        why = f"pyslurm {data['pyslurm']} matches"
+    elif module is None:
+        why = "pyslurm is not installed"
+    elif prefer == "cli":
+        why = "SLURMADM_SLURM_BACKEND=cli"
+    else:
+        why = f"pyslurm {data['pyslurm']} does not match Slurm {version[0]}.{version[1]:02d}"
+    name = "pyslurm" if backend == "pyslurm" else "cli (scontrol/sinfo/sacctmgr)"
+    conf = os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")
+    data["slurm_conf"] = conf
+    return Finding("slurm", "ok", f"Slurm {release}, backend {name} ({why}); SLURM_CONF {conf}", data=data)
+
+
+@register("slurmctld", "slurmctld", needs_site=False)
+def slurmctld(ctx: Context) -> Finding:
+    try:
+        proc = run(["scontrol", "ping"], timeout=SLURM_TIMEOUT, check=False)
+    except SlurmadmError as exc:
+        return Finding("slurmctld", "fail", f"slurmctld: {exc}", "is Slurm installed, and SLURM_CONF right?")
+    text = " ".join((proc.stdout + proc.stderr).split())
+    if proc.returncode == 0 and " UP" in f" {text}":
+        return Finding("slurmctld", "ok", f"slurmctld: {text}", data={"ping": text})
+    return Finding("slurmctld", "fail", f"slurmctld: {text or f'scontrol ping exited {proc.returncode}'}",
+                   "start slurmctld (systemctl start slurmctld) and check SlurmctldHost/SLURM_CONF",
+                   {"ping": text})
+
+
+@register("slurmdbd", "slurmdbd")
+def slurmdbd(ctx: Context) -> Finding:
+    name = ctx.site.cluster.name
+    try:
+        proc = run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"], timeout=SLURM_TIMEOUT, check=False)
+    except SlurmadmError as exc:
+        return Finding("slurmdbd", "fail", f"slurmdbd: {exc}", "start slurmdbd and check AccountingStorageHost")
+    if proc.returncode != 0:
+        err = " ".join((proc.stderr or proc.stdout).split())[:200]
+        return Finding("slurmdbd", "fail", f"slurmdbd: sacctmgr exited {proc.returncode}: {err}",
+                       "start slurmdbd (systemctl start slurmdbd) and check AccountingStorageHost in slurm.conf")
+    clusters = [ln.strip() for ln in proc.stdout.splitlines() if ln.strip()]
+    if name not in clusters:
+        return Finding("slurmdbd", "warn", f"slurmdbd answers, but cluster {name!r} is not registered "
+                       f"(has: {', '.join(clusters) or 'none'})",
+                       f"sacctmgr add cluster {name} (slurmctld registers it at start)", {"clusters": clusters})
+    return Finding("slurmdbd", "ok", f"slurmdbd answers; cluster {name} registered", data={"clusters": clusters})
+
+
+# ------------------------------------------------------------------------------ NVML
+
+NVML_PROBE = r"""
+import json, sys
+out = {}
+try:
+    import pynvml
+except Exception as exc:
+    print(json.dumps({"error": f"pynvml does not import: {exc}"})); sys.exit(0)
+try:
+    pynvml.nvmlInit()
+except Exception as exc:
+    print(json.dumps({"error": f"nvmlInit failed: {exc}"})); sys.exit(0)
+def text(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+out["driver"] = text(pynvml.nvmlSystemGetDriverVersion())
+out["gpus"] = pynvml.nvmlDeviceGetCount()
+try:
+    out["name"] = text(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))) if out["gpus"] else ""
+except Exception:
+    out["name"] = "?"
+libs = set()
+with open("/proc/self/maps") as fh:
+    for line in fh:
+        if "libnvidia-ml" in line:
+            libs.add(line.split()[-1])
+out["library"] = sorted(libs)
+print(json.dumps(out))
+"""
+
+
+@register("nvml", "NVML library and driver")
+def nvml(ctx: Context) -> Finding:
+    from ..health.hook import local_node
+
+    node = ctx.node or local_node(None)
+    on_node = node in ctx.site.node_group_of
+    env = {"SLURMD_NODENAME": node} if on_node else None
+    try:
+        proc = run([sys.executable, "-I", "-c", NVML_PROBE], timeout=20, check=False, env=env)
+        res = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else \
+            {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    except SlurmadmError as exc:
+        res = {"error": str(exc)}
+    except json.JSONDecodeError:
+        res = {"error": f"unexpected output: {proc.stdout.strip()[:120]}"}
+    res["node"] = node
+    if "error" in res:
+        if not on_node:
+            return Finding("nvml", "skip", f"NVML: not a compute node of the site ({node}); {res['error']}",
+                           "run `slurmadm doctor` on a node (or --node NAME) to check NVML there", res)
+        return Finding("nvml", "fail", f"NVML on {node}: {res['error']}",
+                       "install the NVIDIA driver (libnvidia-ml.so.1) and nvidia-ml-py on this node", res)
+    want = ctx.site.node_profile(node).gpus.count if on_node else None
+    lib = ", ".join(res["library"]) or "?"
+    summary = (f"NVML on {node}: driver {res['driver']}, {res['gpus']} GPU(s) {res.get('name', '')}".rstrip()
+               + f"; library {lib}")
+    if want is not None and res["gpus"] != want:
+        return Finding("nvml", "fail", summary + f" (profile says {want})",
+                       "check the GPUs (nvidia-smi) or the node's profile in the site", res)
+    return Finding("nvml", "ok", summary, data=res)
+
+
+# ------------------------------------------------------------------------------ store
+
+
+@register("store", "store")
+def store(ctx: Context) -> Finding:
+    from ..store import schema
+
+    path = Path(ctx.site.store.local_path())
+    want = [t.name for t in schema.TABLES if t.where != "central"]
+    data = {"path": str(path), "backend": "sqlite", "expected_tables": want,
+            "schema_version": schema.SCHEMA_VERSION}
+    if not path.exists():
+        parent_ok = os.access(path.parent if path.parent.exists() else path.parent.parent, os.W_OK)
+        return Finding("store", "warn" if parent_ok else "fail",
+                       f"store {path}: not created yet (the first command that records creates it)",
+                       "" if parent_ok else f"make {path.parent} writable for slurmadm", data)
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            have = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            mode = db.execute("PRAGMA journal_mode").fetchone()[0]
+            events = db.execute("SELECT COUNT(*) FROM events").fetchone()[0] if "events" in have else 0
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        return Finding("store", "fail", f"store {path}: cannot read ({exc})",
+                       "check the file (sqlite3 PATH 'PRAGMA integrity_check') and its permissions", data)
+    missing = [t for t in want if t not in have]
+    data.update({"tables": have, "user_version": version, "journal_mode": mode, "events": events,
+                 "missing": missing})
+    writable = os.access(path, os.W_OK)
+    summary = (f"store {path} (SQLite, {mode}, schema version {version}): {len(have)} tables, {events} audit events"
+               + ("" if writable else "; read-only for this user"))
+    if version > schema.SCHEMA_VERSION:
+        return Finding("store", "fail", summary + f"; written by a newer slurmadm (this one knows {schema.SCHEMA_VERSION})",
+                       "upgrade slurmadm on this host", data)
+    if missing or version < schema.SCHEMA_VERSION:  # the next command that records migrates it
+        return Finding("store", "warn", summary + f"; older schema (this slurmadm: {schema.SCHEMA_VERSION})",
+                       "run `slurmadm store migrate` (or any command that records)", data)
+    return Finding("store", "ok" if writable else "warn", summary,
+                   "" if writable else "run slurmadm as root (or the store's owner) to record", data)
+
+
+# ------------------------------------------------------------------------------ hooks
+
+
+def _slurm_config(ctx: Context) -> dict[str, str]:
+    """Prolog/Epilog/HealthCheckProgram as slurmctld runs them (`scontrol show config`), else as
+    slurm.conf says."""
+    def read() -> dict[str, str]:
+        try:
+            proc = run(["scontrol", "show", "config"], timeout=SLURM_TIMEOUT, check=False)
+            if proc.returncode == 0:
+                out = {}
+                for line in proc.stdout.splitlines():
+                    if "=" in line:
+                        key, _, value = line.partition("=")
+                        out[key.strip()] = value.strip()
+                out["_source"] = "scontrol show config"
+                return out
+        except SlurmadmError:
+            pass
+        conf = Path(os.environ.get("SLURM_CONF") or Path(ctx.site.slurm.config_dir) / "slurm.conf")
+        out = {"_source": str(conf)}
+        try:
+            for line in conf.read_text().splitlines():
+                line = line.split("#", 1)[0].strip()
+                if "=" in line and " " not in line.split("=", 1)[0]:
+                    key, _, value = line.partition("=")
+                    out[key.strip()] = value.strip()
+        except OSError:
+            out["_missing"] = "yes"
+        return out
+
+    return ctx.remember("slurm_config", read)
+
+
+@register("hooks", "prolog/epilog/HealthCheckProgram hooks")
+def hooks(ctx: Context) -> Finding:
+    hook_dir = Path(ctx.site.slurm.prolog_dir)
+    conf = _slurm_config(ctx)
+    problems, fixes = [], []
+    data: dict = {"prolog_dir": str(hook_dir), "config_source": conf["_source"], "configured": {}}
+    for key, script in HOOKS.items():
+        path = hook_dir / script
+        if not path.is_file():
+            problems.append(f"{path} missing")
+            fixes.append(f"copy prolog_epilog/ to {hook_dir}")
+        elif not os.access(path, os.X_OK):
+            problems.append(f"{path} not executable")
+            fixes.append(f"chmod 755 {path}")
+        value = conf.get(key, "")
+        data["configured"][key] = value
+        configured = [v.strip() for v in value.split(",") if v.strip() and v.strip() != "(null)"]
+        if str(path) not in configured:
+            problems.append(f"{key} is {value or 'unset'!s} in {conf['_source']}, not {path}")
+            fixes.append("slurmadm config apply (writes them into slurm.conf)")
+    env_file = next((p for p in (hook_dir / "slurmadm.env",
+                                 Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")).parent / "slurmadm.env")
+                     if p.is_file()), None)
+    data["env_file"] = str(env_file) if env_file else None
+    if env_file is None:
+        problems.append(f"no slurmadm.env next to the hooks ({hook_dir}) or slurm.conf")
+        fixes.append(f"write {hook_dir}/slurmadm.env (see prolog_epilog/hook-env.sh)")
+    else:
+        values = dict(line.split("=", 1) for line in env_file.read_text().splitlines()
+                      if "=" in line and not line.lstrip().startswith("#"))
+        py = values.get("SLURMADM_PYTHON", "").strip()
+        if py and not os.access(py, os.X_OK):
+            problems.append(f"SLURMADM_PYTHON={py} in {env_file} is not executable")
+            fixes.append(f"fix SLURMADM_PYTHON in {env_file}")
+        site = values.get("SLURMADM_SITE", "").strip()
+        if site and not Path(site).is_file():
+            problems.append(f"SLURMADM_SITE={site} in {env_file} does not exist")
+            fixes.append(f"fix SLURMADM_SITE in {env_file}")
+    if problems:
+        return Finding("hooks", "fail", "hooks: " + "; ".join(problems), "; ".join(dict.fromkeys(fixes)), data)
+    return Finding("hooks", "ok", f"hooks in {hook_dir}, configured in {conf['_source']}"
+                   + (f", env {env_file}" if env_file else ""), data=data)
+
+
+# ------------------------------------------------------------------------------ schedule
+
+
+@register("schedule", "nightly burn-in schedule")
+def burnin_schedule(ctx: Context) -> Finding:
+    from ..burnin import schedule
+    from ..site import site_path
+
+    site_file = str(site_path(ctx.site_file))
+    found = []
+    for kind in ("cron", "systemd"):
+        files = schedule.plan(ctx.site, site_file, kind=kind)
+        states = {str(f.path): f.status() for f in files}
+        if any(s != "new" for s in states.values()):
+            found.append((kind, states))
+    data = {"installed": {k: v for k, v in found}, "schedule": ctx.site.burnin.schedule}
+    if not found:
+        return Finding("schedule", "warn", f"burn-in schedule ({ctx.site.burnin.schedule}) not installed",
+                       "slurmadm burnin install-schedule --cron (or --systemd)", data)
+    kind, states = found[0]
+    stale = [p for p, s in states.items() if s != "unchanged"]
+    if stale:
+        return Finding("schedule", "warn", f"burn-in schedule ({kind}) differs from the site: {', '.join(stale)}",
+                       f"slurmadm burnin install-schedule --{kind}", data)
+    return Finding("schedule", "ok", f"burn-in schedule {ctx.site.burnin.schedule} installed ({kind}: "
+                   f"{', '.join(states)})", data=data)
+
+
+# ------------------------------------------------------------------------------ BMC and SSH reachability
+
+
+def ipmi_ping(host: str, port: int, timeout: float) -> str | None:
+    """IPMI over LAN: send `Get Channel Authentication Capabilities` outside any session (what
+    ipmitool sends first); None when a BMC answers, else why not."""
+    body = bytes([0x81, 0x00, 0x38, 0x8E, 0x04])  # rqAddr, rqSeq, cmd, channel (current, v2 ext), admin
+    msg = bytes([0x20, 0x18, (-(0x20 + 0x18)) & 0xFF]) + body + bytes([(-sum(body)) & 0xFF])
+    packet = bytes([0x06, 0x00, 0xFF, 0x07, 0x00]) + bytes(8) + bytes([len(msg)]) + msg
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+    except OSError as exc:
+        return f"cannot resolve ({exc.strerror or exc})"
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.settimeout(timeout)
+        try:
+            s.sendto(packet, addr)
+            data, _ = s.recvfrom(512)
+        except socket.timeout:
+            return f"no IPMI answer within {timeout:g} s"
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None if data[:4] == bytes([0x06, 0x00, 0xFF, 0x07]) else "answer is not IPMI"
+
+
+def tcp_ping(host: str, port: int, timeout: float) -> str | None:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except socket.timeout:
+        return f"no answer within {timeout:g} s"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def _reach(targets: dict[str, tuple[str, int]], probe, timeout: float, fanout: int) -> dict[str, str | None]:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(fanout, len(targets)))) as pool:
+        futs = {node: pool.submit(probe, host, port, timeout) for node, (host, port) in targets.items()}
+        return {node: f.result() for node, f in futs.items()}
+
+
+def _reach_finding(check: str, what: str, results: dict[str, str | None], targets, fix: str) -> Finding:
+    from ..hostlist import compress
+
+    bad = {n: why for n, why in results.items() if why}
+    data = {"targets": {n: f"{h}:{p}" for n, (h, p) in targets.items()}, "unreachable": bad}
+    if not bad:
+        return Finding(check, "ok", f"{what}: all {len(results)} answer", data=data)
+    example = next(iter(bad))
+    host, port = targets[example]
+    return Finding(check, "warn", f"{what}: {len(bad)} of {len(results)} do not answer: {compress(list(bad))} "
+                   f"(e.g. {example} at {host}:{port}: {bad[example]})", fix, data)
+
+
+@register("bmc", "BMC reachability")
+def bmc(ctx: Context) -> Finding:
+    site = ctx.site
+    if "bmc" not in site.model_fields_set:
+        return Finding("bmc", "skip", "BMCs: no [bmc] section in the site")
+    b = site.bmc
+    targets = {n: (b.host_pattern.replace("{node}", n), b.port) for n in site.node_names}
+    probe = ipmi_ping if b.protocol == "ipmi" else tcp_ping
+    results = _reach(targets, probe, min(b.timeout_s, 5.0), b.fanout)
+    return _reach_finding("bmc", f"BMCs ({b.protocol}, port {b.port})", results, targets,
+                          "check the BMC network and [bmc] host_pattern/port in the site")
+
+
+@register("ssh", "SSH reachability of the nodes")
+def ssh(ctx: Context) -> Finding:
+    site = ctx.site
+    if "software" not in site.model_fields_set:
+        return Finding("ssh", "skip", "SSH: no [software] baseline in the site (fleet checks not configured)")
+    targets = {n: (site.node_group_of[n].addr or n, 22) for n in site.node_names}
+    results = _reach(targets, tcp_ping, 3.0, 64)
+    return _reach_finding("ssh", "node SSH (port 22)", results, targets,
+                          "check sshd on the nodes and their addresses in the site")

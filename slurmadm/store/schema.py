@@ -1,0 +1,379 @@
+"""The store's schema: one explicit, versioned list of tables (no import side effects).
+
+Every table slurmadm keeps is one `Table` entry in `TABLES` below, written as SQLite DDL (the
+local store on every host). The central store (MariaDB, or a shared SQLite file) gets the same
+tables with an `origin` column (the host the record came from), an arrival `seq`, and a unique key
+on (origin, the row's local key), so a record shipped twice is stored once; its DDL is derived from
+the SQLite DDL (`central_ddl`), never written twice.
+
+To add a table: append one `Table(...)` with `since=` the next version (SCHEMA_VERSION follows).
+To change one: add a `Migration` for the next version with the statements for each dialect.
+The local store migrates itself when opened; the central store with `slurmadm store migrate`.
+A store whose version is newer than this slurmadm's is refused with a clear message.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+
+# ------------------------------------------------------------------------------------ tables
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    ddl: str                      # SQLite: CREATE TABLE IF NOT EXISTS ...; CREATE INDEX IF NOT EXISTS ...
+    since: int = 1                # the schema version that added it
+    where: str = "both"           # both | local | central
+    # Natural key of a row, for the central upsert. A row updated locally (an upsert, a finished
+    # sweep) is shipped again and replaces its central copy. () = an append-only table keyed by
+    # its local row id (its INTEGER PRIMARY KEY column, else a `local_id` column centrally) and
+    # the local store's `store_id`, so a node whose store file was recreated (ids from 1 again)
+    # never overwrites what it shipped before.
+    key: tuple[str, ...] = ()
+    retain: str | None = None     # timestamp column: shipped rows older than store.keep_days are pruned locally
+
+    @property
+    def shipped(self) -> bool:
+        return self.where == "both"
+
+
+TABLES: list[Table] = [
+    # ---- audit events (Store.audit) ----
+    Table("events", """
+CREATE TABLE IF NOT EXISTS events (
+    id      INTEGER PRIMARY KEY,
+    ts      REAL NOT NULL,
+    actor   TEXT NOT NULL,      -- who: the real user behind sudo, or the daemon context
+    action  TEXT NOT NULL,      -- what: e.g. node.drain, accounts.add-account, config.apply
+    target  TEXT NOT NULL,      -- on what: a node, an account, a file
+    reason  TEXT NOT NULL,      -- why
+    detail  TEXT NOT NULL       -- JSON
+);
+CREATE INDEX IF NOT EXISTS events_ts ON events(ts);
+CREATE INDEX IF NOT EXISTS events_target ON events(target, ts);
+""", retain="ts"),
+    # ---- health check results (health/record.py) ----
+    Table("check_results", """
+CREATE TABLE IF NOT EXISTS check_results (
+    id       INTEGER PRIMARY KEY,
+    ts       REAL NOT NULL,
+    run_id   TEXT NOT NULL,
+    node     TEXT NOT NULL,
+    context  TEXT NOT NULL,
+    check_id TEXT NOT NULL,
+    status   TEXT NOT NULL,     -- pass | fail | warn | error | skip
+    severity TEXT NOT NULL,
+    detail   TEXT NOT NULL,
+    value    REAL,
+    duration_ms REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS check_results_node ON check_results(node, check_id, ts);
+""", retain="ts"),
+    # ---- small per-node state: counters, clean-run counts, last alerts ----
+    Table("node_state", """
+CREATE TABLE IF NOT EXISTS node_state (
+    node  TEXT NOT NULL,
+    key   TEXT NOT NULL,
+    value TEXT NOT NULL,
+    ts    REAL NOT NULL,
+    PRIMARY KEY (node, key)
+);
+""", key=("node", "key")),
+    # ---- burn-in history (burnin/history.py): one row per sweep, per node tested, per pair run ----
+    Table("burnin_sweeps", """
+CREATE TABLE IF NOT EXISTS burnin_sweeps (
+    id        TEXT PRIMARY KEY,     -- 20261129-013000
+    started   REAL NOT NULL,
+    finished  REAL,
+    status    TEXT NOT NULL,        -- running | done | interrupted | timed-out | failed
+    pid       INTEGER NOT NULL,
+    host      TEXT NOT NULL,
+    actor     TEXT NOT NULL,
+    nodes     TEXT NOT NULL,        -- hostlist of the nodes tested
+    passed    INTEGER NOT NULL DEFAULT 0,
+    failed    INTEGER NOT NULL DEFAULT 0,
+    skipped   INTEGER NOT NULL DEFAULT 0,
+    report    TEXT NOT NULL DEFAULT '',
+    summary   TEXT NOT NULL DEFAULT '{}'   -- the JSON summary
+);
+CREATE INDEX IF NOT EXISTS burnin_sweeps_started ON burnin_sweeps(started);
+""", key=("id",)),
+    Table("burnin_nodes", """
+CREATE TABLE IF NOT EXISTS burnin_nodes (
+    sweep_id  TEXT NOT NULL,
+    node      TEXT NOT NULL,
+    why       TEXT NOT NULL,        -- named | requalify | idle
+    verdict   TEXT NOT NULL,        -- pass | fail | skipped
+    job_id    TEXT NOT NULL DEFAULT '',
+    busbw     REAL,                 -- single-node all-reduce bus bandwidth, GB/s
+    action    TEXT NOT NULL DEFAULT '',
+    reason    TEXT NOT NULL DEFAULT '',
+    tests     TEXT NOT NULL DEFAULT '[]',
+    ts        REAL NOT NULL,
+    PRIMARY KEY (sweep_id, node)
+);
+CREATE INDEX IF NOT EXISTS burnin_nodes_node ON burnin_nodes(node, ts);
+""", key=("sweep_id", "node")),
+    Table("burnin_pairs", """
+CREATE TABLE IF NOT EXISTS burnin_pairs (
+    sweep_id  TEXT NOT NULL,
+    round     INTEGER NOT NULL,
+    kind      TEXT NOT NULL,
+    node_a    TEXT NOT NULL,
+    node_b    TEXT NOT NULL,
+    status    TEXT NOT NULL,
+    busbw     REAL,
+    detail    TEXT NOT NULL DEFAULT '',
+    job_id    TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS burnin_pairs_sweep ON burnin_pairs(sweep_id);
+"""),
+    # ---- shipping (store/ship.py), version 2 ----
+    # Local: what is still to ship, in order (filled by triggers while store.url is set).
+    Table("outbox", """
+CREATE TABLE IF NOT EXISTS outbox (
+    seq  INTEGER PRIMARY KEY AUTOINCREMENT,
+    tbl  TEXT NOT NULL,
+    rid  INTEGER NOT NULL            -- rowid of the row in tbl
+);
+""", since=2, where="local"),
+    # Local: this store file's identity (store_id: random, made with the file).
+    Table("store_info", """
+CREATE TABLE IF NOT EXISTS store_info (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+""", since=2, where="local"),
+    # Central: one row per host that ships; a host silent for longer than store.stale_after_minutes
+    # is reported by `store status` and `health status`.
+    Table("hosts", """
+CREATE TABLE IF NOT EXISTS hosts (
+    host         TEXT PRIMARY KEY,
+    last_arrival REAL NOT NULL,      -- when its last shipment (or heartbeat) landed
+    last_record  REAL,               -- newest record timestamp it shipped
+    records      INTEGER NOT NULL DEFAULT 0,
+    version      TEXT NOT NULL DEFAULT ''
+);
+""", since=2, where="central"),
+    # fleet (slurmadm/fleet/): each node's latest software facts, and rollouts with per-node progress
+    Table("fleet_facts", """
+CREATE TABLE IF NOT EXISTS fleet_facts (
+    node  TEXT NOT NULL,
+    fact  TEXT NOT NULL,      -- driver, nccl, file:/etc/slurm/slurm.conf, pkg:<name>, ...
+    value TEXT NOT NULL,
+    ts    REAL NOT NULL,      -- when it was collected
+    PRIMARY KEY (node, fact)
+);
+""", since=3, key=("node", "fact")),
+    Table("fleet_rollouts", """
+CREATE TABLE IF NOT EXISTS fleet_rollouts (
+    id       TEXT PRIMARY KEY,   -- the plan's name
+    plan_sha TEXT NOT NULL,      -- sha256 of the plan: a changed plan is a new rollout
+    plan     TEXT NOT NULL,      -- JSON
+    state    TEXT NOT NULL,      -- running | stopped | done | failed
+    detail   TEXT NOT NULL,
+    started  REAL NOT NULL,
+    updated  REAL NOT NULL
+);
+""", since=3, key=("id",)),
+    Table("fleet_rollout_nodes", """
+CREATE TABLE IF NOT EXISTS fleet_rollout_nodes (
+    rollout TEXT NOT NULL,
+    node    TEXT NOT NULL,
+    wave    INTEGER NOT NULL,    -- 0: canary
+    phase   TEXT NOT NULL,       -- pending, draining, steps, rebooting, verifying, done, failed, skipped
+    detail  TEXT NOT NULL,
+    ts      REAL NOT NULL,
+    PRIMARY KEY (rollout, node)
+);
+""", since=3, key=("rollout", "node")),
+]
+
+
+@dataclass(frozen=True)
+class Migration:
+    """Changes to existing tables at `version` (new tables need only a Table entry)."""
+    version: int
+    why: str
+    local: list[str] = field(default_factory=list)            # SQLite, the local store
+    central_sqlite: list[str] = field(default_factory=list)   # a central SQLite store
+    central_mysql: list[str] = field(default_factory=list)    # a central MariaDB/MySQL store
+
+
+MIGRATIONS: list[Migration] = [
+    Migration(2, "shipping: the local store's identity", local=[
+        "INSERT OR IGNORE INTO store_info (name, value) VALUES ('store_id', lower(hex(randomblob(8))))"]),
+]
+
+SCHEMA_VERSION = max([t.since for t in TABLES] + [m.version for m in MIGRATIONS])
+
+
+def by_name(name: str) -> Table:
+    return next(t for t in TABLES if t.name == name)
+
+
+def shipped_tables() -> list[Table]:
+    return [t for t in TABLES if t.shipped]
+
+
+def newer_error(what: str, found: int) -> str:
+    from .. import __version__
+
+    return (f"{what}: schema version {found} is newer than this slurmadm ({__version__}) understands "
+            f"(version {SCHEMA_VERSION}); upgrade slurmadm on this host")
+
+
+# --------------------------------------------------------------------------- the local store
+
+SHIP_TRIGGER_PREFIX = "ship_"
+
+
+def local_steps(found: int) -> list[str]:
+    """SQLite statements that bring a local store from version `found` to SCHEMA_VERSION.
+    Version 0 is a store made before versions existed (or a new file): every CREATE runs (they
+    are IF NOT EXISTS), which is exactly version 1's tables plus what came later."""
+    out = [t.ddl for t in TABLES if t.where in ("both", "local") and (found == 0 or t.since > found)]
+    out += [s for m in MIGRATIONS if m.version > found for s in m.local]
+    return out
+
+
+def ship_triggers(db: sqlite3.Connection, on: bool) -> bool:
+    """Make the outbox triggers exist (on) or not (off). Returns True when something changed.
+    Turning them on queues every row already there, so nothing recorded before is left behind."""
+    have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='trigger' AND name LIKE ?",
+                                     (SHIP_TRIGGER_PREFIX + "%",))}
+    want = {f"{SHIP_TRIGGER_PREFIX}{t.name}_{op}" for t in shipped_tables() for op in ("ins", "upd")}
+    if on and have == want:
+        return False
+    if not on and not have:
+        return False
+    for name in have:
+        db.execute(f'DROP TRIGGER IF EXISTS "{name}"')
+    if on:
+        for t in shipped_tables():
+            for op, event in (("ins", "INSERT"), ("upd", "UPDATE")):
+                db.execute(f"CREATE TRIGGER {SHIP_TRIGGER_PREFIX}{t.name}_{op} AFTER {event} ON {t.name} "
+                           f"BEGIN INSERT INTO outbox (tbl, rid) VALUES ('{t.name}', NEW.rowid); END")
+            if not {f"{SHIP_TRIGGER_PREFIX}{t.name}_ins"} & have:
+                db.execute(f"INSERT INTO outbox (tbl, rid) SELECT '{t.name}', rowid FROM {t.name} ORDER BY rowid")
+    return True
+
+
+# ------------------------------------------------------------------------- the central store
+
+ORIGIN = "origin"  # the central column naming the host a record came from
+STORE_ID = "store_id"  # the central column naming the local store file (append-only tables)
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str          # INTEGER | REAL | TEXT
+    notnull: bool
+    default: str | None
+    pk: int            # position in the primary key, 0 = not part of it
+
+
+def columns(table: Table) -> list[Column]:
+    """The table's columns, read back from SQLite itself (no DDL parsing by hand)."""
+    return _described()[table.name][0]
+
+
+def indexes(table: Table) -> list[tuple[str, list[str]]]:
+    return _described()[table.name][1]
+
+
+_DESCRIBED: dict[str, tuple[list[Column], list[tuple[str, list[str]]]]] = {}
+
+
+def _described() -> dict[str, tuple[list[Column], list[tuple[str, list[str]]]]]:
+    if set(_DESCRIBED) != {t.name for t in TABLES}:
+        _DESCRIBED.clear()
+        db = sqlite3.connect(":memory:")
+        for t in TABLES:
+            db.executescript(t.ddl)
+            cols = [Column(r[1], (r[2] or "TEXT").upper(), bool(r[3]) or bool(r[5]), r[4], r[5])
+                    for r in db.execute(f"PRAGMA table_info({t.name})")]
+            idx = []
+            for r in db.execute(f"PRAGMA index_list({t.name})"):
+                if r[1].startswith("sqlite_autoindex"):
+                    continue
+                idx.append((r[1], [c[2] for c in db.execute(f"PRAGMA index_info({r[1]})")]))
+            _DESCRIBED[t.name] = (cols, sorted(idx))
+        db.close()
+    return _DESCRIBED
+
+
+def rowid_column(table: Table) -> str | None:
+    """The INTEGER PRIMARY KEY column (SQLite's row id under a name), if the table has one."""
+    pk = [c for c in columns(table) if c.pk]
+    return pk[0].name if len(pk) == 1 and pk[0].type == "INTEGER" else None
+
+
+def central_key(table: Table) -> list[str]:
+    """The central unique key: origin plus the natural key, or origin, store id and local row id."""
+    if table.key:
+        return [ORIGIN, *table.key]
+    return [ORIGIN, STORE_ID, rowid_column(table) or "local_id"]
+
+
+def central_columns(table: Table) -> list[str]:
+    """Columns a shipment writes (besides origin), in order: for append-only tables the store
+    id, then the row id when the table has no column for it, then the table's own columns."""
+    names = [c.name for c in columns(table)]
+    if table.key:
+        return names
+    return [STORE_ID, *([] if rowid_column(table) else ["local_id"]), *names]
+
+
+def _mysql_type(col: Column, keyed: bool) -> str:
+    if col.type.startswith("INT"):
+        return "BIGINT"
+    if col.type in ("REAL", "FLOAT", "DOUBLE"):
+        return "DOUBLE"
+    return "VARCHAR(191)" if keyed else "LONGTEXT"
+
+
+def central_ddl(table: Table, dialect: str) -> list[str]:
+    """CREATE statements for `table` in the central store (`sqlite` or `mysql`)."""
+    keyed = {*central_key(table), *(c for _, cols in indexes(table) for c in cols)}
+    lines: list[str] = []
+    cols = columns(table)
+    if table.where != "central":
+        lines.append("seq INTEGER PRIMARY KEY AUTOINCREMENT" if dialect == "sqlite"
+                     else "seq BIGINT AUTO_INCREMENT PRIMARY KEY")
+        own = {c.name: c for c in cols}
+        cols = [Column(ORIGIN, "TEXT", True, None, 0)] + [
+            Column(n, "TEXT" if n == STORE_ID else "INTEGER", True, None, 0) if n not in own
+            else Column(n, own[n].type, own[n].notnull, own[n].default, 0) for n in central_columns(table)]
+    for c in cols:
+        typ = c.type if dialect == "sqlite" else _mysql_type(c, c.name in keyed or c.pk > 0)
+        lines.append(f"{_q(c.name, dialect)} {typ}" + (" NOT NULL" if c.notnull else "")
+                     + (f" DEFAULT {c.default}" if c.default is not None else ""))
+    pk = [c.name for c in sorted(cols, key=lambda c: c.pk) if c.pk]
+    if pk:
+        lines.append(f"PRIMARY KEY ({', '.join(_q(c, dialect) for c in pk)})")
+    if table.where != "central":
+        key = ", ".join(_q(c, dialect) for c in central_key(table))
+        lines.append(f"UNIQUE ({key})" if dialect == "sqlite" else f"UNIQUE KEY {table.name}_origin_key ({key})")
+    tail = "" if dialect == "sqlite" else " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+    out = [f"CREATE TABLE IF NOT EXISTS {table.name} (\n  " + ",\n  ".join(lines) + f"\n){tail}"]
+    for name, icols in indexes(table):
+        out.append(f"CREATE INDEX IF NOT EXISTS {name} ON {table.name} ({', '.join(_q(c, dialect) for c in icols)})")
+    return out
+
+
+def central_steps(found: int, dialect: str) -> list[str]:
+    """Statements that bring a central store from version `found` to SCHEMA_VERSION."""
+    out = [s for t in TABLES if t.where in ("both", "central") and t.since > found
+           for s in central_ddl(t, dialect)]
+    for m in MIGRATIONS:
+        if m.version > found:
+            out += m.central_mysql if dialect == "mysql" else m.central_sqlite
+    return out
+
+
+def _q(name: str, dialect: str) -> str:
+    return f"`{name}`" if dialect == "mysql" else f'"{name}"'

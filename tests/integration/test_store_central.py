@@ -1,0 +1,204 @@
+"""The head node sees the whole fleet (issue 14), on the dev cluster's own MariaDB.
+
+The session's dev cluster is switched to per-node stores (stores/<node>.db, as on real hosts)
+shipping to a `slurmadm` database and user in its MariaDB, and back to the shared SQLite file
+at the end. Slurm itself runs the hooks (Prolog; HealthCheckProgram every 30 s, which starts the
+shipper in the background); the head's commands run as `slurmadm` in child processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import pytest
+
+from slurmadm.devcluster.daemons import wait_for
+from slurmadm.store import Store, central
+from tests.integration.helpers import run_slurmadm, sh
+from tests.integration.helpers import slurm_node as node
+
+pytestmark = pytest.mark.integration
+
+
+def fault(env, name, *args):
+    p = run_slurmadm(env, "dev-cluster", "gpu-fault", name, *args)
+    assert p.returncode == 0, p.stderr
+
+
+def prolog(dc, name):
+    """The prolog script as slurmd runs it: no PATH, SLURMD_NODENAME and SLURM_CONF only."""
+    started = time.monotonic()
+    p = subprocess.run([dc.site().slurm.prolog_dir + "/prolog.sh"], env={"SLURMD_NODENAME": name,
+                       "SLURM_CONF": str(dc.slurm_conf)}, capture_output=True, text=True, timeout=60, cwd="/")
+    return p, time.monotonic() - started
+
+
+def local_rows(dc, name, table="check_results"):
+    with Store(dc.site().store.local_path(name)) as s:
+        store_id = s.query("SELECT value FROM store_info WHERE name = 'store_id'")[0]["value"]
+        ids = [r["id"] for r in s.query(f"SELECT rowid AS id FROM {table} ORDER BY rowid")]
+        queued = s.query("SELECT count(*) AS n FROM outbox")[0]["n"]
+    return store_id, ids, queued
+
+
+def central_ids(dc, name, store_id, table="check_results", col="id"):
+    with central.connected(dc.site().store) as c:
+        return [r["i"] for r in c.query(f"SELECT {col} AS i FROM {table} WHERE origin = ? AND store_id = ? "
+                                        "ORDER BY seq", (name, store_id))]
+
+
+@pytest.fixture(scope="module")
+def env(dev_cluster):
+    e = dict(os.environ)
+    e.update(dev_cluster.env())
+    dev_cluster.set_central_store(True)
+    yield e
+    if not dev_cluster.daemon("mariadbd").alive():
+        dev_cluster.start_database()
+    for n in dev_cluster.nodes():
+        fault(e, n, "--clear")
+        if node(e, n).drained:
+            sh(e, "scontrol", "update", f"nodename={n}", "state=resume")
+    sh(e, "scancel", "--full", "-u", "root", check=False)
+    dev_cluster.set_central_store(False)
+
+
+def test_a_prolog_drain_reaches_the_heads_audit_log_and_health_status(dev_cluster, env):
+    interval = dev_cluster.site().slurm.health_check_interval
+    fault(env, "b200-002", "--gpu", "5", "--kind", "ecc-uncorrected")
+    t0 = time.time()
+    job = sh(env, "sbatch", "--parsable", "-o", "/dev/null", "-w", "b200-002", "--gres=gpu:8", "-J", "victim",
+             "--wrap", "true").strip()
+    assert wait_for(lambda: node(env, "b200-002").drained, 60, interval=0.5)
+    assert node(env, "b200-002").reason.endswith("[prolog]")
+    drained = time.monotonic()
+
+    def arrived():
+        p = run_slurmadm(env, "audit", "log", "--json", "--target", "b200-002", "--action", "node.drain")
+        assert p.returncode == 0, p.stderr
+        return [e for e in json.loads(p.stdout) if e["ts"] >= t0 and e["reason"].endswith("[prolog]")]
+
+    # one periodic interval for the node's HealthCheckProgram to start the shipper, plus room
+    # for a loaded machine: polled, not slept
+    assert wait_for(arrived, 2 * interval + 60, interval=1), "the drain never reached the central store"
+    took = time.monotonic() - drained
+    events = arrived()
+    assert [e["host"] for e in events] == ["b200-002"]
+    assert events[0]["reason"].startswith("slurmadm: ecc-uncorrected: GPU5")
+    print(f"drain visible on the head {took:.1f} s after it happened (interval {interval} s)")
+
+    p = run_slurmadm(env, "health", "status", "--json", "--nodes", "b200-002")
+    assert p.returncode == 1  # a failing check
+    ecc = [r for r in json.loads(p.stdout) if r["check_id"] == "ecc-uncorrected"]
+    assert ecc and ecc[0]["status"] == "fail" and ecc[0]["host"] == "b200-002"
+
+    # every node ships from its own periodic runs: none is reported silent
+    p = run_slurmadm(env, "store", "status", "--json")
+    st = json.loads(p.stdout)
+    assert p.returncode == 0 and st["silent"] == {}, p.stdout
+    assert {h["host"] for h in st["hosts"]} >= set(dev_cluster.nodes())
+
+    # it came from b200-002's own store, not the head's
+    head = socket.gethostname().split(".")[0]
+    with Store(dev_cluster.site().store.local_path(head)) as s:
+        assert not s.events(target="b200-002", action="node.drain")
+    sh(env, "scancel", job)
+    fault(env, "b200-002", "--clear")
+    sh(env, "scontrol", "update", "nodename=b200-002", "state=resume")
+
+
+def test_mariadb_down_prologs_unaffected_and_every_record_arrives_once(dev_cluster, env):
+    up = [prolog(dev_cluster, "b200-001") for _ in range(7)]
+    assert all(p.returncode == 0 for p, _ in up), [p.stderr for p, _ in up]
+    assert dev_cluster.daemon("mariadbd").stop()
+    # the worst network: the database port answers TCP but never speaks (a hung server, a
+    # firewall that drops), so anything in a prolog that connected would wait out its timeout
+    hole = socket.socket()
+    hole.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    hole.bind(("127.0.0.1", dev_cluster.site().store.central().port))
+    hole.listen(128)
+    try:
+        down = [prolog(dev_cluster, "b200-001") for _ in range(7)]
+        assert all(p.returncode == 0 for p, _ in down), [p.stderr for p, _ in down]
+        # a job on a healthy node runs while the central store is gone
+        out = sh(env, "sbatch", "--parsable", "--wait", "-o", "/dev/null", "-w", "b200-001", "--gres=gpu:8",
+                 "--wrap", "true", timeout=120)
+        assert out.strip()
+        # a fault meanwhile drains as always (Slurm is up) and is recorded locally
+        fault(env, "b200-003", "--gpu", "2", "--kind", "row-remap-failed")
+        assert wait_for(lambda: node(env, "b200-003").drained, 2 * dev_cluster.site().slurm.health_check_interval + 60,
+                        interval=1)
+        queued = {n: local_rows(dev_cluster, n)[2] for n in ("b200-001", "b200-003")}
+        assert all(queued.values()), queued
+        p = run_slurmadm(env, "audit", "log")
+        assert p.returncode == 3 and "central store" in p.stderr  # the head says where the problem is
+    finally:
+        hole.close()
+        dev_cluster.start_database()
+    med_up, med_down = statistics.median(t for _, t in up), statistics.median(t for _, t in down)
+    print(f"prolog median: {med_up * 1000:.0f} ms with MariaDB up, {med_down * 1000:.0f} ms with it hung")
+    # a prolog that touched the network would wait connect_timeout_s (5 s) here; the margin is load
+    assert med_down <= 2 * med_up + 1.0, (med_up, med_down)
+
+    # Slurm's periodic runs ship the backlog in the background; then every record is there once
+    def drained_queues():
+        return all(local_rows(dev_cluster, n)[2] == 0 for n in dev_cluster.nodes())
+
+    assert wait_for(drained_queues, 2 * dev_cluster.site().slurm.health_check_interval + 90, interval=1)
+    for n in dev_cluster.nodes():
+        for table in ("check_results", "events"):
+            store_id, ids, _ = local_rows(dev_cluster, n, table)
+            got = central_ids(dev_cluster, n, store_id, table)
+            upto = [i for i in got if i <= ids[-1]] if ids else []
+            assert upto == ids, (n, table, len(upto), len(ids))  # all there, once each, in order
+    with central.connected(dev_cluster.site().store) as c:
+        drains = c.query("SELECT origin, reason FROM events WHERE action = 'node.drain' AND target = 'b200-003'")
+    assert drains and drains[-1]["origin"] == "b200-003" and "row-remap" in drains[-1]["reason"]
+    fault(env, "b200-003", "--clear")
+    sh(env, "scontrol", "update", "nodename=b200-003", "state=resume")
+
+
+def test_two_hosts_shipping_at_once_and_one_killed_midway_lose_and_double_nothing(dev_cluster, env):
+    site = dev_cluster.site()
+    total = 30_000
+    hosts = ("shiptest-a", "shiptest-b")  # not Slurm nodes: no periodic shipper races these two
+    for h in hosts:
+        with Store(site.store.local_path(h), ship=True) as s, s.transaction() as db:
+            db.executemany(
+                "INSERT INTO check_results (ts, run_id, node, context, check_id, status, severity, detail, value, "
+                "duration_ms) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                [(time.time(), f"r{i // 14}", h, "periodic", f"check-{i % 14}", "pass", "critical", "ok", None, 1.0)
+                 for i in range(total)])
+
+    def shipper(h):
+        return subprocess.Popen([sys.executable, "-I", "-m", "slurmadm.store.ship", "--node", h, "--site",
+                                 str(dev_cluster.site_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def arrived(h):
+        with central.connected(site.store) as c:
+            return c.query("SELECT count(*) AS n FROM check_results WHERE origin = ?", (h,))[0]["n"]
+
+    a, b = shipper(hosts[0]), shipper(hosts[1])
+    assert wait_for(lambda: arrived(hosts[0]) > 0 or a.poll() is not None, 60, interval=0.02)
+    a.send_signal(signal.SIGKILL)
+    a.wait(30)
+    out_b, err_b = b.communicate(timeout=300)
+    assert b.returncode == 0, err_b
+    partial = arrived(hosts[0])
+    assert 0 < partial < total, f"the shipper was not killed midway ({partial} of {total} had arrived)"
+
+    again = shipper(hosts[0])
+    out_a, err_a = again.communicate(timeout=300)
+    assert again.returncode == 0, err_a
+    for h in hosts:
+        store_id, ids, queued = local_rows(dev_cluster, h)
+        assert queued == 0
+        assert central_ids(dev_cluster, h, store_id) == ids  # every row once, in order
+    assert json.loads(out_a)["shipped"] >= total - partial
