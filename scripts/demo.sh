@@ -2,7 +2,8 @@
 # The demo on a fresh Debian 12/13 machine, as root: installs slurmadm, brings up a 4-node dev
 # cluster of fake B200 nodes (real Slurm, slurmdbd and stand-in GPUs), and shows slurmadm doing
 # its job on it: configs from the site, accounts and GPU quotas, a GPU fault caught by the
-# prolog (node drained, job requeued elsewhere, node resumed once healthy), a burn-in sweep.
+# prolog (node drained, job requeued elsewhere, node resumed once healthy), a burn-in sweep,
+# software drift found over SSH and a canary rollout through Slurm's reboots, BMCs.
 #
 #   scripts/demo.sh [--port-base N] [--state-dir DIR]
 #   PORT_BASE=N STATE_DIR=DIR scripts/demo.sh
@@ -48,7 +49,7 @@ grep -E '^NodeName' "$STATE-reference/gres.conf"
 grep -E '^SwitchName' "$STATE-reference/topology.conf"
 
 step "a 4-node dev cluster: munge, MariaDB, slurmdbd, slurmctld, 4 x slurmd, stand-in GPUs"
-slurmadm dev-cluster up --nodes 4 --bmc --state-dir "$STATE" --port-base "$PORT_BASE"   # --bmc: an IPMI + Redfish BMC per node
+slurmadm dev-cluster up --nodes 4 --bmc --ssh --state-dir "$STATE" --port-base "$PORT_BASE"   # an IPMI + Redfish BMC and an sshd per node
 eval "$(slurmadm dev-cluster env --state-dir "$STATE")"
 sinfo -N -p gpu -o "%N %T %G %c %m %f"
 slurmadm config diff --against "$STATE/etc"   # the dev cluster runs `config render` output
@@ -112,6 +113,32 @@ fi
 slurmadm dev-cluster gpu-fault b200-002 --clear
 slurmadm burnin status
 
+step "fleet: every node's software stack over SSH; b200-004 has an older NCCL than the baseline"
+slurmadm dev-cluster set-software b200-004 nccl=2.21.5 >/dev/null   # its own namespace, its own stack
+slurmadm fleet facts
+slurmadm fleet drift --drain --reason "demo" || echo "(exit $?: drift found, b200-004 drained)"
+sinfo -R -n b200-004
+slurmadm fleet run 'b200-[001-004]' -- 'ls /usr/local/lib | grep nccl'   # outputs folded, as clush -b
+
+step "fleet rollout: NCCL 2.26.2, canary first, then waves, through Slurm's own reboots"
+cat > "$STATE/nccl-2.26.toml" <<'PLAN'
+name = "nccl-2.26.2"
+description = "NCCL 2.26.2 on every node"
+canary_nodes = 1
+wave_fraction = 0.5
+# the dev cluster has no GPUs to all-reduce on: the health suite without the NCCL check
+health_command = "slurmadm health run --dry-run --json --checks gpu-count,ecc-uncorrected,xid,nvlink,driver-version"
+[[steps]]
+run = "dev-software install nccl=2.26.2"   # a real site: packages = ["libnccl2=2.26.2-1+cuda12.8"]
+[expect]
+nccl = "2.26.2"
+PLAN
+slurmadm fleet rollout "$STATE/nccl-2.26.toml" --dry-run
+slurmadm fleet rollout "$STATE/nccl-2.26.toml" --reason "demo" \
+  || echo "(exit $?: a node failed or was held by another owner, e.g. a burn-in drain; see the status)"
+slurmadm fleet rollout status nccl-2.26.2
+sinfo -N -p gpu -o "%N %T"
+
 step "out-of-band: the BMCs (IPMI for power/sensors/SEL, Redfish for firmware)"
 slurmadm bmc power status b200-[001-004]
 slurmadm bmc sensors b200-001 --type temperature
@@ -126,6 +153,29 @@ echo "Slurm's trigger runs slurmadm bmc recover: SEL, drain, power-cycle, slurmd
 wait_until 240 "the recovery" sh -c "slurmadm audit log --action bmc.recover.resume --target b200-004 --json | grep -q b200-004" || true
 slurmadm audit log --action 'bmc.*' --target b200-004 --limit 6
 sinfo -h -n b200-004 -p gpu -o "%N %T %E"
+
+step "monitoring: exporters, real Prometheus + Alertmanager, the webhook isolates a faulty node"
+slurmadm monitor dev-stack up --state-dir "$STATE"
+PROM=$(sed -n 's/^prometheus_url = "\(.*\)"/\1/p' "$STATE/site.toml")
+slurmadm monitor rules --out "$STATE/monitor/rules-demo.yml"   # what Prometheus evaluates (promtool-checked)
+slurmadm monitor dashboard --out "$STATE/monitor/grafana-dashboard.json"
+echo "PCIe replays rising on b200-004 GPU3 (no health check drains for it: this is the alert path):"
+slurmadm dev-cluster gpu-fault b200-004 --gpu 3 --kind pcie-replay --value 1000
+wait_until 90 "the alert's drain" sh -c "sinfo -h -R -n b200-004 | grep -q alert-" && sinfo -R -o "%12N %E"
+python3 -c 'import json, sys, urllib.request
+for a in json.load(urllib.request.urlopen(sys.argv[1] + "/api/v1/alerts"))["data"]["alerts"]:
+    print("  Prometheus alert:", a["labels"]["alertname"], a["labels"].get("node", ""), a["state"])' "$PROM"
+echo "slurmadm top (a live view, refreshing; q quits) - one frame of it, with the isolated node:"
+slurmadm top --once
+echo "clearing the fault: the alert resolves; the webhook resumes b200-004 after clean health runs:"
+slurmadm dev-cluster gpu-fault b200-004 --clear
+wait_until 180 "the resolved alert's resume" sh -c "! sinfo -h -R -n b200-004 | grep -q alert-" \
+  && echo "alert resolved: b200-004 resumed by the webhook"
+echo "a job holding 8 GPUs and using none:"
+idle=$(sbatch --parsable --gres=gpu:8 -J idle-gpus -o /dev/null --wrap 'sleep 300')
+wait_until 90 "the idle report" sh -c "slurmadm jobs idle --json | grep -q '\"job_id\": \"$idle\"'"
+slurmadm jobs idle || true
+scancel "$idle"
 
 step "the audit trail: who changed what, and why"
 slurmadm audit log --limit 8
@@ -148,4 +198,5 @@ slurmadm dev-cluster central-store off --state-dir "$STATE"
 
 step "done: the dev cluster keeps running"
 echo "use it:   eval \"\$(slurmadm dev-cluster env --state-dir $STATE)\""
+echo "live view: slurmadm top     Prometheus: $PROM"
 echo "stop it:  slurmadm dev-cluster down --state-dir $STATE"

@@ -23,6 +23,12 @@ GROUPS = {
     "store": "store",
     "doctor": "doctor",
     "bmc": "bmc",
+    "fleet": "fleet",
+    # monitoring (issue 13)
+    "exporter": "exporter",
+    "monitor": "monitor",
+    "jobs": "jobs",
+    "top": "top",
 }
 
 

@@ -14,8 +14,10 @@ from ..bmc.model import BOOT_DEVICES, POWER_ACTIONS
 from ..errors import EXIT_PROBLEMS, EXIT_UNREACHABLE
 from ..store import Store
 from .audit import parse_since
-from .common import (Group, console, dry_run_option, get_site, info, json_option, print_json, reason_option,
-                     site_option, table, when)
+from .common import (Group, dry_run_option, get_site, info, json_option, print_json, reason_option,
+                     site_option, when)
+from .common import markup_console as console  # this module escapes every value itself
+from .common import markup_table as table
 
 
 @click.group(cls=Group)

@@ -26,6 +26,9 @@ from ..store import store_error
 # printed as it is; colour comes from `styled()`/`say()` (rich Text), never from markup in strings.
 console = Console(highlight=False, soft_wrap=True, markup=False)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+# For modules written with rich markup that escape every value themselves (rich.markup.escape):
+# their strings are markup, read as such. New code uses `console` with styled()/say().
+markup_console = Console(highlight=False, soft_wrap=True, markup=True)
 
 
 def site_option(fn: Callable) -> Callable:
@@ -147,12 +150,13 @@ def plain_table(t: PlainWhenPiped) -> str:
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
-          wrap: Iterable[str] | None = None, optional: Sequence[str] = ()) -> Table:
+          wrap: Iterable[str] | None = None, optional: Sequence[str] = (), markup: bool = False) -> Table:
     """A table of literal text: cells that are `str` are never read as rich markup (a reason
     like `... [prolog]` keeps its tag); pass `styled(text, style)` for colour. Columns named in
     `wrap` (default: those in WRAP_COLUMNS, else the last column) wrap in a terminal, the others
     stay whole on one line so ids and names stay readable; `optional` columns are left out, in
-    that order, where the terminal is too narrow for all of them."""
+    that order, where the terminal is too narrow for all of them. `markup=True`: `str` cells are
+    rich markup whose values the caller escaped (markup_table)."""
     wrapping = set(wrap) if wrap is not None else {c for c in columns if c in WRAP_COLUMNS}
     if not wrapping and columns:
         wrapping = {columns[-1]}
@@ -164,8 +168,14 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
         else:
             t.add_column(col, no_wrap=True)
     for row in rows:
-        t.add_row(*(Text("") if v is None else v if isinstance(v, Text) else Text(str(v)) for v in row))
+        t.add_row(*(Text("") if v is None else v if isinstance(v, Text) else
+                    Text.from_markup(v) if markup and isinstance(v, str) else Text(str(v)) for v in row))
     return t
+
+
+def markup_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]], **kw: Any) -> Table:
+    """table() whose `str` cells are rich markup with escaped values."""
+    return table(title, columns, rows, markup=True, **kw)
 
 
 def warn(message: str) -> None:

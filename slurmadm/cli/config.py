@@ -196,8 +196,8 @@ def slurmd_unit(site_file, dest, dry_run, reason, as_json) -> None:
             print_json([{"path": str(f.path), "status": f.status(), "text": f.text} for f in files])
             return
         for f in files:
-            console.print(f"[bold]{f.path}[/bold] ({f.status()}):", highlight=False)
-            console.print(f.text, markup=False, highlight=False)
+            say((str(f.path), "bold"), f" ({f.status()}):")
+            console.print(f.text)
         console.print("dry run: nothing written")
         return
     with Store.for_site(site) as store:

@@ -14,6 +14,9 @@ Layout of the state directory:
   slurmadm.db       the dev site's store, shared by every fake node's health runs
   stores/           with a central store (`up --central-store`): one store per node and the
                     head's, shipping to MariaDB's `slurmadm` database (etc/store.password, 0600)
+  bin/reboot        slurm.conf's RebootProgram: restarts the node's slurmd (and sshd) as a reboot
+  nodes/ ssh/       with --ssh: each fake node's files and sshd (fakenode.py); the admin key and
+                    known_hosts that the dev site's [fleet] section names
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from ..proc import run
 from ..resources import example_site, prolog_epilog_dir
 from ..site import Site, load_site
 from ..slurm.parse import parse_version
-from . import bmcs, devsite, gpus, slurmconf
+from . import bmcs, devsite, fakenode, gpus, slurmconf
 from .daemons import Daemon, session_members, start_time, wait_for, with_descendants
 
 DEFAULT_STATE_DIR = "/var/lib/slurmadm/dev-cluster"
@@ -110,9 +113,21 @@ class DevCluster:
     def daemons(self) -> list[Daemon]:
         """In start order."""
         fixed = [self.daemon(n) for n in ("munged", "mariadbd", "slurmdbd", "slurmctld")]
+        sshds = [self.daemon(f"sshd-{n}") for n in self.nodes()] if self.has_ssh() else []
         # the BMC emulator last: `down` stops it first, so it powers nothing back on
         bmc = [self.daemon(bmcs.EMULATOR)] if (self.record() or {}).get("bmc") else []
-        return fixed + [self.daemon(f"slurmd-{n}") for n in self.nodes()] + bmc
+        return fixed + sshds + [self.daemon(f"slurmd-{n}") for n in self.nodes()] + bmc
+
+    def has_ssh(self) -> bool:
+        rec = self.record()
+        return bool(rec and rec.get("ssh"))
+
+    def extra_daemons(self) -> list[Daemon]:
+        """Processes capabilities started beside the cluster under its run/ directory (e.g. the
+        monitoring stack's `monitor-*`), stopped first by `down` so none outlives a purge."""
+        known = {d.pidfile.name for d in self.daemons()}
+        return [self.daemon(p.name[: -len(".dev.pid")]) for p in sorted(self.p("run").glob("*.dev.pid"))
+                if p.name not in known]
 
     def env(self) -> dict[str, str]:
         """What a shell (or a prolog) needs to use this dev cluster, its stand-in GPUs included."""
@@ -139,7 +154,7 @@ class DevCluster:
     # ------------------------------------------------------------------ bring-up
     def up(self, *, nodes: int | None = None, site_file: str | None = None, port_base: int | None = None,
            progress: Callable[[str], None] = lambda msg: None, timeout: float = 180.0,
-           central_store: bool | None = None, bmc: bool | None = None) -> dict:
+           central_store: bool | None = None, bmc: bool | None = None, ssh: bool | None = None) -> dict:
         if os.geteuid() != 0:
             raise UsageError("dev-cluster up must run as root (it starts munged, MariaDB and Slurm daemons)")
         missing = missing_binaries()
@@ -151,6 +166,9 @@ class DevCluster:
         nodes = nodes or old.get("nodes") or 4
         port_base = port_base or old.get("port_base") or DEFAULT_PORT_BASE
         source = str(Path(site_file).resolve()) if site_file else old.get("source_site") or str(example_site())
+        ssh = bool(old.get("ssh")) if ssh is None else ssh
+        if ssh and nodes > fakenode.MAX_SSH_NODES:
+            raise UsageError(f"--ssh: at most {fakenode.MAX_SSH_NODES} nodes get an sshd (ports base+500..599)")
         src_site = load_site(source)
         release = parse_version(run(["slurmd", "-V"]).stdout)
         hw = devsite.Hardware.parse(run(["slurmd", "-C"], timeout=30).stdout)
@@ -167,7 +185,7 @@ class DevCluster:
         central_store = bool(old.get("central_store")) if central_store is None else central_store
         data = devsite.derive(src_site, nodes=nodes, state_dir=self.state_dir, ports=ports,
                               hostname=hostname, hw=hw, prolog_dir=self.p("prolog_epilog"), release=release[:2],
-                              central_store=central_store)
+                              central_store=central_store, ssh=ssh)
         bmc = bool(old.get("bmc")) if bmc is None else bmc
         if bmc:
             if nodes > devsite.BMC_MAX_NODES:
@@ -182,13 +200,18 @@ class DevCluster:
 
         # Something else must not hold our ports (e.g. another dev cluster with the same base).
         if not any(d.alive() for d in self.daemons()):
-            busy = [p for p in ports.every_port(len(node_names)) if _port_busy(p)]
+            taken = [p for p in ports.job_ports() if _port_busy(p)]
+            if taken:
+                progress(f"warning: port(s) {_ranges(taken)} of the burn-in rendezvous range are in use now; "
+                         "an all-reduce there may fail (pick another --port-base if it persists)")
+            busy = [p for p in ports.daemon_ports(len(node_names), bmc=bmc, ssh=ssh) if _port_busy(p)]
             if busy:
                 raise UsageError(f"--port-base {port_base}: port(s) {_ranges(busy)} already in use (another dev "
                                  f"cluster?); pick another base (--port-base, or PORT_BASE=... scripts/demo.sh)")
 
         changed = self._write_configs(site, release)
-        if old and (old.get("node_names") != node_names or old.get("port_base") != port_base):
+        if old and (old.get("node_names") != node_names or old.get("port_base") != port_base
+                    or bool(old.get("ssh")) != ssh):
             changed = True
         if changed:
             # configuration changed under running Slurm daemons: restart them
@@ -202,6 +225,7 @@ class DevCluster:
             "cluster_name": site.cluster.name, "started": old.get("started") or time.time(),
             "central_store": central_store,
             "bmc": bmc,
+            "ssh": ssh,
         }
         self.record_path.write_text(json.dumps(rec, indent=2) + "\n")
 
@@ -215,6 +239,9 @@ class DevCluster:
             self._central_store(site, progress)
         self._slurmctld(progress)
         powered_off = [n for n in node_names if not self.daemon(f"slurmd-{n}").alive()]
+        self._write_reboot_program()
+        if ssh:
+            self._sshds(site, port_base, progress)
         self._slurmds(node_names, progress)
         if bmc:  # restarted when slurmds were (re)started: its power state follows them
             bmcs.start(self, node_names, ports, progress, restart=bool(powered_off))
@@ -410,8 +437,103 @@ class DevCluster:
         if todo:
             progress(f"starting {len(todo)} slurmd")
         for node in todo:
-            self.p("spool", "d", node).mkdir(parents=True, exist_ok=True)
-            self.daemon(f"slurmd-{node}").start(["slurmd", "-D", "-N", node], env=env)
+            self._start_slurmd(node, env)
+
+    def _start_slurmd(self, node: str, env: dict[str, str], *, rebooted: bool = False) -> None:
+        """The node's slurmd; with --ssh inside its sshd's namespaces (it sees the node's files).
+        SLURMADM_DEV_NODE tells the RebootProgram (run by this slurmd) which node it is on."""
+        self.p("spool", "d", node).mkdir(parents=True, exist_ok=True)
+        argv = ["slurmd", "-D", "-N", node] + (["-b"] if rebooted else [])
+        if self.has_ssh():
+            pid = self.daemon(f"sshd-{node}").pid()
+            if pid is None:
+                raise UnreachableError(f"sshd of {node} is not running; its slurmd joins that namespace")
+            argv = ["nsenter", f"--target={pid}", "--mount", "--uts", "--", *argv]
+        self.daemon(f"slurmd-{node}").start(argv, env={**env, "SLURMADM_DEV_NODE": node})
+
+    # ------------------------------------------------------------------ fake nodes over SSH
+    def fake_node(self, node: str) -> fakenode.FakeNode:
+        if node not in self.nodes():
+            raise UsageError(f"NODE: {node!r} is not a node of this dev cluster ({', '.join(self.nodes())})")
+        return fakenode.FakeNode(self.state_dir, node)
+
+    def _sshds(self, site: Site, port_base: int, progress) -> None:
+        """Per node: files, host key, sshd in its own namespaces; the known_hosts file."""
+        fakenode.write_client_key(self.p("ssh"))
+        defaults = fakenode.defaults(site.software)
+        lines, todo = [], []
+        for i, node in enumerate(site.node_names):
+            fn = fakenode.FakeNode(self.state_dir, node)
+            fn.create(defaults)
+            port = fakenode.ssh_port(port_base, i)
+            lines.append(fakenode.known_hosts_line(port, fn.ensure_host_key()))
+            if not self.daemon(f"sshd-{node}").alive():
+                todo.append((node, fn, port))
+        write_atomic(self.p("ssh", "known_hosts"), "\n".join(lines) + "\n")
+        if todo:
+            progress(f"starting {len(todo)} sshd (one namespace per node)")
+        for node, fn, port in todo:
+            self._start_sshd(node, fn, port)
+        for node, _, port in todo:
+            d = self.daemon(f"sshd-{node}")
+            self._await(d, lambda port=port: _port_busy(port), f"sshd of {node} listens on {port}", 30)
+
+    def _start_sshd(self, node: str, fn: fakenode.FakeNode, port: int) -> None:
+        config = fn.sshd_config(port, self.p("ssh", "authorized_keys"))
+        self.daemon(f"sshd-{node}").start(fn.boot_script(config))
+
+    def _ssh_port(self, node: str) -> int:
+        rec = self.record() or {}
+        return fakenode.ssh_port(int(rec["port_base"]), self.nodes().index(node))
+
+    def set_software(self, node: str, values: dict[str, str], *, at_boot: bool = False) -> dict:
+        """Change a fake node's stack (now, or boot facts at its next reboot); NVML follows the
+        running driver."""
+        if not self.has_ssh():
+            raise UsageError("this dev cluster has no fake-node sshd (run `slurmadm dev-cluster up --ssh`)")
+        state = self.fake_node(node).set(values, at_boot=at_boot)
+        running = state["running"]
+        gpus.set_versions(self.p("gpus"), node, driver_version=running["driver"], cuda_version=running["cuda"])
+        return state
+
+    def regenerate_host_key(self, node: str) -> None:
+        """A node whose host key changed (reinstalled): its sshd restarts with a new key; the
+        known_hosts file keeps the old one, so slurmadm must refuse the node."""
+        fn = self.fake_node(node)
+        fn.ensure_host_key(regenerate=True)
+        self.daemon(f"sshd-{node}").stop()
+        self._restart_sshd(node, fn)
+
+    def _restart_sshd(self, node: str, fn: fakenode.FakeNode) -> None:
+        port = self._ssh_port(node)
+        self._start_sshd(node, fn, port)
+        d = self.daemon(f"sshd-{node}")
+        self._await(d, lambda: _port_busy(port), f"sshd of {node} listens on {port}", 30)
+
+    def reboot_node(self, node: str) -> None:
+        """What the RebootProgram does: the node goes away (slurmd, sshd), boots the staged
+        stack, and comes back (sshd in a fresh namespace, slurmd reporting a reboot)."""
+        self.daemon(f"slurmd-{node}").stop()
+        if self.has_ssh():
+            fn = self.fake_node(node)
+            self.daemon(f"sshd-{node}").stop()
+            fn.boot()
+            running = fn.software()["running"]
+            gpus.set_versions(self.p("gpus"), node, driver_version=running["driver"], cuda_version=running["cuda"])
+            self._restart_sshd(node, fn)
+        self._start_slurmd(node, self._slurm_env(), rebooted=True)
+
+    def _write_reboot_program(self) -> None:
+        text = (
+            "#!/bin/sh\n# RebootProgram of the dev cluster (slurm.conf): \"reboots\" the fake node whose slurmd\n"
+            "# runs it. The worker detaches (its own session) and restarts that slurmd (and sshd).\n"
+            'node="${SLURMADM_DEV_NODE:?RebootProgram: SLURMADM_DEV_NODE unset}"\n'
+            f"setsid {shlex.quote(sys.executable)} -m slurmadm.devcluster.fakenode "
+            f"--state-dir {shlex.quote(str(self.state_dir))} --node \"$node\" reboot "
+            f">>{shlex.quote(str(self.p('log')))}/reboot-\"$node\".log 2>&1 </dev/null &\n"
+            "exit 0\n")
+        self.p("bin").mkdir(exist_ok=True)
+        write_atomic(self.p("bin", "reboot"), text, mode=0o755)
 
     def _await(self, d: Daemon, cond: Callable[[], bool], what: str, timeout: float) -> None:
         def ok() -> bool:
@@ -477,7 +599,7 @@ class DevCluster:
         below our slurmstepds (a slurmd forks for job steps and health checks even while it shuts
         down). SIGTERM, then SIGKILL after `kill_after` s; --purge deletes the state only after
         that (UnreachableError, nothing deleted, if something still lives)."""
-        daemons = self.daemons()
+        daemons = self.daemons() + self.extra_daemons()
         env = self._slurm_env()
         if self.daemon("slurmctld").alive():
             jobs = run(["squeue", "-h", "-o", "%i"], env=env, check=False, timeout=10).stdout.split()

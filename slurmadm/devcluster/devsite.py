@@ -23,6 +23,7 @@ from ..files import write_atomic
 from ..hostlist import compress, expand
 from ..site import Site, parse_site
 from ..site.model import SlurmSection
+from ..site.monitor import MonitorSection
 from ..site.profiles import NodeProfile
 from ..slurm.parse import parse_slurmd_c
 
@@ -68,17 +69,51 @@ class Ports:
     def first_slurmd(self) -> int:
         return self.base + 11
 
+    # Monitoring (slurmadm monitor dev-stack): base+690..base+699, node exporters from base+700.
+    @property
+    def monitor_head_exporter(self) -> int:
+        return self.base + 690
+
+    @property
+    def monitor_webhook(self) -> int:
+        return self.base + 691
+
+    @property
+    def monitor_prometheus(self) -> int:
+        return self.base + 692
+
+    @property
+    def monitor_alertmanager(self) -> int:
+        return self.base + 693
+
+    @property
+    def monitor_alertmanager_cluster(self) -> int:
+        return self.base + 694
+
+    def monitor_node_exporter(self, index: int) -> int:
+        return self.base + 700 + index
+
     @property
     def burnin_rendezvous(self) -> int:
         """All fake nodes share 127.0.0.1: burn-in all-reduces listen on base+400..base+499."""
         return self.base + 400
 
-    def every_port(self, nodes: int) -> list[int]:
-        """Every TCP port a dev cluster of `nodes` nodes listens on, for the check that nothing
-        else holds them before `up` (a capability that adds a port adds it here too)."""
-        return [self.slurmctld, self.slurmdbd, self.mysql,
-                *range(self.first_slurmd, self.first_slurmd + nodes),
-                *range(self.burnin_rendezvous, self.burnin_rendezvous + 100)]
+    def daemon_ports(self, nodes: int, *, bmc: bool = False, ssh: bool = False) -> list[int]:
+        """Every TCP port a dev cluster's daemons of `nodes` nodes listen on, checked free before
+        `up`: Slurm's, and the Redfish emulators' (--bmc; IPMI is UDP) and sshds' (--ssh) when on
+        (a capability that adds a daemon port adds it here too)."""
+        ports = [self.slurmctld, self.slurmdbd, self.mysql, *range(self.first_slurmd, self.first_slurmd + nodes)]
+        if bmc:
+            ports += range(self.bmc_redfish, self.bmc_redfish + nodes)
+        if ssh:
+            ports += range(self.base + 500, self.base + 500 + nodes)  # fakenode.ssh_port
+        return ports
+
+    def job_ports(self) -> list[int]:
+        """Ports only burn-in jobs listen on, briefly (a busy one is a warning: they lie in the
+        kernel's ephemeral range, where any program's passing listener may sit for a moment)."""
+        return list(range(self.burnin_rendezvous, self.burnin_rendezvous + 100))
+
     # --- BMC emulators (`dev-cluster up --bmc`): node i answers IPMI on bmc_ipmi + i and
     # Redfish on bmc_redfish + i, at most BMC_MAX_NODES nodes
     @property
@@ -119,7 +154,7 @@ def dev_profile(src: NodeProfile, hw: Hardware, dev_dir: Path) -> NodeProfile:
         memory_gib=max(1, hw.real_memory_mib // 1024),
         gpus=dev_gpus,
         nics=src.nics,
-        boot_seconds=5,  # its "reboot" is /bin/true
+        boot_seconds=5,  # its "reboot" restarts its slurmd (bin/reboot)
     )
 
 
@@ -132,7 +167,8 @@ def _drop_none(value: Any) -> Any:
 
 
 def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: str, hw: Hardware,
-           prolog_dir: Path, release: Release, central_store: bool = False) -> dict[str, Any]:
+           prolog_dir: Path, release: Release, central_store: bool = False,
+           ssh: bool = False) -> dict[str, Any]:
     """The dev site as a plain dict (TOML-ready), for the installed Slurm `release`."""
     if nodes < 1:
         raise UsageError("--nodes: must be at least 1")
@@ -229,7 +265,8 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "constrain_ram_space": False,
         "constrain_swap_space": False,
         "prolog_dir": str(prolog_dir),
-        "reboot_program": "/bin/true",
+        # restarts the node's slurmd (and sshd): `scontrol reboot` goes through Slurm's states
+        "reboot_program": f"{d}/bin/reboot",
         "mail_prog": "",  # no job mail from the dev cluster (MailProg=/bin/true)
         "resume_timeout": 60,
         "health_check_interval": 30,
@@ -272,7 +309,42 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "rendezvous_port": ports.burnin_rendezvous,
     })
     data["bmc"]["password_file"] = f"{d}/bmc/password"
+    if ssh:  # every fake node's sshd on 127.0.0.1, its own port (fakenode.py)
+        from .fakenode import ssh_port
+
+        data["fleet"] = {
+            **data.get("fleet", {}),
+            "host_pattern": "127.0.0.1",
+            "ports": {n: ssh_port(ports.base, i) for i, n in enumerate(keep)},
+            "key_file": f"{d}/ssh/id_ed25519",
+            "known_hosts": f"{d}/ssh/known_hosts",
+            "drain_timeout_s": 300.0,
+            "reboot_timeout_s": 120.0,
+        }
+        data["software"]["hash_files"] = [f"{d}/etc/slurm.conf", f"{d}/etc/gres.conf"]
+    data["monitor"] = monitor_settings(data.get("monitor", {}), d, ports)
     return data
+
+
+def monitor_settings(src: dict[str, Any], d: str, ports: Ports) -> dict[str, Any]:
+    """Monitoring on the dev cluster (`slurmadm monitor dev-stack`): every port from the port
+    base, short intervals so a fault becomes an alert in seconds, and PCIe replays (which no
+    health check drains for) mapped to a drain so the alert path is the one that isolates."""
+    return {
+        **src,
+        "node_listen": f"127.0.0.1:{ports.monitor_node_exporter(0)}",
+        "head_listen": f"127.0.0.1:{ports.monitor_head_exporter}",
+        "node_cache_s": 0.5, "head_cache_s": 1.0, "read_deadline_s": 2.0,
+        "job_map_dir": f"{d}/run/jobs",
+        "prometheus_url": f"http://127.0.0.1:{ports.monitor_prometheus}",
+        "webhook_listen": f"127.0.0.1:{ports.monitor_webhook}",
+        "webhook_token_file": f"{d}/monitor/webhook.token",
+        "resume_check_s": 2.0,
+        "gpu_temp_for": "30s", "error_rise_window": "20s", "absent_for": "30s", "quota_for": "1m",
+        "actions": {**MonitorSection().actions, **src.get("actions", {}), "GpuPcieReplayRising": "drain"},
+        "idle_minutes": 0.25,
+        "idle_action": "report",
+    }
 
 
 def write(data: dict[str, Any], path: Path, *, source: str) -> Site:

@@ -727,3 +727,16 @@ def _locked(d: Path, node: str) -> Iterator[None]:
     with open(d / f"{node}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+
+
+def set_versions(state_dir: str | os.PathLike[str], node: str, *, driver_version: str, cuda_version: str) -> None:
+    """The fake node's driver changed (a rollout, `dev-cluster set-software`): NVML reports it too."""
+    cuda = re.fullmatch(r"(\d+)\.(\d+)", cuda_version)
+    if not cuda or not re.fullmatch(r"\d+(\.\d+)+", driver_version):
+        raise UsageError(f"driver {driver_version!r} / cuda {cuda_version!r}: not versions like 570.133.20 / 12.8")
+    d = Path(state_dir)
+    with _locked(d, node):
+        state = _load(d, node)
+        state.update(driver_version=driver_version, nvml_version=f"{cuda.group(1)}.{driver_version}",
+                     cuda_driver_version=int(cuda.group(1)) * 1000 + int(cuda.group(2)) * 10)
+        _save(d, node, state)

@@ -395,24 +395,35 @@ def _reach_finding(check: str, what: str, results: dict[str, str | None], target
 
 
 @register("bmc", "BMC reachability")
-def bmc(ctx: Context) -> Finding:
+def bmc(ctx: Context) -> list[Finding]:
+    from ..bmc.fanout import targets as bmc_targets
+
     site = ctx.site
     if "bmc" not in site.model_fields_set:
-        return Finding("bmc", "skip", "BMCs: no [bmc] section in the site")
+        return [Finding("bmc", "skip", "BMCs: no [bmc] section in the site")]
     b = site.bmc
-    targets = {n: (b.host_pattern.replace("{node}", n), b.port) for n in site.node_names}
-    probe = ipmi_ping if b.protocol == "ipmi" else tcp_ping
-    results = _reach(targets, probe, min(b.timeout_s, 5.0), b.fanout)
-    return _reach_finding("bmc", f"BMCs ({b.protocol}, port {b.port})", results, targets,
-                          "check the BMC network and [bmc] host_pattern/port in the site")
+    found = bmc_targets(site, site.node_names)  # host_pattern, or the dev cluster's shared address
+    timeout = min(b.timeout_s, 5.0)
+    fix = "check the BMC network and [bmc] host_pattern/shared_address/port in the site"
+    out = []
+    if b.protocol == "ipmi":
+        ipmi = {t.node: (t.host, t.ipmi_port) for t in found}
+        out.append(_reach_finding("bmc", "BMCs (IPMI)", _reach(ipmi, ipmi_ping, timeout, b.fanout), ipmi, fix))
+    if b.protocol == "redfish" or b.redfish:
+        rf = {t.node: (t.host, t.redfish_port) for t in found}
+        out.append(_reach_finding("bmc" if b.protocol == "redfish" else "bmc-redfish", "BMCs (Redfish, TCP)",
+                                  _reach(rf, tcp_ping, timeout, b.fanout), rf, fix))
+    return out
 
 
 @register("ssh", "SSH reachability of the nodes")
 def ssh(ctx: Context) -> Finding:
+    from ..fleet.ssh import targets as ssh_targets
+
     site = ctx.site
-    if "software" not in site.model_fields_set:
-        return Finding("ssh", "skip", "SSH: no [software] baseline in the site (fleet checks not configured)")
-    targets = {n: (site.node_group_of[n].addr or n, 22) for n in site.node_names}
+    if "fleet" not in site.model_fields_set and "software" not in site.model_fields_set:
+        return Finding("ssh", "skip", "SSH: no [fleet] section in the site")
+    targets = {n: (t.host, t.port) for n, t in ssh_targets(site.fleet, site.node_names).items()}
     results = _reach(targets, tcp_ping, 3.0, 64)
-    return _reach_finding("ssh", "node SSH (port 22)", results, targets,
-                          "check sshd on the nodes and their addresses in the site")
+    return _reach_finding("ssh", "node SSH (TCP)", results, targets,
+                          "check sshd on the nodes and [fleet] host_pattern/port(s) in the site")

@@ -413,6 +413,29 @@ def gpu_processes(ctx: Ctx) -> Outcome:
     return out
 
 
+def software_drift(ctx: Ctx) -> Outcome:
+    """The node's cheap software facts (OS image, kernel, loaded driver, NCCL) against the site's
+    [software] baseline; `slurmadm fleet drift` covers the rest across the fleet."""
+    from pathlib import Path
+
+    from ..fleet.collector import local_facts
+
+    out = Outcome()
+    want = ctx.cfg.software_baseline
+    if not want:
+        out.skip = "no [software] baseline"
+        return out
+    if not Path("/proc/driver/nvidia/version").exists():
+        out.skip = "no NVIDIA kernel module loaded (not a GPU node)"
+        return out
+    have = local_facts()
+    for fact, value in sorted(want.items()):
+        if have.get(fact, "(none)") != value:
+            out.fail(f"{fact} {have.get(fact, '(none)')} != {value}")
+    out.note = ", ".join(f"{k} {v}" for k, v in sorted(have.items()))
+    return out
+
+
 def nccl_allreduce(ctx: Ctx) -> Outcome:
     from . import nccl
 
@@ -437,6 +460,8 @@ CHECKS: list[CheckSpec] = [
     CheckSpec("power", "power draw within the enforced limit", power, severity="warning"),
     CheckSpec("driver-version", "driver matches the site baseline", driver_version, severity="warning"),
     CheckSpec("persistence-mode", "persistence mode on", persistence_mode, severity="warning", on_fail="warn"),
+    CheckSpec("software-drift", "OS image, kernel, driver and NCCL match the [software] baseline", software_drift,
+              severity="warning", on_fail="warn", contexts=("periodic", "run"), needs_nvml=False),
     CheckSpec("gpu-processes", "no process holds a GPU after the job", gpu_processes, contexts=("epilog",)),
     CheckSpec("infiniband", "each compute HCA port ACTIVE/LinkUp at the profile's rate, error counters and "
               "link flaps within limits", nodechecks.infiniband, needs_nvml=False),

@@ -10,7 +10,6 @@ site model. A cache that cannot be written only costs speed.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -72,9 +71,12 @@ class HealthConfig:
     results_log: str
     policies: dict[str, dict] = field(default_factory=dict)  # check id -> overrides given
     alert_repeat_minutes: int = 60
+    job_map_dir: str = "/run/slurmadm/jobs"  # monitor.job_map_dir: the prolog's GPU -> job records
     # node checks beyond the GPUs (fabric, clock events, InfiniBand, host basics): plain data
     host: dict = field(default_factory=dict)
     ship: bool = False  # store.url set: queue records for the central store; the periodic run ships them
+    # [software] baseline of the facts the software-drift check reads on the node (fleet/collector.py)
+    software_baseline: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -122,9 +124,17 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
         results_log=h.results_log,
         policies={cid: p.model_dump(exclude_none=True) for cid, p in h.checks.items()},
         alert_repeat_minutes=h.alert_repeat_minutes,
+        job_map_dir=site.monitor.job_map_dir,
         host=host_settings(site, node),
         ship=site.store.url is not None,
+        software_baseline=_software_baseline(site),
     )
+
+
+def _software_baseline(site) -> dict[str, str]:
+    from ..fleet.collector import CHEAP_FACTS, baseline
+
+    return {k: v for k, v in baseline(site.software).items() if k in CHEAP_FACTS}
 
 
 def host_settings(site, node: str) -> dict:
@@ -159,6 +169,19 @@ def cache_dir() -> Path:
 
 def _cache_file(node: str, sha: str) -> Path:
     return cache_dir() / f"health-{node}-{__version__}-{sha[:20]}.json"
+
+
+def _sha256(data: bytes) -> str:
+    """hashlib.sha256 without loading OpenSSL's _hashlib (milliseconds of every prolog): the
+    interpreter's built-in SHA-256 gives the same digest."""
+    try:
+        from _sha256 import sha256  # Python 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # Python 3.12+
+        except ImportError:
+            from hashlib import sha256
+    return sha256(data).hexdigest()
 
 
 def untrusted(path: Path) -> str:
@@ -204,7 +227,7 @@ def load(node: str, site_file: str | None = None) -> HealthConfig:
         raw = path.read_bytes()
     except OSError:
         raw = None  # let load_site produce the proper one-line error
-    sha = hashlib.sha256(raw).hexdigest() if raw is not None else ""
+    sha = _sha256(raw) if raw is not None else ""
     cached = _cache_file(node, sha)
     if raw is not None and (os.geteuid() != 0 or not untrusted(cached)):
         try:

@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def expired() -> None:
         _alert(gave_up)
+        _record_alert(cfg, args.context, gave_up)
 
     engine.start_watchdog(limit - (time.monotonic() - started), expired, exit_code=expiry_code)
     try:
@@ -126,6 +127,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"slurmadm: error: {exc}", file=sys.stderr)
         engine.leave(exc.exit_code if not hook else 0)
         return
+    if args.context == "epilog" or (args.context == "prolog" and report.exit_code == 0):
+        _record_job_gpus(cfg, node, args.context)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str))
     print(engine.summary_line(report), file=sys.stderr)
@@ -210,3 +213,14 @@ def _record_alert(cfg, context: str, reason: str) -> None:
             store.close()
     except Exception:  # noqa: BLE001 - syslog and stderr already have it
         pass
+
+
+def _record_job_gpus(cfg, node: str, context: str) -> None:
+    """The GPU -> job map the node exporter labels GPU metrics with (prolog writes, epilog
+    removes). Best effort: a map that cannot be written never fails a job."""
+    try:
+        from ..exporter.jobmap import record_from_env
+
+        record_from_env(dict(os.environ), node, cfg.job_map_dir, context)
+    except Exception as exc:  # noqa: BLE001
+        print(f"slurmadm: warning: GPU->job map: {exc}", file=sys.stderr)

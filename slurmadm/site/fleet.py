@@ -57,7 +57,33 @@ class SoftwareBaseline(Strict):
     kernel: str = "6.8.0-60-generic"
     os_image: str = "ubuntu-24.04-dgx"
     extra: dict[str, str] = {}
+    # Files whose sha256 `slurmadm fleet facts` reports (globs allowed): drift shows the odd ones.
+    hash_files: list[Annotated[str, Field(pattern=r"^/[A-Za-z0-9_./*?\-]+$")]] = [
+        "/etc/slurm/slurm.conf",
+        "/etc/security/limits.d/*",
+    ]
     # Fleet rollouts: canary size, then waves with a failure budget.
     canary_nodes: PositiveInt = 2
     wave_fraction: Annotated[float, Field(gt=0, le=1)] = 0.25
     max_failed_fraction: Annotated[float, Field(ge=0, le=1)] = 0.05
+
+
+class FleetSection(Strict):
+    """How `slurmadm fleet` reaches the nodes: SSH (paramiko), key-based, host keys checked."""
+
+    user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_\-]{0,31}$")] = "root"
+    # SSH address of each node: `{node}` is replaced by the node name.
+    host_pattern: Annotated[str, Field(pattern=r"^[A-Za-z0-9.\-]*\{node\}[A-Za-z0-9.\-]*$|^[0-9.]+$")] = "{node}"
+    port: Annotated[int, Field(ge=1, le=65535)] = 22
+    # Per-node ports (several nodes behind one address, e.g. the dev cluster on 127.0.0.1).
+    ports: dict[str, Annotated[int, Field(ge=1, le=65535)]] = {}
+    # The private key (root-only file); never printed, never in argv.
+    key_file: Annotated[str, Field(pattern=r"^/")] = "/root/.ssh/id_ed25519"
+    # Host keys are checked against this file; an unknown or changed key is an error, never accepted.
+    known_hosts: Annotated[str, Field(pattern=r"^/")] = "/etc/ssh/ssh_known_hosts"
+    fanout: Annotated[int, Field(ge=1, le=1024)] = 64
+    connect_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    command_timeout_s: Annotated[float, Field(gt=0, le=86400)] = 60.0
+    # Rollouts: how long a node may take to drain, reboot and register again.
+    drain_timeout_s: Annotated[float, Field(gt=0, le=7 * 86400)] = 4 * 3600.0
+    reboot_timeout_s: Annotated[float, Field(gt=0, le=86400)] = 1800.0

@@ -16,8 +16,9 @@ from pydantic import Field
 from ..hostlist import compress, expand
 from .accounts import AccountingSettings, Organization, Project, Qos, SlurmName, SlurmTime, User, memberships
 from .burnin import BurninSection
-from .fleet import BmcSection, SoftwareBaseline
+from .fleet import BmcSection, FleetSection, SoftwareBaseline
 from .health import HealthSection, ModelThresholds
+from .monitor import MonitorSection
 from .profiles import BUILTIN_PROFILES, NodeProfile, Strict
 from .slurmtext import (
     UINT32_NO_VAL,
@@ -222,7 +223,9 @@ class Site(Strict):
     health: HealthSection = HealthSection()
     bmc: BmcSection = BmcSection()
     software: SoftwareBaseline = SoftwareBaseline()
+    fleet: FleetSection = FleetSection()
     burnin: BurninSection = BurninSection()
+    monitor: MonitorSection = MonitorSection()
 
     # ---- derived views (computed once; the model is frozen) ----
 

@@ -157,6 +157,38 @@ CREATE TABLE IF NOT EXISTS hosts (
     version      TEXT NOT NULL DEFAULT ''
 );
 """, since=2, where="central"),
+    # fleet (slurmadm/fleet/): each node's latest software facts, and rollouts with per-node progress
+    Table("fleet_facts", """
+CREATE TABLE IF NOT EXISTS fleet_facts (
+    node  TEXT NOT NULL,
+    fact  TEXT NOT NULL,      -- driver, nccl, file:/etc/slurm/slurm.conf, pkg:<name>, ...
+    value TEXT NOT NULL,
+    ts    REAL NOT NULL,      -- when it was collected
+    PRIMARY KEY (node, fact)
+);
+""", since=3, key=("node", "fact")),
+    Table("fleet_rollouts", """
+CREATE TABLE IF NOT EXISTS fleet_rollouts (
+    id       TEXT PRIMARY KEY,   -- the plan's name
+    plan_sha TEXT NOT NULL,      -- sha256 of the plan: a changed plan is a new rollout
+    plan     TEXT NOT NULL,      -- JSON
+    state    TEXT NOT NULL,      -- running | stopped | done | failed
+    detail   TEXT NOT NULL,
+    started  REAL NOT NULL,
+    updated  REAL NOT NULL
+);
+""", since=3, key=("id",)),
+    Table("fleet_rollout_nodes", """
+CREATE TABLE IF NOT EXISTS fleet_rollout_nodes (
+    rollout TEXT NOT NULL,
+    node    TEXT NOT NULL,
+    wave    INTEGER NOT NULL,    -- 0: canary
+    phase   TEXT NOT NULL,       -- pending, draining, steps, rebooting, verifying, done, failed, skipped
+    detail  TEXT NOT NULL,
+    ts      REAL NOT NULL,
+    PRIMARY KEY (rollout, node)
+);
+""", since=3, key=("rollout", "node")),
 ]
 
 

@@ -24,8 +24,8 @@ def dev_cluster() -> DevCluster:
     state = Path(os.environ.get("SLURMADM_TEST_STATE_DIR") or f"/tmp/slurmadm-test-{TEST_PORT_BASE}")
     dc = DevCluster(state)
     dc.down(purge=True)  # never inherit jobs, drains or accounts from an earlier session
-    # bmc=True: BMC emulators per node (test_bmc*.py); on from the start, so no module restarts Slurm
-    dc.up(nodes=4, port_base=TEST_PORT_BASE, timeout=180, bmc=True)
+    # bmc=True: BMC emulators per node (test_bmc*.py), sshd per node (test_fleet.py); on from the start, so no module restarts Slurm
+    dc.up(nodes=4, port_base=TEST_PORT_BASE, timeout=180, bmc=True, ssh=True)
     yield dc
     dc.down(purge=True)
 

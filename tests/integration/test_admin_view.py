@@ -53,6 +53,10 @@ def test_doctor_on_the_dev_cluster(env, dev_cluster):
     assert by["hooks"]["status"] == "ok" and by["hooks"]["data"]["config_source"] == "scontrol show config"
     assert by["schedule"]["status"] in ("ok", "warn")
     assert all(f["status"] in ("ok", "warn", "skip") for f in out["findings"])
+    # the session's dev cluster runs a BMC emulator (IPMI + Redfish) and an sshd per node
+    assert by["bmc"]["status"] == "ok" and "all 4 answer" in by["bmc"]["summary"], by["bmc"]
+    assert by["bmc-redfish"]["status"] == "ok", by["bmc-redfish"]
+    assert by["ssh"]["status"] == "ok" and "all 4 answer" in by["ssh"]["summary"], by["ssh"]
 
     # NVML as a compute node sees it: the stand-in library of the dev cluster, 8 GPUs
     r = run_slurmadm(env, "doctor", "--node", "b200-002", "--check", "site", "--check", "nvml", "--json")

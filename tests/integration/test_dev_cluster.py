@@ -48,7 +48,13 @@ def test_status_env_and_idempotent_up(cluster_env, dev_cluster):
     st = run_slurmadm(cluster_env, "dev-cluster", "status", "--state-dir", str(dev_cluster.state_dir), "--json")
     assert st.returncode == 0, st.stderr
     data = json.loads(st.stdout)
-    assert all(d["alive"] for d in data["daemons"]) and len(data["daemons"]) == 8
+    # munged, mariadbd, slurmdbd, slurmctld, 4 slurmd; the session cluster also runs --ssh (4 sshd)
+    # and --bmc (one emulator process)
+    names = {d["name"] for d in data["daemons"]}
+    assert all(d["alive"] for d in data["daemons"])
+    assert names >= {"munged", "mariadbd", "slurmdbd", "slurmctld"} | {f"slurmd-b200-00{i}" for i in range(1, 5)}
+    assert {n for n in names if n.startswith("sshd-")} == {f"sshd-b200-00{i}" for i in range(1, 5)}
+    assert len(names) == 13
     pids = {d["name"]: d["pid"] for d in data["daemons"]}
     env = run_slurmadm(cluster_env, "dev-cluster", "env", "--state-dir", str(dev_cluster.state_dir))
     assert f"export SLURM_CONF={dev_cluster.slurm_conf}" in env.stdout

@@ -65,3 +65,15 @@ def test_bad_requests(tmp_path):
     with pytest.raises(UsageError, match="leaves no room"):
         devsite.derive(src, nodes=4, state_dir=tmp_path, ports=devsite.Ports(65530), hostname="vm", hw=HW,
                        prolog_dir=tmp_path, release=(22, 5))
+
+
+def test_the_port_check_covers_every_daemon_port_and_the_job_ports_apart():
+    from slurmadm.devcluster.cluster import _ranges
+
+    ports = devsite.Ports(17000)
+    assert ports.daemon_ports(4) == [17000, 17001, 17002, 17011, 17012, 17013, 17014]
+    assert ports.job_ports()[0] == 17400 and ports.job_ports()[-1] == 17499
+    assert _ranges([17000, 17011, 17012, 17013, 17400]) == "17000, 17011-17013, 17400"
+    assert ports.daemon_ports(2, bmc=True, ssh=True)[-4:] == [17350, 17351, 17500, 17501]
+    from slurmadm.devcluster import fakenode
+    assert fakenode.ssh_port(17000, 1) == 17501

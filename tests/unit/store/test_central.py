@@ -54,7 +54,7 @@ def test_no_table_uses_a_column_name_the_central_store_adds():
 
 
 def test_schema_version_follows_the_tables_and_migrations():
-    assert schema.SCHEMA_VERSION == max(t.since for t in schema.TABLES) == 2
+    assert schema.SCHEMA_VERSION == max([t.since for t in schema.TABLES] + [m.version for m in schema.MIGRATIONS])
 
 
 def test_a_store_made_before_versions_is_migrated_and_keeps_its_rows(tmp_path):
@@ -78,7 +78,7 @@ def test_an_older_slurmadm_refuses_a_newer_local_store(tmp_path):
     db.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 1}")
     db.commit()
     db.close()
-    with pytest.raises(UsageError, match=r"schema version 3 is newer than this slurmadm .* upgrade slurmadm"):
+    with pytest.raises(UsageError, match=rf"schema version {schema.SCHEMA_VERSION + 1} is newer than this slurmadm .* upgrade slurmadm"):
         Store(path)
 
 
@@ -87,19 +87,20 @@ def test_an_explicit_migration_runs_once_locally_and_centrally(tmp_path, monkeyp
     local = sec.local_path("n1")
     Store(local).close()
     migrated(sec).close()
-    step = schema.Migration(3, "a note per event", local=["ALTER TABLE events ADD COLUMN note TEXT"],
+    now = schema.SCHEMA_VERSION
+    step = schema.Migration(now + 1, "a note per event", local=["ALTER TABLE events ADD COLUMN note TEXT"],
                             central_sqlite=["ALTER TABLE events ADD COLUMN note TEXT"])
     monkeypatch.setattr(schema, "MIGRATIONS", [step])
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", now + 1)
     with Store(local) as s:
         assert "note" in {r["name"] for r in s.query("PRAGMA table_info(events)")}
-    Store(local).close()  # a second open finds version 3 and changes nothing
+    Store(local).close()  # a second open finds the new version and changes nothing
     c = central.connect(sec)
-    with pytest.raises(UsageError, match="schema version 2, this slurmadm needs 3: run `slurmadm store migrate`"):
+    with pytest.raises(UsageError, match=f"schema version {now}, this slurmadm needs {now + 1}: run `slurmadm store migrate`"):
         central.require_current(c)
     found, steps = central.migrate(c)
-    assert found == 2 and steps[1:] == ["ALTER TABLE events ADD COLUMN note TEXT"]
-    assert central.migrate(c) == (3, [])
+    assert found == now and steps[1:] == ["ALTER TABLE events ADD COLUMN note TEXT"]
+    assert central.migrate(c) == (now + 1, [])
     central.require_current(c)
     c.close()
 

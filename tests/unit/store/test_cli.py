@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurmadm.cli import cli
-from slurmadm.store import Store
+from slurmadm.store import Store, schema
 from tests.unit.siteedit import edited, put
 
 pytestmark = pytest.mark.unit
@@ -48,7 +48,7 @@ def node_records(tmp_path, node, *, drain=True):
 def test_reads_before_migrate_say_what_to_do(site):
     res = run("audit", "log")
     assert res.exit_code == 2
-    assert "schema version 0, this slurmadm needs 2: run `slurmadm store migrate`" in res.output
+    assert f"schema version 0, this slurmadm needs {schema.SCHEMA_VERSION}: run `slurmadm store migrate`" in res.output
 
 
 def test_migrate_dry_run_changes_nothing_then_migrates_once_and_audits(site, tmp_path):
@@ -57,7 +57,7 @@ def test_migrate_dry_run_changes_nothing_then_migrates_once_and_audits(site, tmp
     assert not (tmp_path / "central.db").exists() or run("store", "status", "--json").exit_code == 1
     first = json.loads(run("store", "migrate", "--json").output)
     again = json.loads(run("store", "migrate", "--json").output)
-    assert (first["from_version"], first["to_version"], first["applied"]) == (0, 2, True)
+    assert (first["from_version"], first["to_version"], first["applied"]) == (0, schema.SCHEMA_VERSION, True)
     assert again["statements"] == [] and again["applied"] is False
     events = json.loads(run("audit", "log", "--json", "--action", "store.*").output)
     assert [e["action"] for e in events] == ["store.migrate"]

@@ -1,0 +1,186 @@
+"""`slurmadm monitor`: alert rules, dashboard, the Alertmanager webhook, the dev cluster's stack."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import click
+
+from ..errors import UsageError
+from ..proc import run
+from .common import Group, console, get_site, info, json_option, print_json, progress, site_option
+
+
+@click.group(cls=Group)
+def monitor() -> None:
+    """Prometheus alert rules, a Grafana dashboard, and the webhook that isolates nodes on alerts."""
+
+
+def _write(text: str, out: str | None, what: str) -> None:
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    from ..files import write_atomic
+
+    from pathlib import Path
+
+    write_atomic(Path(out), text)
+    info(f"{what}: wrote {out}")
+
+
+@monitor.command("rules")
+@site_option
+@click.option("--out", metavar="FILE", help="Write here (default: stdout).")
+@click.option("--check/--no-check", default=True, show_default=True,
+              help="Check the rules with `promtool check rules` (when promtool is installed).")
+def rules_cmd(site_file: str | None, out: str | None, check: bool) -> None:
+    """Prometheus alert rules from the site (thresholds and actions under [monitor])."""
+    import tempfile
+
+    from ..monitor import rules
+
+    text = rules.render(get_site(site_file))
+    if check and shutil.which("promtool"):
+        with tempfile.NamedTemporaryFile("w", suffix=".yml") as fh:
+            fh.write(text)
+            fh.flush()
+            proc = run(["promtool", "check", "rules", fh.name], check=False, timeout=60)
+        if proc.returncode != 0:
+            raise UsageError(f"promtool check rules refused the generated rules: {proc.stdout.strip()} "
+                             f"{proc.stderr.strip()}")
+    _write(text, out, "rules")
+
+
+@monitor.command("dashboard")
+@site_option
+@click.option("--out", metavar="FILE", help="Write here (default: stdout).")
+def dashboard_cmd(site_file: str | None, out: str | None) -> None:
+    """A Grafana dashboard (JSON model) over the slurmadm exporters."""
+    from ..monitor import dashboard
+
+    _write(dashboard.render(get_site(site_file)), out, "dashboard")
+
+
+@monitor.command("prometheus-config")
+@site_option
+@click.option("--rules-file", default="/etc/prometheus/rules/slurmadm.yml", show_default=True,
+              help="Where `monitor rules --out` put the rules.")
+@click.option("--alertmanager", default="127.0.0.1:9093", show_default=True, metavar="HOST:PORT")
+@click.option("--out", metavar="FILE", help="Write here (default: stdout).")
+def prometheus_config_cmd(site_file: str | None, rules_file: str, alertmanager: str, out: str | None) -> None:
+    """A prometheus.yml: the node exporter of every site node (labelled node=...), the head
+    exporter on the first controller, the rules, the Alertmanager."""
+    import yaml
+
+    from ..monitor import promconfig
+
+    site = get_site(site_file)
+    cfg = promconfig.prometheus_config(site, rules_file=rules_file, alertmanager=alertmanager)
+    _write("# written by `slurmadm monitor prometheus-config`\n" + yaml.safe_dump(cfg, sort_keys=False), out,
+           "prometheus config")
+
+
+@monitor.command("alertmanager-config")
+@site_option
+@click.option("--webhook-url", metavar="URL", help="Default: http://<monitor.webhook_listen>/alerts.")
+@click.option("--out", metavar="FILE", help="Write here (default: stdout).")
+def alertmanager_config_cmd(site_file: str | None, webhook_url: str | None, out: str | None) -> None:
+    """An alertmanager.yml route + receiver that sends slurmadm's alerts to the webhook (token by file)."""
+    import yaml
+
+    from ..monitor import promconfig
+
+    site = get_site(site_file)
+    url = webhook_url or f"http://{site.monitor.webhook_listen}/alerts"
+    _write("# written by `slurmadm monitor alertmanager-config`\n"
+           + yaml.safe_dump(promconfig.alertmanager_config(site, webhook_url=url), sort_keys=False), out,
+           "alertmanager config")
+
+
+@monitor.command("webhook")
+@site_option
+@click.option("--listen", metavar="ADDR:PORT", help="Default: monitor.webhook_listen.")
+def webhook_cmd(site_file: str | None, listen: str | None) -> None:
+    """Alertmanager webhook receiver: drains the node of an alert the site maps to "drain",
+    resumes it on resolved (only its own drains). Token from monitor.webhook_token_file."""
+    from ..exporter.server import serve_forever
+    from ..monitor.webhook import Isolator, make_server, read_token
+    from ..slurm import get_backend
+    from ..store import Store
+
+    site = get_site(site_file)
+    m = site.monitor
+    token = read_token(m.webhook_token_file)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    isolator = Isolator(site=site, backend=get_backend(), store_factory=lambda: Store.for_site(site))
+    server = make_server(listen or m.webhook_listen, token=token, max_bytes=m.webhook_max_bytes, isolator=isolator)
+    info(f"slurmadm monitor webhook on http://{listen or m.webhook_listen}/alerts")
+    start_sweeper(isolator, m.resume_check_s)
+    serve_forever(server)
+
+
+def start_sweeper(isolator, every_s: float) -> None:
+    """Finish pending resumes (resolved alerts waiting for clean health runs) in the background."""
+    import threading
+    import time
+
+    log = logging.getLogger("slurmadm.monitor.webhook")
+
+    def loop() -> None:
+        while True:
+            time.sleep(every_s)  # a period, not a wait for a condition
+            try:
+                for r in isolator.sweep():
+                    if r["why"] == "resumed":
+                        log.warning("webhook: %s resumed", r["node"])
+            except Exception as exc:  # noqa: BLE001 - Slurm or the store away: next period
+                log.error("webhook: resume check: %s", exc)
+
+    threading.Thread(target=loop, daemon=True, name="slurmadm-webhook-resume").start()
+
+
+@monitor.group("dev-stack", cls=Group)
+def dev_stack() -> None:
+    """Prometheus, Alertmanager, the exporters and the webhook on a dev cluster (ports from its port base)."""
+
+
+def _stack(state_dir: str | None):
+    from ..devcluster.cluster import DevCluster, default_state_dir
+    from ..monitor.stack import MonitorStack
+
+    return MonitorStack(DevCluster(state_dir or default_state_dir()))
+
+
+_state = click.option("--state-dir", metavar="DIR", help="The dev cluster's state directory.")
+
+
+@dev_stack.command("up")
+@_state
+@json_option
+def stack_up(state_dir: str | None, as_json: bool) -> None:
+    status = _stack(state_dir).up(progress=progress)
+    if as_json:
+        print_json(status)
+    else:
+        for k, v in status["urls"].items():
+            console.print(f"{k:16} {v}")
+
+
+@dev_stack.command("down")
+@_state
+def stack_down(state_dir: str | None) -> None:
+    for name in _stack(state_dir).down():
+        progress(f"stopped {name}")
+
+
+@dev_stack.command("status")
+@_state
+@json_option
+def stack_status(state_dir: str | None, as_json: bool) -> None:
+    status = _stack(state_dir).status()
+    if as_json:
+        print_json(status)
+        return
+    for d in status["daemons"]:
+        console.print(f"{d['name']:32} {'up' if d['alive'] else 'down'}")

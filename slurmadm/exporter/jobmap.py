@@ -1,0 +1,110 @@
+"""The GPU -> job map: the prolog records which job holds which GPUs, the epilog removes it.
+
+One small JSON file per job in `<job_map_dir>/<node>/<jobid>.json` (the node directory lets one
+shared directory serve the dev cluster's fake nodes). Written atomically; a hook never fails a
+job because the map could not be written (the caller ignores errors). This module imports only
+the standard library: the prolog loads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+
+_JOBID = re.compile(r"^[0-9]+(_[0-9]+)?$")
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class JobGpus:
+    job_id: str
+    user: str
+    account: str
+    partition: str
+    gpus: tuple[int, ...]
+    start: float
+
+
+def parse_gpu_list(text: str) -> tuple[int, ...]:
+    """SLURM_JOB_GPUS / CUDA_VISIBLE_DEVICES style: "0,1,2" (ranges "0-3" too); junk -> ()."""
+    out: list[int] = []
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            return ()
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return tuple(sorted(set(out)))
+
+
+def _clean(value: str, pattern: re.Pattern[str]) -> str:
+    return value if pattern.match(value or "") else ""
+
+
+def record_from_env(env: dict[str, str], node: str, directory: str, context: str) -> str:
+    """prolog: write the job's map entry; epilog: remove it. Returns what was done (for logs)."""
+    job = env.get("SLURM_JOB_ID", "")
+    if not _JOBID.match(job) or not _NAME.match(node):
+        return "no job"
+    path = os.path.join(directory, node, f"{job}.json")
+    if context == "epilog":
+        try:
+            os.unlink(path)
+            return f"removed {path}"
+        except FileNotFoundError:
+            return "nothing to remove"
+    gpus = parse_gpu_list(env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES") or "")
+    entry = {
+        "job_id": job,
+        "user": _clean(env.get("SLURM_JOB_USER", ""), _NAME),
+        "account": _clean(env.get("SLURM_JOB_ACCOUNT", ""), _NAME),
+        "partition": _clean(env.get("SLURM_JOB_PARTITION", ""), _NAME),
+        "gpus": list(gpus),
+        "start": time.time(),
+    }
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".job-")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(entry, fh)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return f"recorded job {job} GPUs {list(gpus)}"
+
+
+def read(directory: str, node: str) -> dict[int, JobGpus]:
+    """GPU index -> the job holding it, from the node's map files (bad files are skipped)."""
+    out: dict[int, JobGpus] = {}
+    d = os.path.join(directory, node)
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return out
+    for name in sorted(names):
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        try:
+            with open(os.path.join(d, name)) as fh:
+                raw = json.load(fh)
+            job = JobGpus(str(raw["job_id"]), str(raw.get("user", "")), str(raw.get("account", "")),
+                          str(raw.get("partition", "")), tuple(int(g) for g in raw.get("gpus", [])),
+                          float(raw.get("start", 0)))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if not _JOBID.match(job.job_id):
+            continue
+        for g in job.gpus:
+            out[g] = job
+    return out

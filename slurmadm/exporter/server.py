@@ -1,0 +1,99 @@
+"""Serving a collector over HTTP (/metrics), and the systemd unit `slurmadm exporter install` writes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from ..errors import UsageError
+
+
+def parse_listen(text: str, what: str = "--listen") -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536 or not host:  # 0: any free port
+        raise UsageError(f"{what}: {text!r} is not ADDR:PORT (e.g. 0.0.0.0:9410)")
+    return host.strip("[]"), int(port)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    registry: CollectorRegistry
+    server_version = "slurmadm-exporter"
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path.split("?")[0] == "/metrics":
+            try:
+                body = generate_latest(self.registry)
+            except Exception as exc:  # noqa: BLE001 - never a traceback on the wire
+                self._send(500, f"collection failed: {type(exc).__name__}: {exc}\n".encode(), "text/plain")
+                return
+            self._send(200, body, CONTENT_TYPE_LATEST)
+        elif self.path in ("/", "/healthz"):
+            self._send(200, b"slurmadm exporter: metrics at /metrics\n", "text/plain")
+        else:
+            self._send(404, b"not found\n", "text/plain")
+
+    def _send(self, code: int, body: bytes, ctype: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - quiet: Prometheus scrapes often
+        pass
+
+
+def listen_http(handler: type[BaseHTTPRequestHandler], listen: str, what: str = "--listen") -> ThreadingHTTPServer:
+    """A threading HTTP server on ADDR:PORT, or a UsageError naming `what` (port taken, bad address)."""
+    host, port = parse_listen(listen, what)
+    try:
+        server = ThreadingHTTPServer((host, port), handler)
+    except OSError as exc:
+        raise UsageError(f"{what} {listen}: cannot listen ({exc.strerror or exc})") from None
+    server.daemon_threads = True
+    return server
+
+
+def make_server(collector, listen: str) -> ThreadingHTTPServer:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return listen_http(type("Handler", (_Handler,), {"registry": registry}), listen)
+
+
+def serve_forever(server: ThreadingHTTPServer) -> None:
+    """Until SIGTERM/SIGINT; a hung source thread does not keep the process alive."""
+    stop = threading.Event()
+
+    def on_signal(_sig, _frame) -> None:
+        stop.set()
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.serve_forever(poll_interval=0.5)
+    server.server_close()
+    os._exit(0)  # daemon threads may sit in a hung NVML call: leave without waiting for them
+
+
+SYSTEMD_DIR = "/etc/systemd/system"
+
+
+def unit_text(mode: str, command: list[str], site_file: str, environment: dict[str, str]) -> str:
+    import jinja2
+
+    from ..resources import templates_dir
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return env.get_template("monitor/exporter.service.j2").render(
+        mode=mode, command=command, site_file=site_file, environment=environment)
+
+
+def unit_path(mode: str, dest: str | None) -> Path:
+    return Path(dest or SYSTEMD_DIR) / f"slurmadm-exporter-{mode}.service"

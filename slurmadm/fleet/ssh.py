@@ -1,0 +1,248 @@
+"""The SSH adapter: commands on many nodes at once, behind a Protocol.
+
+`ParamikoRemote` is the real one: key-based only (no password, no agent), host keys checked
+against the site's known_hosts file (an unknown or changed key is a per-node error, never
+accepted), a bounded number of nodes at a time (`fleet.fanout`), connect and command time limits,
+and one connection per node kept for every command of one `Remote` (close() ends them). A node
+that cannot be reached is one `Reply` with `error` set; the others go on.
+
+stdout and stderr come back merged, in order, as `clush`/`pdsh` show them.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from ..errors import UsageError
+
+MAX_OUTPUT = 4 * 1024 * 1024  # bytes kept per node and command; more is cut (and said so)
+
+
+@dataclass
+class Reply:
+    node: str
+    exit: int | None = None  # None: the command did not finish (see error)
+    output: str = ""
+    error: str = ""  # one line: why the node gave no exit code
+    kind: str = ""  # "" | "unreachable" | "hostkey" | "auth" | "timeout"
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit == 0
+
+    @property
+    def unreachable(self) -> bool:
+        return self.kind in ("unreachable", "hostkey", "auth")
+
+    def as_dict(self) -> dict:
+        return {"node": self.node, "exit": self.exit, "output": self.output, "error": self.error,
+                "kind": self.kind, "duration_s": round(self.duration_s, 3)}
+
+
+@runtime_checkable
+class Remote(Protocol):
+    """What the fleet capability asks of the nodes."""
+
+    def run(self, nodes: Sequence[str], command: str, *, timeout: float, stdin: str | None = None,
+            on_reply: Callable[[Reply], None] | None = None) -> list[Reply]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Target:
+    host: str
+    port: int
+
+
+def targets(fleet, nodes: Sequence[str]) -> dict[str, Target]:
+    """Each node's SSH address from the site's [fleet] section."""
+    return {n: Target(fleet.host_pattern.replace("{node}", n), fleet.ports.get(n, fleet.port)) for n in nodes}
+
+
+@dataclass
+class ParamikoRemote:
+    fleet: object  # slurmadm.site.fleet.FleetSection
+    _clients: dict = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _key: object = None
+
+    def __post_init__(self) -> None:
+        import paramiko  # noqa: F401  (imported here: `slurmadm site validate` does not pay for it)
+
+        self._host_keys = self._load_host_keys()
+        self._key = self._load_key()
+
+    # ---- credentials: named in errors, never shown
+    def _load_host_keys(self):
+        import paramiko
+
+        path = Path(self.fleet.known_hosts)
+        if not path.is_file():
+            raise UsageError(f"fleet.known_hosts: {path} does not exist (slurmadm never accepts unknown host keys)")
+        keys = paramiko.HostKeys()
+        try:
+            keys.load(str(path))
+        except (OSError, paramiko.SSHException) as exc:
+            raise UsageError(f"fleet.known_hosts: {path}: unreadable ({type(exc).__name__})") from None
+        return keys
+
+    def _load_key(self):
+        import paramiko
+
+        path = Path(self.fleet.key_file)
+        if not path.is_file():
+            raise UsageError(f"fleet.key_file: {path} does not exist")
+        try:
+            return paramiko.PKey.from_path(str(path))
+        except paramiko.PasswordRequiredException:
+            raise UsageError(f"fleet.key_file: {path} is passphrase-protected; slurmadm needs a root-only "
+                             "key without one") from None
+        except (OSError, ValueError, paramiko.SSHException) as exc:
+            raise UsageError(f"fleet.key_file: {path}: not a private key slurmadm can read "
+                             f"({type(exc).__name__})") from None
+
+    # ---- connections
+    def _connect(self, node: str, target: Target):
+        import paramiko
+
+        with self._lock:
+            client = self._clients.get(node)
+        if client is not None and client.get_transport() is not None and client.get_transport().is_active():
+            return client
+        client = paramiko.SSHClient()
+        client.load_system_host_keys(self.fleet.known_hosts)  # read-only: never written back
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        t = self.fleet.connect_timeout_s
+        client.connect(target.host, port=target.port, username=self.fleet.user, pkey=self._key, timeout=t,
+                       banner_timeout=t, auth_timeout=t, allow_agent=False, look_for_keys=False)
+        with self._lock:
+            self._clients[node] = client
+        return client
+
+    def _one(self, node: str, target: Target, command: str, timeout: float, stdin: str | None) -> Reply:
+        import paramiko
+
+        started = time.monotonic()
+        reply = Reply(node)
+        where = f"{target.host}:{target.port}"
+        try:
+            client = self._connect(node, target)
+        except paramiko.BadHostKeyException:
+            reply.kind, reply.error = "hostkey", (f"host key of {where} CHANGED (not the one in "
+                                                  f"{self.fleet.known_hosts}); refusing to connect")
+        except paramiko.SSHException as exc:
+            if "not found in known_hosts" in str(exc):
+                reply.kind, reply.error = "hostkey", f"host key of {where} unknown (not in {self.fleet.known_hosts})"
+            elif isinstance(exc, paramiko.AuthenticationException):
+                reply.kind, reply.error = "auth", f"{where}: key not accepted for user {self.fleet.user}"
+            else:
+                reply.kind, reply.error = "unreachable", f"{where}: ssh: {_one_line(exc)}"
+        except paramiko.ssh_exception.NoValidConnectionsError as exc:
+            codes = {getattr(e, "errno", None) for e in exc.errors.values()}
+            why = "connection refused (sshd down?)" if codes == {errno.ECONNREFUSED} else _one_line(exc)
+            reply.kind, reply.error = "unreachable", f"{where}: {why}"
+        except (socket.timeout, TimeoutError):
+            reply.kind, reply.error = "unreachable", f"{where}: no answer within {self.fleet.connect_timeout_s:g} s"
+        except OSError as exc:
+            reply.kind, reply.error = "unreachable", f"{where}: {exc.strerror or _one_line(exc)}"
+        if reply.kind:
+            reply.duration_s = time.monotonic() - started
+            return reply
+        try:
+            reply.exit, reply.output, timed_out = _exec(client, command, timeout, stdin)
+            if timed_out:
+                reply.kind, reply.error = "timeout", f"command ran past its {timeout:g} s limit"
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            reply.kind, reply.error = "unreachable", f"{where}: connection lost ({_one_line(exc)})"
+            self._forget(node)
+        reply.duration_s = time.monotonic() - started
+        return reply
+
+    def _forget(self, node: str) -> None:
+        with self._lock:
+            client = self._clients.pop(node, None)
+        if client is not None:
+            client.close()
+
+    def run(self, nodes: Sequence[str], command: str, *, timeout: float, stdin: str | None = None,
+            on_reply: Callable[[Reply], None] | None = None) -> list[Reply]:
+        where = targets(self.fleet, nodes)
+
+        def one(node: str) -> Reply:
+            reply = self._one(node, where[node], command, timeout, stdin)
+            if on_reply is not None:
+                on_reply(reply)
+            return reply
+
+        if not nodes:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.fleet.fanout, len(nodes))) as pool:
+            return list(pool.map(one, nodes))
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for c in clients:
+            c.close()
+
+    def __enter__(self) -> "ParamikoRemote":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _exec(client, command: str, timeout: float, stdin: str | None) -> tuple[int | None, str, bool]:
+    """Run one command on an open connection: (exit code or None, merged output, timed out)."""
+    deadline = time.monotonic() + timeout
+    chan = client.get_transport().open_session(timeout=min(timeout, 30.0))
+    try:
+        chan.set_combine_stderr(True)
+        chan.exec_command(command)
+        if stdin is not None:
+            chan.sendall(stdin.encode())
+        chan.shutdown_write()
+        chunks: list[bytes] = []
+        size = 0
+        cut = False
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None, _decode(chunks, cut), True
+            chan.settimeout(left)
+            try:
+                data = chan.recv(65536)
+            except socket.timeout:
+                return None, _decode(chunks, cut), True
+            if not data:
+                break
+            if size < MAX_OUTPUT:
+                chunks.append(data[: MAX_OUTPUT - size])
+                size += len(data)
+                cut = cut or size > MAX_OUTPUT
+            else:
+                cut = True
+        if not chan.status_event.wait(max(deadline - time.monotonic(), 0.01)):
+            return None, _decode(chunks, cut), True
+        return chan.recv_exit_status(), _decode(chunks, cut), False
+    finally:
+        chan.close()
+
+
+def _decode(chunks: list[bytes], cut: bool) -> str:
+    text = b"".join(chunks).decode("utf-8", errors="replace")
+    return text + ("\n[slurmadm: output cut at 4 MiB]\n" if cut else "")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

@@ -1,0 +1,198 @@
+"""A monitoring stack on the dev cluster (`slurmadm monitor dev-stack up|down`): one node exporter
+per fake node, the head exporter, the webhook, and Debian's real Prometheus and Alertmanager,
+every port derived from the dev cluster's port base (devsite.Ports), every process recorded by
+pid and start time under <state>/run (stopped by `down`, never by name).
+
+Intervals are short (1 s scrape and evaluation, 1 s group_wait) so a fault becomes an alert and
+an isolated node in seconds; the demo and the integration tests use it."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sys
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from ..devcluster.cluster import DevCluster
+from ..devcluster.daemons import Daemon, wait_for
+from ..devcluster.devsite import Ports
+from ..errors import UnreachableError, UsageError
+from ..files import write_atomic
+from . import promconfig, rules
+
+PROMETHEUS = "prometheus"
+PORT_RETRIES = 5
+ALERTMANAGER_NAMES = ("prometheus-alertmanager", "alertmanager")
+
+
+def _binary(names: tuple[str, ...]) -> str:
+    for n in names:
+        path = shutil.which(n) or (f"/usr/bin/{n}" if Path(f"/usr/bin/{n}").exists() else None)
+        if path:
+            return path
+    raise UsageError(f"{names[0]}: not installed (run scripts/install-system-deps.sh)")
+
+
+def http_get(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback URLs we built
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError):
+        return 0, b""
+
+
+class MonitorStack:
+    def __init__(self, dc: DevCluster):
+        self.dc = dc
+        rec = dc.record()
+        if rec is None:
+            raise UsageError(f"no dev cluster in {dc.state_dir} (run `slurmadm dev-cluster up` first)")
+        self.ports = Ports(int(rec["port_base"]))
+        self.nodes = list(rec["node_names"])
+        self.dir = dc.p("monitor")
+
+    # ---------------------------------------------------------------- files
+    @property
+    def token_file(self) -> Path:
+        return self.dir / "webhook.token"
+
+    def daemons(self) -> list[Daemon]:
+        names = [f"exporter-{n}" for n in self.nodes] + ["exporter-head", "webhook", "prometheus", "alertmanager"]
+        return [self.dc.daemon(f"monitor-{n}") for n in names]
+
+    def urls(self) -> dict[str, str]:
+        return {"prometheus": f"http://127.0.0.1:{self.ports.monitor_prometheus}",
+                "alertmanager": f"http://127.0.0.1:{self.ports.monitor_alertmanager}",
+                "webhook": f"http://127.0.0.1:{self.ports.monitor_webhook}/alerts",
+                "head_exporter": f"http://127.0.0.1:{self.ports.monitor_head_exporter}/metrics",
+                **{f"exporter_{n}": f"http://127.0.0.1:{self.ports.monitor_node_exporter(i)}/metrics"
+                   for i, n in enumerate(self.nodes)}}
+
+    def prometheus_config(self, site) -> dict:
+        cfg = promconfig.prometheus_config(
+            site, rules_file=str(self.dir / "rules.yml"), alertmanager=f"127.0.0.1:{self.ports.monitor_alertmanager}",
+            node_target=lambda i, _n: f"127.0.0.1:{self.ports.monitor_node_exporter(i)}",
+            head_target=f"127.0.0.1:{self.ports.monitor_head_exporter}", interval="1s")
+        cfg["global"]["scrape_timeout"] = "1s"
+        return cfg
+
+    def alertmanager_config(self) -> dict:
+        return promconfig.alertmanager_config(self.dc.site(), webhook_url=self.urls()["webhook"],
+                                              token_file=str(self.token_file), group_wait="1s", group_interval="1s")
+
+    def write_files(self) -> None:
+        site = self.dc.site()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if not self.token_file.exists():
+            fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(32) + "\n")
+        write_atomic(self.dir / "rules.yml", rules.render(site))
+        write_atomic(self.dir / "prometheus.yml", yaml.safe_dump(self.prometheus_config(site), sort_keys=False))
+        write_atomic(self.dir / "alertmanager.yml", yaml.safe_dump(self.alertmanager_config(), sort_keys=False))
+
+    # ---------------------------------------------------------------- up / down
+    def up(self, *, progress=lambda msg: None, timeout: float = 90.0) -> dict:
+        try:
+            return self._up(progress, timeout)
+        except BaseException:
+            self.down()  # nothing half-started is left behind
+            raise
+
+    def _up(self, progress, timeout: float) -> dict:
+        self.write_files()
+        env = {**self.dc.env()}
+        me = [sys.executable, "-m", "slurmadm"]
+        site = str(self.dc.site_path)
+        starts: list[tuple[str, list[str], dict[str, str]]] = [
+            (f"monitor-exporter-{n}", [*me, "exporter", "--mode", "node", "--node", n, "--site", site,
+                                       "--listen", f"127.0.0.1:{self.ports.monitor_node_exporter(i)}"],
+             {**env, "SLURMD_NODENAME": n})
+            for i, n in enumerate(self.nodes)
+        ]
+        starts += [
+            ("monitor-exporter-head", [*me, "exporter", "--mode", "head", "--site", site], env),
+            ("monitor-webhook", [*me, "monitor", "webhook", "--site", site], env),
+            ("monitor-alertmanager", [_binary(ALERTMANAGER_NAMES), f"--config.file={self.dir / 'alertmanager.yml'}",
+                                      f"--storage.path={self.dir / 'alertmanager-data'}",
+                                      f"--web.listen-address=127.0.0.1:{self.ports.monitor_alertmanager}",
+                                      "--cluster.listen-address=", "--log.level=warn"], env),
+            ("monitor-prometheus", [_binary((PROMETHEUS,)), f"--config.file={self.dir / 'prometheus.yml'}",
+                                    f"--storage.tsdb.path={self.dir / 'prometheus-data'}",
+                                    f"--web.listen-address=127.0.0.1:{self.ports.monitor_prometheus}",
+                                    "--web.enable-lifecycle", "--log.level=warn"], env),
+        ]
+        progress(f"starting {len(self.nodes)} node exporters, the head exporter, the webhook, "
+                 "Alertmanager and Prometheus")
+        for name, argv, e in starts:
+            d = self.dc.daemon(name)
+            if not d.alive():
+                d.start(argv, env=e)
+        retries = {name: 0 for name, _a, _e in starts}
+        urls = self.urls()
+        checks = [urls["prometheus"] + "/-/ready", urls["alertmanager"] + "/-/ready", urls["head_exporter"],
+                  *[urls[f"exporter_{n}"] for n in self.nodes]]
+
+        def ready() -> bool:
+            for name, argv, e in starts:
+                d = self.dc.daemon(name)
+                if d.alive():
+                    continue
+                # Our fixed ports lie in Linux's ephemeral range (32768-60999): a busy machine's
+                # outgoing connection may hold one for a moment. Try again, a few times.
+                if "in use" in d.tail(5) and retries[name] < PORT_RETRIES:
+                    retries[name] += 1
+                    d.start(argv, env=e)
+                    continue
+                raise UnreachableError(f"{d.name} died: {d.tail()}")
+            return all(http_get(u, timeout=3)[0] == 200 for u in checks)
+
+        if not wait_for(ready, timeout, interval=0.3):
+            raise UnreachableError(f"monitoring stack not ready after {timeout:g} s (logs: {self.dc.p('log')})")
+        # Prometheus reloads nothing by itself: a re-run with changed rules takes effect now
+        http_post(urls["prometheus"] + "/-/reload")
+        progress(f"Prometheus {urls['prometheus']}  Alertmanager {urls['alertmanager']}")
+        return self.status()
+
+    def down(self) -> list[str]:
+        return [d.name for d in reversed(self.daemons()) if d.stop()]
+
+    def status(self) -> dict:
+        return {"urls": self.urls(), "daemons": [{"name": d.name, "pid": d.pid(), "alive": d.alive()}
+                                                 for d in self.daemons()]}
+
+
+def http_post(url: str, data: bytes = b"", headers: dict[str, str] | None = None,
+              timeout: float = 5.0) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, data=data, headers=headers or {}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError):
+        return 0, b""
+
+
+def prom_query(base: str, expr: str, timeout: float = 5.0) -> list[dict]:
+    """An instant query; UnreachableError naming the query when Prometheus refuses it."""
+    import urllib.parse
+
+    code, body = http_get(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}", timeout=timeout)
+    if code == 0:
+        raise UnreachableError(f"Prometheus {base}: no answer")
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError:
+        raise UnreachableError(f"Prometheus {base}: answered {code} with no JSON") from None
+    if data.get("status") != "success":
+        raise UnreachableError(f"Prometheus {base}: query {expr!r}: {data.get('error', code)}")
+    return data["data"]["result"]

@@ -1,0 +1,69 @@
+"""Site model: monitoring (`slurmadm exporter`, `slurmadm monitor`, `slurmadm jobs idle`, `slurmadm top`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from .profiles import Strict
+
+AlertName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$")]
+JobName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$")]
+ListenAddr = Annotated[str, Field(pattern=r"^[0-9A-Za-z.\-:\[\]]+:\d{1,5}$")]
+
+
+class MonitorSection(Strict):
+    # Where the exporters listen (`slurmadm exporter --mode node|head`, default --listen).
+    node_listen: ListenAddr = "0.0.0.0:9410"
+    head_listen: ListenAddr = "0.0.0.0:9411"
+    # A source (NVML, sysfs, the store, Slurm) is read at most once per this many seconds; a
+    # scrape in between answers from the last read.
+    node_cache_s: Annotated[float, Field(ge=0, le=3600)] = 5.0
+    head_cache_s: Annotated[float, Field(ge=0, le=3600)] = 30.0
+    # A read that has not answered within this many seconds is abandoned: the scrape answers
+    # with the last good values, marked stale (slurmadm_exporter_source_stale).
+    read_deadline_s: Annotated[float, Field(gt=0, le=120)] = 3.0
+    # InfiniBand ports are read from <sysfs_root>/class/infiniband ({node}: the node's name);
+    # unset: health.sysfs_root where the site has one, else /sys.
+    sysfs_root: Annotated[str, Field(pattern=r"^/")] | None = None
+    # The prolog records which job holds which GPUs here (one file per job, removed by the epilog).
+    job_map_dir: Annotated[str, Field(pattern=r"^/")] = "/run/slurmadm/jobs"
+    # Prometheus that `slurmadm jobs idle` and `slurmadm top` ask (http://host:port).
+    prometheus_url: Annotated[str, Field(pattern=r"^https?://[0-9A-Za-z.\-:\[\]]+(/[A-Za-z0-9._/\-]*)?$")] = (
+        "http://127.0.0.1:9090"
+    )
+    # Alert rules: job label of the exporters' scrape jobs, thresholds and `for` durations.
+    node_job: JobName = "slurmadm-node"
+    head_job: JobName = "slurmadm-head"
+    gpu_temp_c: Annotated[int, Field(ge=30, le=150)] = 85
+    gpu_temp_for: Annotated[str, Field(pattern=r"^\d+[smh]$")] = "5m"
+    error_rise_window: Annotated[str, Field(pattern=r"^\d+[smh]$")] = "15m"
+    drained_fraction: Annotated[float, Field(gt=0, le=1)] = 0.1
+    quota_for: Annotated[str, Field(pattern=r"^\d+[smh]$")] = "1h"
+    absent_for: Annotated[str, Field(pattern=r"^\d+[smh]$")] = "5m"
+    # Alerts the webhook acts on: alert name -> "drain" (isolate the node the alert names).
+    actions: dict[AlertName, Literal["drain", "none"]] = {
+        "GpuXidFatal": "drain",
+        "GpuEccUncorrected": "drain",
+        "GpuRowRemapFailure": "drain",
+        "InfinibandLinkDown": "drain",
+    }
+    # The webhook (`slurmadm monitor webhook`): listen address, a root-only token file (the
+    # Alertmanager sends `Authorization: Bearer <token>`), and the largest request it reads.
+    webhook_listen: ListenAddr = "127.0.0.1:9412"
+    webhook_token_file: Annotated[str, Field(pattern=r"^/")] = "/etc/slurmadm/webhook.token"
+    webhook_max_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 1024 * 1024
+    # How often the webhook looks whether a node whose alert resolved has had its clean health runs.
+    resume_check_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    # Idle GPUs in running jobs (Princeton jobstats / job_defense_shield): a GPU is idle while
+    # every sample is at or under idle_util_percent; a job is reported after idle_minutes.
+    idle_util_percent: Annotated[float, Field(ge=0, le=100)] = 0.0
+    idle_minutes: Annotated[float, Field(gt=0, le=10080)] = 60.0
+    # report: list and alert only; mail: also mail the user (mail_command, once per job);
+    # cancel: mail, then scancel after idle_cancel_after_minutes more idle minutes.
+    idle_action: Literal["report", "mail", "cancel"] = "report"
+    idle_cancel_after_minutes: Annotated[float, Field(ge=0, le=10080)] = 60.0
+    idle_exempt_interactive: bool = True
+    idle_exempt_partitions: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_\-.]+$")]] = []
+    mail_command: Annotated[str, Field(pattern=r"^/")] = "/usr/bin/mail"

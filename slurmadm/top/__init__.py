@@ -1,0 +1,118 @@
+"""`slurmadm top`: a live terminal view for the head node.
+
+One frame = one Slurm read (the head exporter's SlurmHead: node listing, squeue, sshare) plus,
+when Prometheus answers, each node's mean GPU utilisation. `build_frame` is pure (a Snapshot and
+the utilisation in, a rich renderable out), so the layout is tested without a terminal; the CLI
+drives it with rich's Live on the alternate screen (no flicker) and quits on `q`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from rich.console import Group as RGroup
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..exporter.head import Aggregate, Snapshot, aggregate
+
+STATE_STYLE = {"idle": "green", "mixed": "cyan", "allocated": "blue", "completing": "blue", "draining": "yellow",
+               "drained": "yellow", "down": "bold red", "reserved": "magenta"}
+
+
+@dataclass
+class Frame:
+    snap: Snapshot
+    util: dict[str, float]  # node -> mean GPU utilisation %, when Prometheus answered
+    error: str = ""
+    at: float = 0.0
+
+
+def _util_style(u: float | None) -> str:
+    if u is None:
+        return "dim"
+    return "red" if u < 15 else ("yellow" if u < 50 else "green")
+
+
+def build_frame(site, frame: Frame, width: int = 120):
+    agg: Aggregate = aggregate(frame.snap)
+    title = Text.assemble((f"slurmadm top: {site.cluster.name}", "bold"),
+                          f"  {time.strftime('%H:%M:%S', time.localtime(frame.at or time.time()))}",
+                          "  q quits")
+    counts = {}
+    for st, _owner, _reason in agg.node_state.values():
+        counts[st] = counts.get(st, 0) + 1
+    summary = Text("  ".join(f"{st} {n}" for st, n in sorted(counts.items())))
+    # the node grid: one cell per node, coloured by state, with its GPU utilisation
+    cell_w = 16
+    cols = max(1, min(12, width // cell_w))
+    grid = Table.grid(padding=(0, 1))
+    for _ in range(cols):
+        grid.add_column(width=cell_w - 1, no_wrap=True)
+    cells = []
+    for name in sorted(agg.node_state):
+        st, owner, _reason = agg.node_state[name]
+        u = frame.util.get(name)
+        cell = Text(f"{name:<9}", style=STATE_STYLE.get(st, "white"))
+        cell.append(" --" if u is None else f"{u:4.0f}%", style=_util_style(u))
+        cells.append(cell)
+    for i in range(0, len(cells), cols):
+        grid.add_row(*cells[i:i + cols])
+    drains = Table(title="drains", title_justify="left", expand=False, header_style="bold")
+    for col, w in (("node", 9), ("state", 8), ("owner", 8), ("reason", 24)):
+        drains.add_column(col, overflow="fold", min_width=w)
+    by_node = {n.name: n for n in frame.snap.nodes}
+    for name, (st, owner, _r) in sorted(agg.node_state.items()):
+        if owner:
+            drains.add_row(name, st, owner, escape(by_node[name].reason[:90]))
+    queue = Table(title="queue", title_justify="left", header_style="bold")
+    queue.add_column("partition", min_width=9)
+    queue.add_column("reason", min_width=14)
+    queue.add_column("jobs", justify="right")
+    for part, n in sorted(agg.running.items()):
+        queue.add_row(escape(part), "running", str(n))
+    for (part, reason), n in sorted(agg.pending.items(), key=lambda kv: -kv[1]):
+        queue.add_row(escape(part), escape(reason), str(n))
+    projects = Table(title="projects near quota", title_justify="left", header_style="bold")
+    for col in ("project", "GPUs", "quota", "use"):
+        projects.add_column(col, justify="right" if col != "project" else "left", min_width=12 if col == "project" else 5)
+    for proj in site.projects:
+        if not proj.gpu_quota:
+            continue
+        used = agg.project_gpus.get(proj.name, 0)
+        frac = used / proj.gpu_quota
+        if frac >= 0.8:
+            projects.add_row(escape(proj.name), str(used), str(proj.gpu_quota),
+                             Text(f"{frac:.0%}", style="red" if frac >= 1 else "yellow"))
+    parts = [title, summary, Panel(grid, title="nodes (state colour, mean GPU utilisation)", expand=False)]
+    if not drains.row_count:
+        drains.add_row("-", "", "", "no drains")
+    if width >= 150:
+        side = Table.grid(padding=(0, 3))
+        side.add_row(drains, queue, projects)
+        parts.append(side)
+    else:
+        parts += [drains, queue, projects]
+    if frame.error:
+        parts.append(Text(f"warning: {frame.error}", style="yellow"))
+    return RGroup(*parts)
+
+
+def read_frame(site, source, prometheus_url: str | None) -> Frame:
+    from ..errors import SlurmadmError
+
+    snap = source.read()
+    util: dict[str, float] = {}
+    error = ""
+    if prometheus_url:
+        from ..monitor.stack import prom_query
+
+        try:
+            for r in prom_query(prometheus_url, "avg by (node) (slurmadm_gpu_utilization_percent)", timeout=2.0):
+                util[r["metric"].get("node", "")] = float(r["value"][1])
+        except SlurmadmError as exc:
+            error = f"no GPU utilisation ({exc})"
+    return Frame(snap, util, error, time.time())

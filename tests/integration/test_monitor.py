@@ -1,0 +1,196 @@
+"""Monitoring end to end on the real dev cluster: Debian's Prometheus scrapes the node exporters
+of the 4 fake nodes (stand-in GPUs through the real pynvml) and the head exporter, evaluates the
+generated rules, and sends alerts through Debian's Alertmanager to the webhook, which isolates the
+node in Slurm; clearing the fault resolves the alert and the node is resumed. A job holding 8
+stand-in GPUs at 0 % is reported by `slurmadm jobs idle` and fires GpuJobIdle. `slurmadm top` runs
+in tmux and is read back with capture-pane. Every wait polls with a deadline."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from slurmadm.devcluster.daemons import wait_for
+from slurmadm.monitor import dashboard
+from slurmadm.monitor.stack import MonitorStack, http_get, prom_query
+from slurmadm.store import Store
+from tests.integration.helpers import ensure_burnin_accounting, run_slurmadm
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def stack(dev_cluster):
+    s = MonitorStack(dev_cluster)
+    s.up(timeout=120)
+    yield s
+    s.down()
+
+
+@pytest.fixture(scope="module")
+def env(dev_cluster):
+    e = {**os.environ, **dev_cluster.env()}
+    ensure_burnin_accounting(e, dev_cluster.site())
+    return e
+
+
+def sh(env, *argv, timeout=30, check=True) -> str:
+    return subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=timeout, check=check).stdout
+
+
+def node_state(env, name) -> tuple[str, str]:
+    out = sh(env, "sinfo", "-h", "-N", "-n", name, "-o", "%T|%E").strip().splitlines()[0]
+    state, _, reason = out.partition("|")
+    return state, reason
+
+
+def prom(stack, expr):
+    return prom_query(stack.urls()["prometheus"], expr)
+
+
+def test_prometheus_scrapes_every_exporter(stack, dev_cluster):
+    site = dev_cluster.site()
+
+    def all_up() -> bool:
+        nodes = prom(stack, f'up{{job="{site.monitor.node_job}"}} == 1')
+        head = prom(stack, f'up{{job="{site.monitor.head_job}"}} == 1')
+        return len(nodes) == len(dev_cluster.nodes()) and len(head) == 1
+    assert wait_for(all_up, 60, interval=0.5)
+    gpus = prom(stack, "sum(slurmadm_gpus)")
+    assert float(gpus[0]["value"][1]) == 8 * len(dev_cluster.nodes())
+    assert prom(stack, 'slurmadm_nodes{partition="gpu"}')
+
+
+def test_gpu_fault_becomes_an_alert_and_an_isolated_node_then_resumes(stack, dev_cluster, env):
+    target = "b200-003"
+    assert wait_for(lambda: len(prom(stack, "slurmadm_gpu_pcie_replay_total")) == 8 * len(dev_cluster.nodes()), 60)
+    t0 = time.time()
+    run_slurmadm(env, "dev-cluster", "gpu-fault", target, "--gpu", "2", "--kind", "pcie-replay", "--value", "1000")
+    try:
+        assert wait_for(lambda: node_state(env, target)[1].startswith("slurmadm: alert-GpuPcieReplayRising:"),
+                        120, interval=0.5), node_state(env, target)
+        state, reason = node_state(env, target)
+        assert state in ("drained", "draining") and "GPU2" in reason and reason.endswith("[alert]")
+        # the alert went through Alertmanager (its API lists it) to the webhook (the audit trail says so)
+        code, body = http_get(stack.urls()["alertmanager"] + "/api/v2/alerts")
+        assert code == 200
+        assert any(a["labels"].get("alertname") == "GpuPcieReplayRising" and a["labels"].get("node") == target
+                   for a in json.loads(body))
+        with Store(dev_cluster.site().store.path) as store:
+            drains = [e for e in store.events(since=t0, action="node.drain", target=target)]
+        assert drains and drains[0].detail["alert"] == "GpuPcieReplayRising"
+        # with a drained node every dashboard panel's query parses and returns series
+        site = dev_cluster.site()
+
+        def panels_answer() -> bool:
+            return all(prom(stack, expr) for _title, expr in dashboard.panel_queries(site))
+        if not wait_for(panels_answer, 30, interval=1):
+            empty = [t for t, expr in dashboard.panel_queries(site) if not prom(stack, expr)]
+            pytest.fail(f"dashboard panels without series: {empty}")
+        assert prom(stack, f'slurmadm_node_state{{node="{target}", owner="slurmadm"}}')
+    finally:
+        run_slurmadm(env, "dev-cluster", "gpu-fault", target, "--clear")
+    assert wait_for(lambda: node_state(env, target)[0] == "idle", 180, interval=0.5), node_state(env, target)
+    with Store(dev_cluster.site().store.path) as store:
+        assert store.events(since=t0, action="node.resume", target=target)
+
+
+def test_an_admin_drain_is_not_resumed_by_a_resolved_alert(stack, dev_cluster, env):
+    """An admin drains the node while the alert fires: the webhook leaves it (foreign drain)."""
+    target = "b200-004"
+    sh(env, "scontrol", "update", f"NodeName={target}", "State=DRAIN", "Reason=swap DIMM A3")
+    try:
+        run_slurmadm(env, "dev-cluster", "gpu-fault", target, "--gpu", "0", "--kind", "pcie-replay", "--value", "5")
+        assert wait_for(lambda: prom(stack, f'ALERTS{{alertname="GpuPcieReplayRising", node="{target}", '
+                                            'alertstate="firing"}'), 60, interval=0.5)
+        run_slurmadm(env, "dev-cluster", "gpu-fault", target, "--clear")
+        assert wait_for(lambda: not prom(stack, f'ALERTS{{alertname="GpuPcieReplayRising", node="{target}"}}'),
+                        120, interval=0.5)
+        assert node_state(env, target)[1] == "swap DIMM A3"
+    finally:
+        run_slurmadm(env, "dev-cluster", "gpu-fault", target, "--clear")
+        sh(env, "scontrol", "update", f"NodeName={target}", "State=RESUME")
+
+
+def test_infiniband_faults_on_the_stand_in_sysfs_fire_their_alerts(stack, dev_cluster, env):
+    """The node exporters read the dev cluster's stand-in InfiniBand trees (health.sysfs_root):
+    a port taken down fires InfinibandLinkDown, rising error counters InfinibandErrorsRising.
+    (Whether the alert or the infiniband health check drains the node first is a race; either
+    way the node is isolated with slurmadm's reason, and both are cleared below.)"""
+    target = "b200-002"
+    assert wait_for(lambda: len(prom(stack, f'slurmadm_ib_port_up{{node="{target}"}} == 1')) >= 1, 60, interval=0.5)
+    try:
+        run_slurmadm(env, "dev-cluster", "ib-fault", target, "--hca", "mlx5_3", "--kind", "errors")
+        assert wait_for(lambda: prom(stack, f'ALERTS{{alertname="InfinibandErrorsRising", node="{target}", '
+                                            'hca="mlx5_3", alertstate="firing"}'), 60, interval=0.5)
+        run_slurmadm(env, "dev-cluster", "ib-fault", target, "--hca", "mlx5_3", "--kind", "down")
+        assert wait_for(lambda: prom(stack, f'ALERTS{{alertname="InfinibandLinkDown", node="{target}", '
+                                            'hca="mlx5_3", alertstate="firing"}'), 60, interval=0.5)
+        assert wait_for(lambda: node_state(env, target)[1].startswith("slurmadm: "), 90, interval=0.5)
+    finally:
+        run_slurmadm(env, "dev-cluster", "ib-fault", target, "--clear")
+    # resumed by whoever drained it (the webhook after the resolve, or health after clean runs)
+    assert wait_for(lambda: node_state(env, target)[0] == "idle", 240, interval=1), node_state(env, target)
+
+
+def test_a_job_holding_8_idle_gpus_is_reported(stack, dev_cluster, env):
+    site = dev_cluster.site()
+    jobmap_dir = site.monitor.job_map_dir
+    job = sh(env, "sbatch", "--parsable", "-A", site.burnin.account, "-q", site.burnin.qos, "-p", "gpu",
+             "--gres=gpu:8", "-w", "b200-002", "-J", "idle-gpus", "--wrap", "sleep 600").strip().split(";")[0]
+    try:
+        found = {}
+
+        def reported() -> bool:
+            p = run_slurmadm(env, "jobs", "idle", "--json")
+            data = json.loads(p.stdout)
+            jobs = {j["job_id"]: j for j in data["jobs"]}
+            if job in jobs:
+                found.update(jobs[job], rc=p.returncode)
+                return True
+            return False
+        assert wait_for(reported, 120, interval=1)
+        assert found["gpus"] == 8 and found["nodes"] == ["b200-002"] and found["mean_util_percent"] == 0
+        assert found["idle_minutes"] >= site.monitor.idle_minutes and found["account"] == site.burnin.account
+        assert found["rc"] == 1 and found["action"] == "report"
+        assert wait_for(lambda: prom(stack, f'ALERTS{{alertname="GpuJobIdle", jobid="{job}", alertstate="firing"}}'),
+                        60, interval=0.5)
+        # GPU metrics carry the job's labels
+        assert len(prom(stack, f'slurmadm_gpu_utilization_percent{{jobid="{job}", node="b200-002"}}')) == 8
+    finally:
+        sh(env, "scancel", job, check=False)
+    # the epilog removed the job's GPU map entry
+    assert wait_for(lambda: not (dev_cluster.p("run", "jobs", "b200-002", f"{job}.json")).exists()
+                    if jobmap_dir.startswith(str(dev_cluster.state_dir)) else True, 60)
+
+
+def test_top_runs_in_tmux_and_q_quits(stack, dev_cluster, env):
+    assert shutil.which("tmux"), "tmux is missing: run scripts/install-system-deps.sh"
+    session = f"slurmadm-top-{dev_cluster.state_dir.name}"
+    sh(env, "scontrol", "update", "NodeName=b200-001", "State=DRAIN", "Reason=cable check")
+    import sys
+
+    cmd = f"{sys.executable} -m slurmadm top --interval 0.5"
+    subprocess.run(["tmux", "kill-session", "-t", session], env=env, capture_output=True)
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "45", cmd], env=env, check=True)
+    try:
+        def screen() -> str:
+            return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], env=env, capture_output=True,
+                                  text=True).stdout
+
+        def shows() -> bool:
+            s = screen()
+            return all(n in s for n in dev_cluster.nodes()) and "cable check" in s and "queue" in s
+        assert wait_for(shows, 60, interval=0.5), screen()
+        assert "admin" in screen()  # the drain's owner
+        subprocess.run(["tmux", "send-keys", "-t", session, "q"], env=env, check=True)
+        assert wait_for(lambda: subprocess.run(["tmux", "has-session", "-t", session], env=env,
+                                               capture_output=True).returncode != 0, 20, interval=0.2)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], env=env, capture_output=True)
+        sh(env, "scontrol", "update", "NodeName=b200-001", "State=RESUME")

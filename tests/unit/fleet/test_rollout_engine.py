@@ -1,0 +1,196 @@
+"""The rollout engine against fakes of Slurm and the nodes (the real thing: tests/integration/
+test_fleet.py): wave order, canary stop, failure budget, continuation, nodes held by others."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import replace
+
+import pytest
+import tomli_w
+
+from slurmadm.fleet import rollout as ro
+from slurmadm.fleet.ssh import Reply
+from slurmadm.resources import example_site
+from slurmadm.site import parse_site
+from slurmadm.slurm.model import NodeInfo
+from slurmadm.store import Store
+
+pytestmark = pytest.mark.unit
+NODES = ["b200-001", "b200-002", "b200-003", "b200-004"]
+
+
+class World:
+    """Four nodes: their NCCL, Slurm state and boot counter; what ran where, in order."""
+
+    def __init__(self, fail_install=(), health_fail=()):
+        self.nccl = dict.fromkeys(NODES, "2.25.1")
+        self.staged: dict[str, str] = {}
+        self.info = {n: NodeInfo(n, "IDLE", partitions=("gpu",)) for n in NODES}
+        self.boots = dict.fromkeys(NODES, 0)
+        self.log: list[tuple[str, str]] = []
+        self.fail_install, self.health_fail = set(fail_install), set(health_fail)
+
+    # the nodes (Remote)
+    def run(self, nodes, command, *, timeout, stdin=None, on_reply=None):
+        out = []
+        for n in nodes:
+            if stdin is not None:  # the fact collector
+                r = Reply(n, 0, f"@@libs\nlibnccl.so.{self.nccl[n]}\n@@end\n")
+            elif command.startswith("install "):
+                self.log.append((n, "install"))
+                if n in self.fail_install:
+                    r = Reply(n, 100, "E: Unable to locate package\n")
+                else:
+                    self.staged[n] = command.split("=", 1)[1]
+                    r = Reply(n, 0, "")
+            else:
+                bad = n in self.health_fail
+                r = Reply(n, 1 if bad else 0, json.dumps({"results": [
+                    {"check_id": "xid", "status": "fail" if bad else "pass", "detail": "GPU3 XID 79"}]}))
+            if on_reply:
+                on_reply(r)
+            out.append(r)
+        return out
+
+    def close(self):
+        pass
+
+    # Slurm (backend + SlurmOps)
+    def nodes(self, names=None):
+        return [self.info[n] for n in (names or NODES)]
+
+    def drain(self, names, reason):
+        for n in names:
+            self.info[n] = replace(self.info[n], flags=self.info[n].flags | {"DRAIN"}, reason=reason)
+            self.log.append((n, "drain"))
+
+    def resume(self, names):
+        for n in names:
+            self.info[n] = replace(self.info[n], flags=self.info[n].flags - {"DRAIN"}, reason="")
+            self.log.append((n, "resume"))
+
+    def set_reason(self, names, reason):
+        for n in names:
+            self.info[n] = replace(self.info[n], reason=reason)
+
+    def node(self, name):
+        return self.info[name]
+
+    def boot_time(self, name):
+        return str(self.boots[name])
+
+    def jobs_on(self, name):
+        return []
+
+    def reboot(self, name, reason, rts):
+        self.boots[name] += 1
+        self.nccl[name] = self.staged.get(name, self.nccl[name])
+        self.log.append((name, "reboot"))
+
+
+@pytest.fixture()
+def site(tmp_path):
+    data = tomllib.loads(example_site().read_text())
+    data["store"] = {"path": str(tmp_path / "s.db")}
+    return parse_site(tomli_w.dumps(data))
+
+
+def make_plan(tmp_path, **over):
+    text = 'name = "nccl"\nnodes = "b200-[001-004]"\ncanary_nodes = 1\nwave_fraction = 0.5\n' \
+           'max_failed_fraction = 0.0\nhealth_command = "health"\n[[steps]]\nrun = "install nccl=2.26.2"\n' \
+           '[expect]\nnccl = "2.26.2"\n'
+    for k, v in over.items():
+        text = text.replace(f"{k} = ", f"# {k} = ", 1) if k in text else text
+        text = f"{k} = {v}\n" + text
+    p = tmp_path / "plan.toml"
+    p.write_text(text)
+    return ro.load_plan(p)
+
+
+def go(site, world, plan, sha, **opts):
+    with Store.for_site(site) as store:
+        r = ro.Rollout(site, plan, sha, backend=world, remote=world, store=store,
+                       options=ro.Options(poll_s=0.0, **opts))
+        r.slurm = world
+        return r.run()
+
+
+def test_good_plan_canary_then_waves(site, tmp_path):
+    w = World()
+    plan, sha = make_plan(tmp_path)
+    res = go(site, w, plan, sha)
+    assert res.state == "done" and res.waves == [["b200-001"], ["b200-002", "b200-003"], ["b200-004"]]
+    installs = [n for n, what in w.log if what == "install"]
+    assert installs[0] == "b200-001" and installs[-1] == "b200-004"
+    assert all(w.nccl[n] == "2.26.2" and not w.info[n].drained for n in NODES)
+    for n in NODES:  # each node: drain, install, reboot, resume, in that order
+        assert [what for m, what in w.log if m == n] == ["drain", "install", "reboot", "resume"]
+
+
+def test_canary_failure_stops_with_others_untouched(site, tmp_path):
+    w = World(health_fail={"b200-001"})
+    plan, sha = make_plan(tmp_path)
+    res = go(site, w, plan, sha)
+    assert res.state == "stopped" and "canary failed" in res.detail
+    assert w.info["b200-001"].drained and "FAILED health: xid fail: GPU3 XID 79" in w.info["b200-001"].reason
+    assert {n for n, _ in w.log} == {"b200-001"}
+
+
+def test_failure_budget_stops_later_waves(site, tmp_path):
+    w = World(fail_install={"b200-002"})
+    plan, sha = make_plan(tmp_path)
+    res = go(site, w, plan, sha)
+    assert res.state == "stopped" and "b200-002" in res.detail
+    assert res.nodes["b200-003"].phase == "done" and res.nodes["b200-004"].phase == "pending"
+    assert not any(n == "b200-004" for n, _ in w.log)
+    # with a budget of one failure the rollout goes on to the last wave
+    w2 = World(fail_install={"b200-002"})
+    plan2, sha2 = make_plan(tmp_path, name='"nccl-2"', max_failed_fraction="0.25")
+    res2 = go(site, w2, plan2, sha2)
+    assert res2.state == "failed" and res2.nodes["b200-004"].phase == "done"
+
+
+def test_rerun_skips_finished_nodes_and_retries_failed(site, tmp_path):
+    w = World(fail_install={"b200-002"})
+    plan, sha = make_plan(tmp_path)
+    go(site, w, plan, sha)
+    w.fail_install.clear()
+    w.log.clear()
+    res = go(site, w, plan, sha)
+    assert res.state == "done"
+    assert {n for n, what in w.log if what == "install"} == {"b200-002", "b200-004"}
+
+
+def test_node_held_by_someone_else_is_skipped_and_drift_drain_taken_over(site, tmp_path):
+    w = World()
+    w.info["b200-003"] = replace(w.info["b200-003"], flags=frozenset({"DRAIN"}), reason="PSU swap (admin)")
+    w.info["b200-004"] = replace(w.info["b200-004"], flags=frozenset({"DRAIN"}),
+                                 reason="slurmadm: drift: nccl 2.21.5 != 2.25.1 [fleet]")
+    plan, sha = make_plan(tmp_path, max_failed_fraction="1.0")
+    res = go(site, w, plan, sha)
+    assert res.nodes["b200-003"].phase == "skipped" and w.info["b200-003"].reason == "PSU swap (admin)"
+    assert res.nodes["b200-004"].phase == "done" and not w.info["b200-004"].drained
+    assert res.state == "failed" and "skipped: b200-003" in res.detail
+
+
+def test_changed_plan_needs_a_new_name_or_restart(site, tmp_path):
+    w = World()
+    plan, sha = make_plan(tmp_path)
+    go(site, w, plan, sha)
+    plan2, sha2 = make_plan(tmp_path, reboot="false")
+    with pytest.raises(Exception, match="another version of this plan"):
+        go(site, w, plan2, sha2)
+    assert go(site, w, plan2, sha2, restart=True).state == "done"
+
+
+def test_reservation_mode_holds_by_the_reservation_not_a_drain(site, tmp_path):
+    w = World()
+    w.reservation_nodes = lambda name: ["b200-001", "b200-002", "b200-003"] if name == "maint-dec" else None
+    plan, sha = make_plan(tmp_path, max_failed_fraction="1.0")
+    res = go(site, w, plan, sha, reservation="maint-dec")
+    assert [res.nodes[n].phase for n in NODES] == ["done", "done", "done", "failed"]
+    assert "not in the active maintenance reservation maint-dec" in res.nodes["b200-004"].detail
+    assert not any(what in ("drain", "resume") for _, what in w.log)
+    assert w.nccl["b200-001"] == "2.26.2" and w.nccl["b200-004"] == "2.25.1"

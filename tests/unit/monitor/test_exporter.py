@@ -1,0 +1,344 @@
+"""The exporters' parts: the cached read with a deadline, the prolog's GPU -> job map, InfiniBand
+from a sysfs tree, the head's parse and aggregation on real Slurm output, and the node exporter
+as a process over the stand-in NVML through the real pynvml (faults show; a hung GPU makes the
+scrape answer stale values within the deadline instead of hanging)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from slurmadm.devcluster import gpus
+from slurmadm.devcluster.daemons import wait_for
+from slurmadm.exporter import jobmap
+from slurmadm.exporter.cache import CachedRead
+from slurmadm.exporter.head import Snapshot, aggregate, parse_squeue
+from slurmadm.exporter.sources import SysfsInfiniband
+from slurmadm.site import BUILTIN_PROFILES, parse_site
+from slurmadm.slurm.parse import nodes_from_json
+
+pytestmark = pytest.mark.unit
+REPO = Path(__file__).resolve().parents[3]
+FIX = REPO / "tests" / "fixtures" / "slurm"
+
+
+# ------------------------------------------------------------------------ cached read + deadline
+
+def test_a_hung_read_answers_the_last_value_marked_stale_within_the_deadline():
+    release = threading.Event()
+    calls = []
+
+    def read():
+        calls.append(1)
+        if len(calls) > 1:
+            release.wait(30)  # the second read hangs, like an NVML call on a wedged GPU
+        return len(calls)
+
+    r = CachedRead("gpu", read, max_age_s=0, deadline_s=0.2)
+    first = r.get()
+    assert (first.value, first.stale) == (1, False)
+    t0 = time.monotonic()
+    second = r.get()
+    assert time.monotonic() - t0 < 5  # bounded by the deadline, not by the hung call
+    assert (second.value, second.stale) == (1, True) and "no answer" in second.error
+    r.get()
+    assert len(calls) == 2  # no second thread piles up behind the hung one
+    release.set()
+    assert wait_for(lambda: not r.get().stale, 10)
+    assert r.get().value == 3
+
+
+def test_a_failing_read_keeps_the_last_value_and_counts_errors():
+    state = {"fail": False}
+
+    def read():
+        if state["fail"]:
+            raise OSError("store locked")
+        return "ok"
+
+    r = CachedRead("store", read, max_age_s=0, deadline_s=5)
+    assert r.get().value == "ok"
+    state["fail"] = True
+    got = r.get()
+    assert got.value == "ok" and got.stale and "store locked" in got.error and r.errors_total == 1
+
+
+def test_reads_are_cached_for_the_interval():
+    n = []
+    r = CachedRead("slurm", lambda: n.append(1) or len(n), max_age_s=3600, deadline_s=5)
+    assert [r.get().value for _ in range(5)] == [1] * 5
+
+
+# ------------------------------------------------------------------------------- the GPU job map
+
+def test_prolog_records_and_epilog_removes_the_jobs_gpus(tmp_path):
+    env = {"SLURM_JOB_ID": "4242", "SLURM_JOB_USER": "alice", "SLURM_JOB_ACCOUNT": "ml-llm",
+           "SLURM_JOB_PARTITION": "gpu", "SLURM_JOB_GPUS": "0,1,4-5"}
+    jobmap.record_from_env(env, "b200-003", str(tmp_path), "prolog")
+    got = jobmap.read(str(tmp_path), "b200-003")
+    assert sorted(got) == [0, 1, 4, 5]
+    assert (got[4].job_id, got[4].user, got[4].account) == ("4242", "alice", "ml-llm")
+    assert jobmap.read(str(tmp_path), "b200-004") == {}
+    jobmap.record_from_env(env, "b200-003", str(tmp_path), "epilog")
+    assert jobmap.read(str(tmp_path), "b200-003") == {}
+
+
+def test_hostile_job_environment_never_reaches_a_path_or_label(tmp_path):
+    env = {"SLURM_JOB_ID": "../../etc/passwd", "SLURM_JOB_GPUS": "0"}
+    assert jobmap.record_from_env(env, "b200-003", str(tmp_path), "prolog") == "no job"
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_USER": 'x"} evil{', "SLURM_JOB_GPUS": "zero"}
+    jobmap.record_from_env(env, "b200-003", str(tmp_path), "prolog")
+    (tmp_path / "b200-003" / "8.json").write_text("{not json")
+    got = jobmap.read(str(tmp_path), "b200-003")
+    assert got == {}  # no GPUs parsed, the bad user dropped, the corrupt file skipped
+    assert list((tmp_path / "b200-003").glob("7.json"))
+
+
+def test_the_health_hook_writes_the_map_in_a_real_prolog_run(tmp_path):
+    lib = tmp_path / "lib"
+    gpus.build_library(lib)
+    data = tomllib.loads((REPO / "site.example.toml").read_text())
+    data["store"] = {"path": str(tmp_path / "s.db")}
+    data["health"].update(results_log=str(tmp_path / "h.jsonl"), xid_source=str(tmp_path / "gpus/{node}.kmsg"),
+                          sysfs_root=str(tmp_path / "gpus/{node}.sysfs"), fabric_manager_process="", mounts=[])
+    data["health"]["checks"]["nccl-allreduce"] = {"contexts": ["run"]}
+    # this machine's memory stands in for the node's 2 TB (host-memory reads the real /proc/meminfo)
+    data["profiles"]["hgx-b200"]["memory_gib"] = max(1, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 30)
+    data["monitor"] = {"job_map_dir": str(tmp_path / "jobs")}
+    (tmp_path / "site.toml").write_text(tomli_w.dumps(data))
+    gpus.write_healthy(tmp_path / "gpus", "b200-003", BUILTIN_PROFILES["hgx-b200"], driver_version="570.133.20")
+    from slurmadm.devcluster import ibsysfs
+
+    ibsysfs.write_healthy(tmp_path / "gpus", "b200-003", BUILTIN_PROFILES["hgx-b200"])
+    env = {"PATH": "/usr/bin:/bin", "SLURMADM_SITE": str(tmp_path / "site.toml"),
+           "SLURMADM_CACHE_DIR": str(tmp_path / "cache"), **gpus.env_for(tmp_path / "gpus", lib),
+           "SLURM_JOB_ID": "99", "SLURM_JOB_USER": "bob", "SLURM_JOB_ACCOUNT": "bio-fold", "SLURM_JOB_GPUS": "2,3"}
+    for context in ("prolog", "epilog"):
+        p = subprocess.run([sys.executable, "-I", "-m", "slurmadm.health", context, "--node", "b200-003"],
+                           env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        held = jobmap.read(str(tmp_path / "jobs"), "b200-003")
+        if context == "prolog":
+            assert sorted(held) == [2, 3] and held[2].user == "bob"
+        else:
+            assert held == {}
+
+
+# --------------------------------------------------------------------------------- InfiniBand
+
+def _port(root: Path, hca: str, port: str, state: str, phys: str, rate: str, **counters: int) -> None:
+    d = root / "class" / "infiniband" / hca / "ports" / port
+    (d / "counters").mkdir(parents=True)
+    (d / "state").write_text(state + "\n")
+    (d / "phys_state").write_text(phys + "\n")
+    (d / "rate").write_text(rate + "\n")
+    (d / "link_layer").write_text("InfiniBand\n")
+    for k, v in counters.items():
+        (d / "counters" / k).write_text(f"{v}\n")
+
+
+def test_infiniband_ports_from_sysfs(tmp_path):
+    # the sysfs formats of the anchor notes: "4: ACTIVE", "5: LinkUp", "400 Gb/sec (4X NDR)"
+    _port(tmp_path, "mlx5_0", "1", "4: ACTIVE", "5: LinkUp", "400 Gb/sec (4X NDR)", symbol_error=3,
+          port_xmit_data=1000, link_downed=255)
+    _port(tmp_path, "mlx5_1", "1", "1: DOWN", "3: Disabled", "10 Gb/sec (4X SDR)")
+    ports = {p.hca: p for p in SysfsInfiniband(str(tmp_path)).read()}
+    assert (ports["mlx5_0"].state, ports["mlx5_0"].phys_state, ports["mlx5_0"].rate_gbps) == (4, 5, 400.0)
+    assert ports["mlx5_0"].counters == {"port_xmit_data": 1000, "symbol_error": 3, "link_downed": 255}
+    assert ports["mlx5_1"].state == 1
+    assert SysfsInfiniband(str(tmp_path / "none")).read() == []
+
+
+# --------------------------------------------------------------------------------------- head
+
+def test_squeue_rows_of_the_real_output(tmp_path):
+    jobs = parse_squeue((FIX / "22.05" / "squeue-O-monitor.txt").read_text() + "garbage line\n")
+    assert len(jobs) == 4
+    by_id = {j.job_id: j for j in jobs}
+    running = [j for j in jobs if j.state == "RUNNING"]
+    assert len(running) == 1 and running[0].gpus == 32 and running[0].nodes == "b200-[001-004]"
+    assert any(j.name == "idle|pipe" for j in jobs)  # the name may hold the separator
+    assert {j.reason for j in jobs if j.state == "PENDING"} == {"QOSGrpGRES"}
+    assert all(j.batch for j in by_id.values())
+
+
+@pytest.mark.parametrize("release, nodes_file", [("22.05", "sinfo.json"), ("24.11", "scontrol-show-node.json")])
+def test_aggregate_real_nodes_and_jobs(release, nodes_file):
+    nodes = nodes_from_json((FIX / release / nodes_file).read_text(), "fixture")
+    jobs = parse_squeue((FIX / "22.05" / "squeue-O-monitor.txt").read_text())
+    agg = aggregate(Snapshot(nodes, jobs, {}))
+    assert sum(n for (p, _), n in agg.nodes_by_state.items() if p == "gpu") == len(
+        [n for n in nodes if "gpu" in n.partitions])
+    total = sum(n.gpus for n in nodes if "gpu" in n.partitions)
+    assert sum(v for (p, _), v in agg.gpus.items() if p == "gpu") == total
+    drained = [n for n in nodes if n.drained]
+    assert sum(agg.drains.values()) == len(drained)
+    for n in drained:
+        owner = "slurmadm" if n.reason.startswith("slurmadm:") else "admin"
+        assert agg.node_state[n.name][1] == owner
+    assert agg.pending[("gpu", "QOSGrpGRES")] == 3 and agg.project_gpus["ops-burnin"] == 32
+
+
+# ---------------------------------------------------------------------- the node exporter process
+
+@pytest.fixture(scope="module")
+def node_exporter(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ne")
+    lib = tmp / "lib"
+    gpus.build_library(lib)
+    data = tomllib.loads((REPO / "site.example.toml").read_text())
+    data["store"] = {"path": str(tmp / "s.db")}
+    data["health"].update(results_log=str(tmp / "h.jsonl"), xid_source=str(tmp / "gpus/{node}.kmsg"))
+    data["monitor"] = {"job_map_dir": str(tmp / "jobs"), "node_cache_s": 0, "read_deadline_s": 1.0,
+                       "sysfs_root": str(tmp / "sys")}
+    (tmp / "site.toml").write_text(tomli_w.dumps(data))
+    parse_site((tmp / "site.toml").read_text(), source="t")
+    gpus.write_healthy(tmp / "gpus", "b200-002", BUILTIN_PROFILES["hgx-b200"], driver_version="570.133.20")
+    _port(tmp / "sys", "mlx5_0", "1", "4: ACTIVE", "5: LinkUp", "400 Gb/sec (4X NDR)", symbol_error=0)
+    jobmap.record_from_env({"SLURM_JOB_ID": "77", "SLURM_JOB_USER": "carol", "SLURM_JOB_ACCOUNT": "ml-vision",
+                            "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7"}, "b200-002", str(tmp / "jobs"), "prolog")
+    env = {**os.environ, **gpus.env_for(tmp / "gpus", lib), "SLURMD_NODENAME": "b200-002"}
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "slurmadm", "exporter", "--mode", "node", "--node", "b200-002",
+                             "--site", str(tmp / "site.toml"), "--listen", f"127.0.0.1:{port}"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=20) as r:
+            return r.read().decode()
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read().decode())
+        try:
+            return "slurmadm_gpus" in scrape()
+        except OSError:
+            return False
+
+    assert wait_for(up, 60, interval=0.2)
+    scrape.gdir = tmp / "gpus"
+    scrape.jobs = tmp / "jobs"
+    yield scrape
+    proc.terminate()
+    proc.wait(10)
+
+
+def value(text: str, name: str, **labels: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    raise KeyError(f"{name} {labels}")
+
+
+def test_node_exporter_reports_the_stand_in_gpus_with_job_labels(node_exporter):
+    text = node_exporter()
+    assert value(text, "slurmadm_gpus", node="b200-002") == 8
+    assert value(text, "slurmadm_gpu_memory_total_bytes", gpu="3", jobid="77", user="carol",
+                 account="ml-vision") == 180 * 2**30
+    assert value(text, "slurmadm_gpu_power_limit_watts", gpu="0") == 1000
+    assert value(text, "slurmadm_ib_port_up", hca="mlx5_0", port="1") == 1
+    assert value(text, "slurmadm_ib_port_rate_bytes_per_second", hca="mlx5_0") == 400e9 / 8
+    assert value(text, "slurmadm_exporter_source_stale", source="gpu") == 0
+    assert value(text, "slurmadm_gpu_job_idle_seconds", gpu="5", jobid="77") >= 0
+
+
+def test_node_exporter_shows_injected_faults(node_exporter):
+    g = node_exporter.gdir
+    gpus.inject(g, "b200-002", 5, "ecc-uncorrected", 2)
+    gpus.inject(g, "b200-002", 1, "pcie-replay", 1000)
+    gpus.inject(g, "b200-002", 2, "thermal", 97)
+    gpus.inject(g, "b200-002", 3, "row-remap-failed")
+    gpus.inject(g, "b200-002", 4, "xid", 79)
+    try:
+        def shows() -> bool:
+            t = node_exporter()
+            return (value(t, "slurmadm_gpu_ecc_errors_total", gpu="5", type="uncorrected", scope="volatile") == 2
+                    and value(t, "slurmadm_gpu_pcie_replay_total", gpu="1") == 1000
+                    and value(t, "slurmadm_gpu_temperature_celsius", gpu="2") == 97
+                    and value(t, "slurmadm_gpu_clock_event_active", gpu="2", reason="hw_thermal_slowdown") == 1
+                    and value(t, "slurmadm_gpu_row_remap_failure", gpu="3") == 1
+                    and value(t, "slurmadm_gpu_last_xid", gpu="4") == 79
+                    and value(t, "slurmadm_gpu_xid_fatal", gpu="4") == 1)
+        assert wait_for(shows, 20, interval=0.2)
+        t = node_exporter()
+        assert value(t, "slurmadm_gpu_ecc_errors_total", gpu="4", type="uncorrected", scope="volatile") == 0
+    finally:
+        gpus.clear(g, "b200-002")
+
+
+def test_a_hung_gpu_makes_the_scrape_stale_not_slow(node_exporter):
+    g = node_exporter.gdir
+    before = value(node_exporter(), "slurmadm_gpu_temperature_celsius", gpu="6")
+    gpus.inject(g, "b200-002", 6, "hang")
+    try:
+        def stale() -> bool:
+            t0 = time.monotonic()
+            text = node_exporter()
+            assert time.monotonic() - t0 < 10, "a scrape waited on the hung NVML call"
+            return value(text, "slurmadm_exporter_source_stale", source="gpu") == 1
+        assert wait_for(stale, 30, interval=0.2)
+        text = node_exporter()
+        assert value(text, "slurmadm_gpu_temperature_celsius", gpu="6") == before  # the last good value
+        assert value(text, "slurmadm_exporter_source_stale", source="host") == 0  # other sources carry on
+    finally:
+        gpus.clear(g, "b200-002")
+    assert wait_for(lambda: value(node_exporter(), "slurmadm_exporter_source_stale", source="gpu") == 0, 60)
+
+
+def test_head_reads_last_burnin_verdicts_and_drift_from_the_store(tmp_path):
+    from slurmadm.burnin import history  # noqa: F401  (declares the burn-in tables)
+    from slurmadm.exporter.head import DRIFT_CHECK, HeadCollector
+    from slurmadm.store import Store
+
+    site = parse_site((REPO / "site.example.toml").read_text(), source="site.example.toml")
+    with Store(tmp_path / "s.db") as store, store.transaction() as db:
+        for sweep, ts, verdict in (("s1", 100.0, "fail"), ("s2", 200.0, "pass")):
+            db.execute("INSERT INTO burnin_nodes (sweep_id, node, why, verdict, ts) VALUES (?,?,?,?,?)",
+                       (sweep, "b200-001", "idle", verdict, ts))
+        for i, (node, status) in enumerate((("b200-001", "warn"), ("b200-001", "pass"), ("b200-002", "fail"),
+                                            ("b200-003", "pass"))):
+            db.execute("INSERT INTO check_results (ts, run_id, node, context, check_id, status, severity, detail,"
+                       " value, duration_ms) VALUES (?, 'r', ?, 'periodic', ?, ?, 'warning', '', NULL, 1)",
+                       (i, node, DRIFT_CHECK, status))
+    class NoSlurm:
+        def read(self):
+            raise AssertionError("not read here")
+
+    c = HeadCollector(site=site, source=NoSlurm(), cache_s=0, deadline_s=5, store_path=str(tmp_path / "s.db"))
+    got = c._store_read()
+    assert got["burnin"] == {"b200-001": (200.0, "pass")}
+    assert got["drift"] == 1  # b200-002; b200-001's latest is a pass
+    empty = HeadCollector(site=site, source=NoSlurm(), cache_s=0, deadline_s=5, store_path=str(tmp_path / "none.db"))
+    assert empty._store_read() == {"burnin": {}, "drift": None}
+
+
+def test_a_process_on_a_gpu_no_job_holds_is_flagged(node_exporter):
+    job = {"SLURM_JOB_ID": "77", "SLURM_JOB_USER": "carol", "SLURM_JOB_ACCOUNT": "ml-vision",
+           "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7"}
+    jobmap.record_from_env(job, "b200-002", str(node_exporter.jobs), "epilog")  # the job ended
+    gpus.inject(node_exporter.gdir, "b200-002", 7, "leftover-process", 4242)
+    try:
+        assert wait_for(lambda: value(node_exporter(), "slurmadm_gpu_unallocated_in_use", gpu="7", jobid="") == 1,
+                        20, interval=0.2)
+        text = node_exporter()
+        assert value(text, "slurmadm_gpu_processes", gpu="7") == 1
+        assert value(text, "slurmadm_gpu_unallocated_in_use", gpu="6") == 0
+    finally:
+        gpus.clear(node_exporter.gdir, "b200-002")
+        jobmap.record_from_env(job, "b200-002", str(node_exporter.jobs), "prolog")
