@@ -14,7 +14,8 @@
   PyPI gpucm, in its own venv (scripts/setup-gcm.sh), against the same stand-in node.
 
 Both read the same stand-in libnvidia-ml.so.1 (compiled from C) through their own pynvml.
-Measured: wall time from process start to exit, and peak RSS (ru_maxrss of the child), runs
+Measured: wall time from process start to exit, CPU time (user + system of the child: what a
+machine shared with other work inflates least), and peak RSS (ru_maxrss of the child), runs
 interleaved so machine noise hits both alike. The first slurmadm run after a site change parses
 site.toml (cache miss) and is reported apart ("cold").
 """
@@ -44,13 +45,18 @@ NODE = "b200-001"
 DRIVER = "570.133.20"
 
 
+CPU: list[float] = []  # CPU seconds (user + system) of each timed child, in order
+
+
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
-    """(wall seconds, peak RSS MiB, exit code, output) of one process, start to exit."""
+    """(wall seconds, peak RSS MiB, exit code, output) of one process, start to exit. Its CPU
+    time (user + system: what a loaded machine inflates least) is appended to CPU."""
     t0 = time.perf_counter()
     p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd="/")
     out = p.stdout.read()
     _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
+    CPU.append(usage.ru_utime + usage.ru_stime)
     p.returncode = os.waitstatus_to_exitcode(status)
     return wall, usage.ru_maxrss / 1024, p.returncode, out.decode(errors="replace")
 
@@ -88,11 +94,12 @@ def gcm_command() -> str:
     return r.stdout.strip()
 
 
-def summary(samples: list[tuple[float, float]]) -> dict[str, float]:
+def summary(samples: list[tuple[float, float, float]]) -> dict[str, float]:
     walls = sorted(s[0] * 1000 for s in samples)
     return {"median_ms": round(statistics.median(walls), 1), "min_ms": round(walls[0], 1),
             "p90_ms": round(walls[int(0.9 * (len(walls) - 1))], 1),
-            "peak_rss_mib": round(max(s[1] for s in samples), 1)}
+            "peak_rss_mib": round(max(s[1] for s in samples), 1),
+            "cpu_median_ms": round(statistics.median(s[2] * 1000 for s in samples), 1)}
 
 
 def main() -> None:
@@ -122,10 +129,10 @@ def main() -> None:
         for _ in range(args.runs):
             wall, rss, rc, out = timed(ours_argv, ours_env)
             assert rc == 0, out
-            ours.append((wall, rss))
+            ours.append((wall, rss, CPU[-1]))
             wall, rss, rc, out = timed(gcm_argv, gcm_env)
             assert rc == 0 and out.startswith("OK"), out
-            theirs.append((wall, rss))
+            theirs.append((wall, rss, CPU[-1]))
         rows = [json.loads(line) for line in open(tmp / "health.jsonl")]
         checks = sum(1 for r in rows if r.get("run_id") == rows[-1].get("run_id"))  # the last run's
 
@@ -136,10 +143,11 @@ def main() -> None:
     }
     result["speedup_median"] = round(result["gcm_check_nvidia_smi"]["median_ms"]
                                      / result["slurmadm_prolog"]["median_ms"], 2)
-    print(f"{'':28} {'median ms':>10} {'min ms':>8} {'p90 ms':>8} {'peak RSS MiB':>13} {'checks':>7}")
+    print(f"{'':28} {'median ms':>10} {'min ms':>8} {'p90 ms':>8} {'CPU ms':>8} {'peak RSS MiB':>13} {'checks':>7}")
     for name, key in (("slurmadm prolog.sh", "slurmadm_prolog"), ("GCM check-nvidia-smi", "gcm_check_nvidia_smi")):
         r = result[key]
-        print(f"{name:28} {r['median_ms']:>10} {r['min_ms']:>8} {r['p90_ms']:>8} {r['peak_rss_mib']:>13} {r['checks']:>7}")
+        print(f"{name:28} {r['median_ms']:>10} {r['min_ms']:>8} {r['p90_ms']:>8} {r['cpu_median_ms']:>8} "
+              f"{r['peak_rss_mib']:>13} {r['checks']:>7}")
     print(f"slurmadm cold run (site parsed, cache written): {result['slurmadm_prolog']['cold_ms']} ms")
     print(f"speed-up (median): {result['speedup_median']}x")
     print(json.dumps(result))

@@ -22,9 +22,6 @@
 #     and turns its exit code into the hook's.
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
-SLURMADM_REFUSE_EXIT=86     # the health run's "node fault: refuse the job"; no crash exits 86
-export SLURMADM_REFUSE_EXIT
-
 slurmadm_alert() {
     # loud, and never fatal itself
     logger -p daemon.alert -t slurmadm-health -- "$1" 2>/dev/null
@@ -49,6 +46,11 @@ done
 if [ -z "$slurmadm_env_found" ]; then
     slurmadm_alert "slurmadm hook: no slurmadm.env next to ${0%/*}/ or slurm.conf; trying python3 from PATH"
 fi
+
+# set after slurmadm.env, which cannot change it: the health run's "node fault: refuse the job";
+# nothing else exits 86 (a traceback exits 1, a missing interpreter 127, a signal 128+n)
+SLURMADM_REFUSE_EXIT=86
+export SLURMADM_REFUSE_EXIT
 
 slurmadm_hook() {
     slurmadm_python=${SLURMADM_PYTHON:-python3}

@@ -233,3 +233,84 @@ def central_store_cmd(mode, state_dir) -> None:
     site = dc.set_central_store(mode == "on", progress=progress)
     console.print(f"store: {site.store.url or site.store.path}"
                   + (f" (local: {site.store.path})" if site.store.url else ""))
+
+
+@dev_cluster.command("bmc-fault")
+@click.argument("node", required=False)
+@click.option("--kind", default=None, help="Fault kind (see --help-kinds).")
+@click.option("--value", default=None, help="The fault's value (seconds for slow, a PSU number, degrees C, ...).")
+@click.option("--clear", is_flag=True, help="Remove NODE's BMC faults (all, or --kind).")
+@click.option("--help-kinds", is_flag=True, help="List the fault kinds and exit.")
+@state_dir_option
+@json_option
+def bmc_fault(node, kind, value, clear, help_kinds, state_dir, as_json) -> None:
+    """Inject a fault into NODE's emulated BMC (dev-cluster up --bmc), or --clear it; without
+    --kind or --clear, list NODE's BMC faults. Every change is an audit event."""
+    from ..devcluster import bmcs
+    from ..devcluster.bmc_state import FAULT_KINDS, read_faults
+    from ..store import Store
+
+    if help_kinds:
+        console.print(table(None, ["kind", "value", "what"], [(k, v, h) for k, (v, h) in FAULT_KINDS.items()]))
+        return
+    if node is None:
+        raise UsageError("NODE: which node's BMC?")
+    dc = _recorded_cluster(state_dir)
+    if not (dc.record() or {}).get("bmc"):
+        raise UsageError(f"the dev cluster in {dc.state_dir} has no BMC emulators (run `dev-cluster up --bmc`)")
+    if node not in dc.nodes():
+        raise UsageError(f"NODE: {node!r} is not a node of this dev cluster ({', '.join(dc.nodes())})")
+    if clear and value is not None:
+        raise UsageError("--value: only with --kind when injecting, not with --clear")
+    if clear:
+        removed = bmcs.clear_faults(dc, node, kind)
+        with Store.for_site(dc.site()) as store:
+            store.audit("dev-cluster.bmc-fault.clear", node, "cleared emulated BMC faults", kind=kind, removed=removed)
+        out = {"node": node, "cleared": removed}
+    elif kind is not None:
+        record = bmcs.set_fault(dc, node, kind, value)
+        with Store.for_site(dc.site()) as store:
+            store.audit("dev-cluster.bmc-fault.inject", node, f"emulated BMC: {kind}", **record)
+        out = {"node": node, "injected": record}
+    else:
+        if value is not None:
+            raise UsageError("--value: give --kind to inject, or --clear")
+        out = {"node": node, "faults": read_faults(bmcs.bmc_dir(dc), node)}
+    if as_json:
+        print_json(out)
+    elif "injected" in out:
+        r = out["injected"]
+        console.print(f"{node} BMC: {r['kind']}" + (f" = {r['value']}" if r["value"] is not None else ""))
+    elif "cleared" in out:
+        console.print(f"{node}: cleared {len(out['cleared'])} BMC fault(s)")
+    else:
+        console.print(table(None, ["kind", "value"], sorted(out["faults"].items())))
+
+
+@dev_cluster.command("set-software")
+@click.argument("node")
+@click.argument("facts", nargs=-1, required=True)
+@click.option("--at-reboot", is_flag=True,
+              help="Install now, but driver, CUDA, kernel, VBIOS and OS image run only after the next reboot.")
+@click.option("--regenerate-host-key", is_flag=True, help="Also give the node a new SSH host key (a reinstalled node).")
+@state_dir_option
+@json_option
+def set_software(node, facts, at_reboot, regenerate_host_key, state_dir, as_json) -> None:
+    """Change a fake node's software stack: FACT=VERSION ... (os_image, kernel, driver, cuda, nccl,
+    cudnn, ofed, mpi, enroot, nvidia-fabricmanager, vbios, cmdline_extra). Audited."""
+    from ..devcluster.fakenode import parse_assignments
+    from ..store import Store
+
+    dc = _recorded_cluster(state_dir)
+    values = parse_assignments(list(facts))
+    state = dc.set_software(node, values, at_boot=at_reboot)
+    if regenerate_host_key:
+        dc.regenerate_host_key(node)
+    with Store.for_site(dc.site()) as store:
+        store.audit("dev-cluster.set-software", node, "fake node software changed", values=values,
+                    at_reboot=at_reboot, new_host_key=regenerate_host_key)
+    if as_json:
+        print_json({"node": node, **state})
+    else:
+        console.print(table(None, ["fact", "installed", "running"],
+                            [(k, v, state["running"].get(k, "")) for k, v in sorted(state["installed"].items())]))

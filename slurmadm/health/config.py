@@ -10,7 +10,6 @@ site model. A cache that cannot be written only costs speed.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -172,6 +171,19 @@ def _cache_file(node: str, sha: str) -> Path:
     return cache_dir() / f"health-{node}-{__version__}-{sha[:20]}.json"
 
 
+def _sha256(data: bytes) -> str:
+    """hashlib.sha256 without loading OpenSSL's _hashlib (milliseconds of every prolog): the
+    interpreter's built-in SHA-256 gives the same digest."""
+    try:
+        from _sha256 import sha256  # Python 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # Python 3.12+
+        except ImportError:
+            from hashlib import sha256
+    return sha256(data).hexdigest()
+
+
 def untrusted(path: Path) -> str:
     """'' when only root can change `path` (the file and every directory above it), else why not.
 
@@ -215,7 +227,7 @@ def load(node: str, site_file: str | None = None) -> HealthConfig:
         raw = path.read_bytes()
     except OSError:
         raw = None  # let load_site produce the proper one-line error
-    sha = hashlib.sha256(raw).hexdigest() if raw is not None else ""
+    sha = _sha256(raw) if raw is not None else ""
     cached = _cache_file(node, sha)
     if raw is not None and (os.geteuid() != 0 or not untrusted(cached)):
         try:

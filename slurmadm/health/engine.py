@@ -118,21 +118,35 @@ def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, a
 # check id -> (node_state key "slurmadm drained for it", key "an admin acknowledged up to then").
 HELD = {"xid": ("xid-held", "xid-ack"), "infiniband": ("ib-held", "ib-ack")}
 XID_HELD_KEY = HELD["xid"][0]
+HELD_SEEN_KEY = "held-seen"  # when a run last saw the node drained by slurmadm for one of HELD
 
 
 def _admin_resumed(results: list[Result], node, state: NodeState | None, rec: Recorder, recheck, act: bool) -> None:
     """A node slurmadm drained for a logged fault (a reset-class XID, link flaps) that is no
     longer drained was resumed by an admin: record that as the acknowledgement of what the log
     holds so far, and judge that check again (else the old lines would drain it right back)."""
-    if state is None or node is None or node.drained or not act:
+    if state is None or node is None or not act:
         return
+    if node.drained:
+        if any(state.get(held) == "1" for held, _ack in HELD.values()):
+            state.set(HELD_SEEN_KEY, f"{time.time():.3f}")
+        return
+    # acknowledged: what was logged up to the last time the node was seen still drained (a fault
+    # logged after the admin's resume is new, and counts)
+    try:
+        seen = float(state.get(HELD_SEEN_KEY) or 0) or time.time()
+    except ValueError:
+        seen = time.time()
     for check_id, (held_key, ack_key) in HELD.items():
         if state.get(held_key) != "1":
             continue
         idx = next((i for i, r in enumerate(results) if r.check_id == check_id), None)
-        if idx is None or results[idx].status != "fail":
+        if idx is None:
             continue
-        state.set(ack_key, f"{time.time():.3f}")
+        if results[idx].status != "fail":  # resumed and clean: nothing to acknowledge
+            state.set(held_key, "0")
+            continue
+        state.set(ack_key, f"{seen:.3f}")
         state.set(held_key, "0")
         rec.event("alert", f"an admin resumed {node.name}: {check_id} faults logged so far are acknowledged "
                   f"(was: {results[idx].detail})", check_id=check_id)
@@ -171,6 +185,7 @@ def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, 
                 for r in results:
                     if state is not None and r.check_id in HELD and r.action == "drain":
                         state.set(HELD[r.check_id][0], "1")
+                        state.set(HELD_SEEN_KEY, f"{time.time():.3f}")
                 if state is not None:
                     state.set(actions.DRAIN_REASON_KEY, plan.reason)
                 rec.event("drain", plan.reason, check_id=plan.check_id)

@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def expired() -> None:
         _alert(gave_up)
+        _record_alert(cfg, args.context, gave_up)
 
     engine.start_watchdog(limit - (time.monotonic() - started), expired, exit_code=expiry_code)
     try:

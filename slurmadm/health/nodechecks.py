@@ -360,7 +360,7 @@ def leftover_processes(ctx: Ctx) -> Outcome:
     if uid == 0:
         out.skip = "the job ran as root"
         return out
-    outside = ctx.cfg.host.get("leftover_outside_jobs", True)
+    outside = ctx.cfg.host.get("leftover_outside_jobs", False)
     me = str(os.getpid())
     deadline = time.monotonic() + min(3.0, ctx.cfg.check_timeout_s / 2)
     while True:

@@ -123,8 +123,9 @@ class HealthSection(Strict):
     # A hardware clock-event reason (HW slowdown, HW thermal, power brake) must still be set after
     # this many milliseconds to fail (HW slowdown blips on P-state changes).
     clock_event_confirm_ms: Annotated[int, Field(ge=0, le=5000)] = 100
-    # Epilog: processes of the job's user left outside any Slurm job count as leftovers too.
-    leftover_outside_jobs: bool = True
+    # Epilog: processes of the job's user outside any Slurm job count as leftovers too (only where
+    # users cannot log in outside jobs, e.g. pam_slurm_adopt: else their ssh shells would drain).
+    leftover_outside_jobs: bool = False
 
     @field_validator("xid_actions")
     @classmethod

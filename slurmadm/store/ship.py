@@ -14,10 +14,8 @@ are pruned locally; at most store.max_unshipped rows wait for a central store th
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -47,6 +45,8 @@ class Shipment:
 
 
 def host_name(node: str | None = None) -> str:
+    import socket
+
     return node or socket.gethostname().split(".")[0]
 
 
@@ -236,6 +236,7 @@ def spawn(site_file: str, node: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """`python -I -m slurmadm.store.ship --node N --site FILE`: one shipment, for cron or the
     periodic hook. Exit 0 shipped (or another shipper is at it), 2 site/usage, 3 unreachable."""
+    import argparse
     import json
     import syslog
     import threading

@@ -321,3 +321,51 @@ def test_redfish_tls_and_auth(emu):
             c.login(auth="session")
     finally:
         write_faults(emu["dir"], NODES[0], {})
+
+
+def test_our_redfish_client_tls_policies_and_firmware_push(emu):
+    """slurmadm's Redfish adapter: the CA file, a pinned fingerprint (right and wrong), no
+    check only when asked; sensors with thresholds, SEL, power, boot, and a multipart push."""
+    import hashlib
+    import ssl
+
+    from slurmadm.bmc.creds import Credentials, Secret
+    from slurmadm.bmc.model import Target
+    from slurmadm.bmc.redfish import RedfishClient, TlsPolicy
+    from slurmadm.errors import UnreachableError
+
+    target = Target(NODES[1], "127.0.0.1", IPMI + 1, REDFISH + 1)
+    creds = Credentials("admin", Secret(emu["password"]))
+    der = ssl.PEM_cert_to_DER_cert((emu["dir"] / "cert.pem").read_text())
+    pin = ":".join(f"{b:02x}" for b in hashlib.sha256(der).digest())
+    with pytest.raises(UnreachableError, match="certificate not trusted"):
+        RedfishClient(target, creds, TlsPolicy(ca_file=None, fingerprint=None, insecure=False), timeout=10)
+    with pytest.raises(UnreachableError, match="fingerprint does not match"):
+        RedfishClient(target, creds, TlsPolicy(ca_file=None, fingerprint="00" * 32, insecure=False), timeout=10)
+    with pytest.raises(UnreachableError, match="login refused"):
+        RedfishClient(target, Credentials("admin", Secret("wrong")),
+                      TlsPolicy(ca_file=str(emu["dir"] / "ca.pem"), fingerprint=None, insecure=False), timeout=10)
+    RedfishClient(target, creds, TlsPolicy(ca_file=None, fingerprint=None, insecure=True), timeout=10).close()
+    c = RedfishClient(target, creds, TlsPolicy(ca_file=None, fingerprint=pin, insecure=False), timeout=10)
+    try:
+        sensors = {s.name: s for s in c.sensors()}
+        assert sensors["HGX BB Temp"].thresholds["uc"] == 85 and sensors["HGX BB Temp"].status == "ok"
+        assert sensors["PSU1 Status"].type == "psu" and sensors["FAN1"].unit == "RPM"
+        assert c.power_state() == "on"
+        c.set_bootdev("pxe", False)
+        assert c.bootdev() == ("pxe", False)
+        img = fake_image("NIC1", "28.43.1014")
+        task = c.update_firmware("NIC1", "file:///unused", image=img)
+        assert wait_for(lambda: c.task(task.uri).done, 60, interval=0.2)
+        assert c.task(task.uri).ok and c.firmware()["NIC1"] == "28.43.1014"
+        assert any("ACPI" in e.sensor for e in c.sel())
+    finally:
+        c.close()
+    # the session was deleted: the emulator holds none for us now
+    d = emu["dir"]
+    write_faults(d, NODES[1], {"session-limit": "1"})
+    try:
+        RedfishClient(target, creds, TlsPolicy(ca_file=str(d / "ca.pem"), fingerprint=None, insecure=False),
+                      timeout=10).close()
+    finally:
+        write_faults(d, NODES[1], {})

@@ -248,3 +248,7 @@ def test_report_labels_usage_factors_requeues_inherited_budgets_and_running_jobs
     finally:
         for jid in ids:
             sh(cluster_env, "scancel", jid, check=False)
+        # leave slurmdbd as the dev site has it (other modules compare it with the site)
+        wait_until(lambda: not sh(cluster_env, "squeue", "-h", "-A", "rep-test").stdout.strip(), 120,
+                   "rep-test jobs gone")
+        sh(cluster_env, "sacctmgr", "-i", "delete", "account", "name=rep-test", check=False)

@@ -294,7 +294,15 @@ def gpu(h):
         "persistence": N.nvmlDeviceGetPersistenceMode(h),
         "procs": [[p.pid, p.usedGpuMemory] for p in N.nvmlDeviceGetComputeRunningProcesses(h)],
         "mem_used": N.nvmlDeviceGetMemoryInfo(h, N.nvmlMemory_v2).used,
+        "fabric": fabric(h),
+        "recovery": N.nvmlDeviceGetFieldValues(h, [N.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])[0].value.uiVal,
     }
+
+def fabric(h):
+    from ctypes import byref
+    info = N.c_nvmlGpuFabricInfoV_t()
+    N.nvmlDeviceGetGpuFabricInfoV(h, byref(info))
+    return [info.state, info.status, info.healthMask]
 
 out = {}
 for node in sys.argv[1:]:
@@ -323,7 +331,11 @@ FAULTS = [
     ("row-remap-pending", None, {"remap": [0, 1, 1, 0]}),
     ("row-remap-failed", None, {"remap": [0, 1, 0, 1]}),
     ("retired-pages", 3, {"retired_dbe": 3, "retired_pending": 1}),
-    ("xid", 79, {}),
+    ("xid", 79, {"recovery": 2}),  # 79 has Xid 154 linkage: NVML's recovery action says node reboot
+    ("ecc-aggregate", 3, {"ecc_unc_agg": 3}),
+    ("fabric", "not-started", {"fabric": [1, 0, gpus.FABRIC_HEALTHY]}),
+    ("clock-event", "power-brake", {"reasons": 0x80, "throttle": 0x80, "sm_clock": 982}),
+    ("recovery-action", 4, {"recovery": 4}),
     ("pcie-degraded", "4x8", {"pcie": [4, 8]}),
     ("pcie-replay", 50, {"pcie_replay": 50}),
     ("nvlink-down", 2, {"nvlinks_active": 16, "nvlink_fields": [0, 0, 0, 0]}),
@@ -335,6 +347,12 @@ FAULTS = [
     ("persistence-off", None, {"persistence": 0}),
     ("leftover-process", 4321, {"procs": [[4321, GIB]], "mem_used": GIB}),
 ]
+
+
+def test_healthy_fabric_and_recovery_action(healthy_snapshot):
+    for node in NODES:
+        for g in healthy_snapshot[node].values():
+            assert g["fabric"] == [3, 0, gpus.FABRIC_HEALTHY] and g["recovery"] == 0  # COMPLETED, success, none
 
 
 def test_every_fault_kind_is_tested():

@@ -100,9 +100,14 @@ def test_a_user_reservations_faulty_node_is_drained_and_its_job_never_runs(dev_c
 
 
 def test_a_down_node_is_never_drained_re_reasoned_or_resumed(dev_cluster, env):
+    """An admin's DOWN node with a GPU fault keeps its state and reason. Its slurmd is stopped
+    first: with ReturnToService=2 a DOWN node whose slurmd registers again returns to service by
+    itself (seen here within ~30 s), which is not the case under test."""
     name = "b200-003"
+    assert dev_cluster.daemon(f"slurmd-{name}").stop()
     sh(env, "scontrol", "update", f"nodename={name}", "state=down", "reason=admin down")
     try:
+        assert node(env, name).state == "DOWN"
         fault(env, name, "--gpu", "1", "--kind", "ecc-uncorrected")
         p = hook(dev_cluster, "healthcheck.sh", name)
         assert p.returncode == 0, p.stderr
@@ -115,6 +120,7 @@ def test_a_down_node_is_never_drained_re_reasoned_or_resumed(dev_cluster, env):
         info = node(env, name)
         assert (info.state, info.reason) == ("DOWN", "admin down"), info
     finally:
+        dev_cluster._slurmds([name], lambda msg: None)
         restore(dev_cluster, env, name)
 
 

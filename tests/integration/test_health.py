@@ -135,8 +135,12 @@ def test_ecc_fault_drains_node_and_job_runs_elsewhere(dev_cluster, env):
     info = node(env, "b200-003")
     assert info.reason.startswith("slurmadm: ecc-uncorrected: GPU5 volatile uncorrected ECC=1"), info.reason
     assert info.reason.endswith("[prolog]")
-    restarts = re.search(r"Restarts=(\d+)", sh(env, "scontrol", "show", "job", job))
-    assert restarts and int(restarts.group(1)) >= 1
+    # the prolog drains first and exits (refusing the job) after: Slurm requeues once it has exited
+    def requeued():
+        restarts = re.search(r"Restarts=(\d+)", sh(env, "scontrol", "show", "job", job))
+        return restarts is not None and int(restarts.group(1)) >= 1
+
+    assert wait_for(requeued, 60, interval=0.5)
 
     sh(env, "scancel", *blockers)
     # a requeued job becomes eligible again about two minutes later (Slurm's requeue delay)

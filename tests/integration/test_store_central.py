@@ -202,3 +202,29 @@ def test_two_hosts_shipping_at_once_and_one_killed_midway_lose_and_double_nothin
         assert queued == 0
         assert central_ids(dev_cluster, h, store_id) == ids  # every row once, in order
     assert json.loads(out_a)["shipped"] >= total - partial
+
+
+def test_migrate_is_a_no_op_when_current_and_a_newer_schema_is_refused(dev_cluster, env):
+    p = run_slurmadm(env, "store", "migrate", "--dry-run", "--json")
+    assert p.returncode == 0, p.stderr
+    plan = json.loads(p.stdout)
+    assert plan["from_version"] == plan["to_version"] and plan["statements"] == []
+    store = dev_cluster.site().store
+    with central.connected(store) as c:
+        c.execute("UPDATE schema_info SET value = '99' WHERE name = 'version'")
+        c.commit()
+    try:
+        p = run_slurmadm(env, "audit", "log")
+        assert p.returncode == 2
+        assert "schema version 99 is newer than this slurmadm" in p.stderr and "upgrade slurmadm" in p.stderr
+        assert len(p.stderr.strip().splitlines()) <= 2  # one line (and the head's own not-shipped warning)
+        p = run_slurmadm(env, "store", "ship", "--node", "shiptest-c")  # no periodic shipper holds its lock
+        assert p.returncode == 2 and "newer than this slurmadm" in p.stderr
+    finally:
+        with central.connected(store) as c:
+            c.execute("UPDATE schema_info SET value = ? WHERE name = 'version'", (str(central.schema.SCHEMA_VERSION),))
+            c.commit()
+    password = open(store.password_file).read().strip()
+    for args in (("store", "status", "--json"), ("audit", "log", "--json", "--limit", "5")):
+        p = run_slurmadm(env, *args)
+        assert p.returncode in (0, 1) and password not in p.stdout + p.stderr

@@ -307,6 +307,10 @@ def test_leftover_processes_of_the_jobs_user_in_the_epilog(node):
 
     setpriv = shutil.which("setpriv")
     assert setpriv and os.geteuid() == 0, "needs root and util-linux setpriv (the test suite runs as root)"
+    site = node.tmp / "site.toml"
+    data = tomllib.loads(site.read_text())
+    data["health"]["leftover_outside_jobs"] = True  # the test's process is in no Slurm job
+    site.write_text(tomli_w.dumps(data))
     child = subprocess.Popen([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "60"])
     try:
         deadline = time.monotonic() + 10
@@ -316,6 +320,10 @@ def test_leftover_processes_of_the_jobs_user_in_the_epilog(node):
                 break
             time.sleep(0.05)
         r = node("leftover-processes", extra_env={"SLURM_JOB_UID": "65534"})["by_id"]["leftover-processes"]
+        data["health"]["leftover_outside_jobs"] = False  # by default only the job's own cgroup counts
+        site.write_text(tomli_w.dumps(data))
+        quiet = node("leftover-processes", extra_env={"SLURM_JOB_UID": "65534", "SLURM_JOB_ID": "77"})
+        assert quiet["by_id"]["leftover-processes"]["status"] == "pass", quiet["by_id"]
         assert r["status"] == "fail" and f"{child.pid}" in r["detail"] and "(sleep" in r["detail"], r
     finally:
         child.kill()

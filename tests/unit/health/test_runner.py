@@ -57,7 +57,9 @@ def test_hung_check_is_abandoned_and_later_nvml_checks_do_not_wait():
                          open_nvml=lambda: Nvml())
     elapsed = time.monotonic() - t0
     RELEASE.set()
-    assert elapsed < 0.3 + 0.25, elapsed
+    # the hung check would hold the run for 30 s: far less shows it was abandoned at its limit
+    # (the bound is loose so that a loaded machine passes)
+    assert elapsed < 10, elapsed
     assert [(r.check_id, r.status) for r in results] == [("a-hangs", "error"), ("b-nvml", "error"), ("c-plain", "fail")]
     assert "timed out after 0.3 s" in results[0].detail
     assert "NVML hung in a-hangs" in results[1].detail
@@ -72,19 +74,34 @@ def test_hung_nvml_init_errors_every_nvml_check_quickly():
     results = run_checks(pols, C.Ctx(cfg=c, context="prolog", now=time.time()), deadline=t0 + 5,
                          open_nvml=lambda: gate.wait(30))
     gate.set()
-    assert time.monotonic() - t0 < 0.6
+    assert time.monotonic() - t0 < 10  # not the 30 s the hung init would take
     assert all(r.status == "error" and "NVML did not answer" in r.detail for r in results)
 
 
 def test_run_deadline_stops_starting_checks():
-    c = cfg()
-    pols = [C.policy(spec(f"c{i}", lambda ctx: (time.sleep(0.1), C.Outcome())[1], needs_nvml=False), c)
-            for i in range(10)]
+    """The first check runs past the run's deadline (however fast or slow the machine is): it is
+    abandoned at the deadline, no later check starts, each is an error naming the time limit."""
+    c = cfg(check_timeout_s=30)
     t0 = time.monotonic()
-    results = run_checks(pols, C.Ctx(cfg=c, context="prolog", now=time.time()), deadline=t0 + 0.35)
-    assert time.monotonic() - t0 < 0.6
-    assert [r.status for r in results].count("pass") in (3, 4)
-    assert results[-1].status == "error" and "time limit" in results[-1].detail
+    deadline = t0 + 0.3
+
+    def outlasts_the_deadline(ctx):
+        while time.monotonic() < deadline + 0.05:
+            time.sleep(0.01)
+        return C.Outcome()
+
+    started = []
+
+    def quick(ctx):
+        started.append(1)
+        return C.Outcome()
+
+    pols = [C.policy(spec("c0", outlasts_the_deadline, needs_nvml=False), c)] + [
+        C.policy(spec(f"c{i}", quick, needs_nvml=False), c) for i in range(1, 10)]
+    results = run_checks(pols, C.Ctx(cfg=c, context="prolog", now=time.time()), deadline=deadline)
+    assert results[0].status == "error" and "timed out" in results[0].detail, results[0]
+    assert started == []
+    assert all(r.status == "error" and "time limit" in r.detail for r in results[1:]), results
 
 
 @pytest.mark.parametrize("on_fail,on_error,status,action", [

@@ -69,7 +69,8 @@ def world(tmp_path, lib_dir):
     conf = tmp_path / "slurm" / "slurm.conf"
     conf.parent.mkdir()
     # a controller nobody listens for: what an unreachable slurmctld looks like to a client
-    conf.write_text("ClusterName=x\nSlurmctldHost=localhost\nSlurmctldPort=1\nNodeName=b200-003 CPUs=1\n"
+    conf.write_text("ClusterName=x\nSlurmctldHost=localhost\nSlurmctldPort=1\nTCPTimeout=1\nMessageTimeout=1\n"
+                    "NodeName=b200-003 CPUs=1\n"
                     "PartitionName=gpu Nodes=b200-003\n")
     version = subprocess.run(["sinfo", "--version"], env={**os.environ, "SLURM_CONF": str(conf)},
                              capture_output=True, text=True, check=True).stdout.split()[-1]

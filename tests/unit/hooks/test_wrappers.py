@@ -38,7 +38,8 @@ def hooks(tmp_path, lib_dir):
     data = tomllib.loads((REPO / "site.example.toml").read_text())
     data["store"] = {"path": str(tmp_path / "slurmadm.db")}
     data["health"].update(results_log=str(tmp_path / "health.jsonl"), xid_source=str(tmp_path / "gpus/{node}.kmsg"),
-                          check_timeout_s=2.0, prolog_timeout_s=8.0, epilog_timeout_s=8.0, periodic_timeout_s=8.0,
+                          check_timeout_s=10.0, prolog_timeout_s=60.0, epilog_timeout_s=60.0,
+                          periodic_timeout_s=50.0,
                           sysfs_root=str(tmp_path / "gpus/{node}.sysfs"), fabric_manager_process="", mounts=[])
     # this machine's memory stands in for the node's 2 TB (host-memory reads the real /proc/meminfo)
     data["profiles"]["hgx-b200"]["memory_gib"] = max(1, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 30)
@@ -73,8 +74,15 @@ class Hooks:
 
 
 def run_hook(h: Hooks, script: str, **env) -> subprocess.CompletedProcess[str]:
-    """As slurmd runs it: no PATH; SLURM_CONF (here one that does not exist: no Slurm to act on)."""
-    base = {"SLURMD_NODENAME": NODE, "SLURM_CONF": str(h / "no-slurm" / "slurm.conf")}
+    """As slurmd runs it: no PATH; SLURM_CONF (here a controller nobody listens for: Slurm cannot
+    be reached to act, and says so at once)."""
+    conf = h / "slurm" / "slurm.conf"
+    if not conf.exists():
+        conf.parent.mkdir()
+        conf.write_text("ClusterName=x\nSlurmctldHost=localhost\nSlurmctldPort=1\nTCPTimeout=1\nMessageTimeout=1\n"
+                        "NodeName=b200-003 CPUs=1\n"
+                        "PartitionName=gpu Nodes=b200-003\n")
+    base = {"SLURMD_NODENAME": NODE, "SLURM_CONF": str(conf)}
     return subprocess.run([str(h / script)], env={**base, **env}, capture_output=True, text=True, timeout=120,
                           cwd="/")
 
@@ -207,3 +215,11 @@ def test_root_hook_refuses_a_site_in_a_directory_others_can_write(hooks, tmp_pat
     p = run_hook(hooks, "prolog.sh")
     assert p.returncode == 0
     loud(p, str(open_dir))
+
+
+def test_slurmadm_env_cannot_turn_a_crash_into_a_refusal(hooks, tmp_path):
+    fake = tmp_path / "py1"
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    hooks.write_env(SLURMADM_PYTHON=str(fake), SLURMADM_REFUSE_EXIT="1")
+    assert run_hook(hooks, "prolog.sh").returncode == 0
