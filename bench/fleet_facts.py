@@ -14,6 +14,7 @@ peer:     `clush -b -f FANOUT -w b200-[001-128] '/bin/sh -s' < collector` with a
 Runs interleaved; the median of --runs each. Goal: slurmadm no slower than clush, under 3 s.
 
 Usage (root): .venv/bin/python bench/fleet_facts.py [--nodes 128] [--port-base 34600] [--runs 5]
+              (the first free ports from --port-base up)
               [--fanout 64] [--json]
 """
 
@@ -53,6 +54,17 @@ def port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=128)
@@ -70,10 +82,10 @@ def main() -> int:
     try:
         src = tomllib.loads(example_site().read_text())
         names = parse_site(example_site().read_text()).node_names[: args.nodes]
-        ports = {n: args.port_base + i for i, n in enumerate(names)}
-        busy = [p for p in ports.values() if port_open(p)]
-        if busy:
-            sys.exit(f"ports in use: {busy[:5]}...; pick another --port-base")
+        # free ports from --port-base up (the range is inside the kernel's ephemeral ports, so
+        # outgoing connections may hold a few of them: those are skipped)
+        free = (p for p in range(args.port_base, args.port_base + 400) if port_free(p))
+        ports = {n: next(free) for n in names}
         # one fake node's files, one host key, the admin key
         node = fakenode.FakeNode(tmp, "bench-node")
         site0 = parse_site(example_site().read_text())

@@ -4,8 +4,10 @@
 #
 #   scripts/install-torch-cpu.sh [PYTHON]     (default: $PYTHON, then python3)
 #
-# Tried in order, first success wins:
-#   1. PyTorch's CPU wheel index (short timeout: offline machines move on quickly);
+# Tried in order, first success wins (no index host is named here: they come from the machine's
+# own configuration):
+#   1. a CPU wheel index the admin names in $TORCH_CPU_INDEX_URL (e.g. PyTorch's own CPU index or
+#      a local mirror of it), with a short timeout;
 #   2. a local `torch-*+cpu-*.whl` for this Python in one of pip's configured find-links
 #      (`pip config list`, $PIP_FIND_LINKS), its dependencies from the configured index;
 #   3. plain `pip install torch` (whatever the configured index has).
@@ -23,14 +25,16 @@ fi
 
 say() { echo "install-torch-cpu: $*" >&2; }
 
-# 1. PyTorch's own CPU index, with pip's configuration files and extra indexes switched off for
-# this attempt (an extra index or find-links could otherwise offer a newer CUDA build).
-say "trying https://download.pytorch.org/whl/cpu"
-if PIP_CONFIG_FILE=/dev/null PIP_EXTRA_INDEX_URL= PIP_FIND_LINKS= PIP_CONSTRAINT= \
-        "${PIP[@]}" install --timeout 10 --retries 0 \
-        --index-url https://download.pytorch.org/whl/cpu torch >/dev/null 2>&1; then
-    say "installed from download.pytorch.org/whl/cpu"
-    exit 0
+# 1. A CPU wheel index the admin configured, with pip's configuration files and extra indexes
+# switched off for this attempt (an extra index or find-links could offer a newer CUDA build).
+if [ -n "${TORCH_CPU_INDEX_URL:-}" ]; then
+    say "trying \$TORCH_CPU_INDEX_URL"
+    if PIP_CONFIG_FILE=/dev/null PIP_EXTRA_INDEX_URL= PIP_FIND_LINKS= PIP_CONSTRAINT= \
+            "${PIP[@]}" install --timeout 10 --retries 0 \
+            --index-url "$TORCH_CPU_INDEX_URL" torch >/dev/null 2>&1; then
+        say "installed from \$TORCH_CPU_INDEX_URL"
+        exit 0
+    fi
 fi
 
 # 2. A local +cpu wheel for this interpreter in pip's find-links.
