@@ -44,3 +44,19 @@ def put(path: str, value) -> Edit:
             node[int(last) if last.isdigit() else last] = value
 
     return edit
+
+
+def standin_node_data(tmp: Path, **health: Any) -> dict:
+    """The example site for a stand-in node under `tmp` (store, results log, kernel log and
+    InfiniBand sysfs in tmp/gpus, no Fabric Manager, no site mounts, this machine's memory as the
+    profile's), with `health` settings on top: what the hook and stand-in check tests run with."""
+    import os
+
+    data = example_data()
+    data["store"] = {"path": str(tmp / "slurmadm.db")}
+    data["health"].update(results_log=str(tmp / "health.jsonl"), xid_source=str(tmp / "gpus/{node}.kmsg"),
+                          sysfs_root=str(tmp / "gpus/{node}.sysfs"), fabric_manager_process="", mounts=[],
+                          **health)
+    # this machine's memory stands in for the node's 2 TB (host-memory reads the real /proc/meminfo)
+    data["profiles"]["hgx-b200"]["memory_gib"] = max(1, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 30)
+    return data

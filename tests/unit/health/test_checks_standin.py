@@ -17,6 +17,7 @@ import tomli_w
 
 from slurmadm.devcluster import gpus, ibsysfs
 from slurmadm.site import BUILTIN_PROFILES
+from tests.unit.siteedit import standin_node_data
 
 pytestmark = pytest.mark.unit
 
@@ -36,14 +37,8 @@ def lib_dir(tmp_path_factory) -> Path:
 @pytest.fixture()
 def node(tmp_path, lib_dir):
     """A site file, a store, and healthy stand-in GPUs for NODE; returns a runner."""
-    data = tomllib.loads((REPO / "site.example.toml").read_text())
-    data["store"] = {"path": str(tmp_path / "slurmadm.db")}
-    data["health"].update(results_log=str(tmp_path / "health.jsonl"), xid_source=str(tmp_path / "gpus/{node}.kmsg"),
-                          check_timeout_s=1.0, sysfs_root=str(tmp_path / "gpus/{node}.sysfs"),
-                          fabric_manager_process="", mounts=[])
+    data = standin_node_data(tmp_path, check_timeout_s=1.0)
     data["health"]["checks"]["nccl-allreduce"] = {"contexts": ["epilog"]}  # no GPUs to all-reduce on here
-    # this machine's memory stands in for the node's 2 TB (host-memory reads the real /proc/meminfo)
-    data["profiles"]["hgx-b200"]["memory_gib"] = max(1, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 30)
     site = tmp_path / "site.toml"
     site.write_text(tomli_w.dumps(data))
     gdir = tmp_path / "gpus"

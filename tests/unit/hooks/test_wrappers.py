@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import tomli_w
 from slurmadm.devcluster import gpus, ibsysfs
 from slurmadm.resources import prolog_epilog_dir
 from slurmadm.site import BUILTIN_PROFILES
+from tests.unit.siteedit import standin_node_data
 
 pytestmark = pytest.mark.unit
 
@@ -35,14 +35,8 @@ def lib_dir(tmp_path_factory) -> Path:
 @pytest.fixture()
 def hooks(tmp_path, lib_dir):
     """<tmp>/hooks: links to the real scripts, a valid site, healthy stand-in GPUs, a slurmadm.env."""
-    data = tomllib.loads((REPO / "site.example.toml").read_text())
-    data["store"] = {"path": str(tmp_path / "slurmadm.db")}
-    data["health"].update(results_log=str(tmp_path / "health.jsonl"), xid_source=str(tmp_path / "gpus/{node}.kmsg"),
-                          check_timeout_s=10.0, prolog_timeout_s=60.0, epilog_timeout_s=60.0,
-                          periodic_timeout_s=50.0,
-                          sysfs_root=str(tmp_path / "gpus/{node}.sysfs"), fabric_manager_process="", mounts=[])
-    # this machine's memory stands in for the node's 2 TB (host-memory reads the real /proc/meminfo)
-    data["profiles"]["hgx-b200"]["memory_gib"] = max(1, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 30)
+    data = standin_node_data(tmp_path, check_timeout_s=10.0, prolog_timeout_s=60.0, epilog_timeout_s=60.0,
+                             periodic_timeout_s=50.0)
     data["health"]["checks"]["nccl-allreduce"] = {"contexts": ["run"]}  # nothing to all-reduce on here
     site = tmp_path / "site.toml"
     site.write_text(tomli_w.dumps(data))
