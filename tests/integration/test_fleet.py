@@ -38,20 +38,28 @@ def baseline(dev_cluster):
     return {"nccl": sw.nccl_version, "cudnn": "9.8.0.87", "mpi": "4.1.7"}
 
 
-@pytest.fixture()
-def clean_nodes(dev_cluster, env):
-    """Back to the baseline stack and idle after the test."""
-    for n in NODES:
-        dev_cluster.p("nodes", n, "installs.log").unlink(missing_ok=True)
-    yield
-    for n in NODES:
-        dev_cluster.set_software(n, baseline(dev_cluster))
+def _resume_all(env) -> None:
     subprocess.run(["scancel", "--full", "-u", "root"], env=env, capture_output=True, timeout=30)
     for n in NODES:
         info = nodeinfo(env, n)
         if info.drained or info.state == "DOWN":
             subprocess.run(["scontrol", "update", f"nodename={n}", "state=resume"], env=env, capture_output=True,
                            timeout=30)
+
+
+@pytest.fixture()
+def clean_nodes(dev_cluster, env):
+    """Idle nodes before the test (an earlier module may have left a drain of its own, e.g. a
+    burn-in verdict, that a rollout rightly refuses to touch); the baseline stack and idle after."""
+    for n in NODES:
+        dev_cluster.p("nodes", n, "installs.log").unlink(missing_ok=True)
+    _resume_all(env)
+    assert wait_for(lambda: not any(nodeinfo(env, n).drained or nodeinfo(env, n).state == "DOWN" for n in NODES),
+                    timeout=120, interval=1.0), "a node stayed drained or down before the test"
+    yield
+    for n in NODES:
+        dev_cluster.set_software(n, baseline(dev_cluster))
+    _resume_all(env)
     dev_cluster.up(timeout=120)  # restores host keys / known_hosts and any stopped sshd
 
 

@@ -260,6 +260,13 @@ def test_slurms_own_healthcheck_program_resumes_our_drain_but_not_a_burnin_drain
     health = "slurmadm: ecc-uncorrected: GPU5 volatile uncorrected ECC=1 [prolog]"
     burnin = "slurmadm: burnin-stress: GPU2 2.1 TFLOPS < 30 [burnin]"
     sh(env, "scontrol", "update", "nodename=b200-002", "state=drain", f"reason={health}")
+    # as a prolog that drained it would have: slurmadm remembers the exact reason it set (a drain
+    # whose reason differs from the remembered one is an admin's, issue 15)
+    from slurmadm.health.actions import DRAIN_REASON_KEY
+    from slurmadm.store import Store
+
+    with Store.for_site(dev_cluster.site(), node="b200-002") as store:
+        store.set_node_state("b200-002", DRAIN_REASON_KEY, health)
     sh(env, "scontrol", "update", "nodename=b200-001", "state=drain", f"reason={burnin}")
     n_clean = dev_cluster.site().health.resume_after_clean_runs
     interval = dev_cluster.site().slurm.health_check_interval
