@@ -12,16 +12,32 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from slurmadm.devcluster.cluster import DevCluster
 from slurmadm.devcluster.daemons import wait_for
 from slurmadm.slurm.cli_backend import CliBackend
 from slurmadm.store import Store
+from tests.integration.conftest import TEST_PORT_BASE
 from tests.integration.helpers import run_slurmadm
 
 pytestmark = pytest.mark.integration
 NODES = ["b200-001", "b200-002", "b200-003", "b200-004"]
+
+
+@pytest.fixture(scope="module")
+def dev_cluster():
+    """A dev cluster of this module's own (sshd per node): rollouts reboot nodes through Slurm,
+    and the state other modules leave on the session's cluster (drains, reservations, power
+    cycles through the BMC emulators) made them fail there. Ports TEST_PORT_BASE+2000 on."""
+    state = Path(os.environ.get("SLURMADM_TEST_STATE_DIR") or f"/tmp/slurmadm-test-{TEST_PORT_BASE}")
+    dc = DevCluster(state.with_name(state.name + "-fleet"))
+    dc.down(purge=True)
+    dc.up(nodes=4, port_base=TEST_PORT_BASE + 2000, timeout=180, ssh=True)
+    yield dc
+    dc.down(purge=True)
 
 
 @pytest.fixture()
