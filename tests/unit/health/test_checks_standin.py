@@ -27,15 +27,8 @@ B200 = BUILTIN_PROFILES["hgx-b200"]
 DRIVER = "570.133.20"
 
 
-@pytest.fixture(scope="module")
-def lib_dir(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("lib")
-    gpus.build_library(d)
-    return d
-
-
 @pytest.fixture()
-def node(tmp_path, lib_dir):
+def node(tmp_path, fake_nvml_lib):
     """A site file, a store, and healthy stand-in GPUs for NODE; returns a runner."""
     data = standin_node_data(tmp_path, check_timeout_s=1.0)
     data["health"]["checks"]["nccl-allreduce"] = {"contexts": ["epilog"]}  # no GPUs to all-reduce on here
@@ -45,7 +38,7 @@ def node(tmp_path, lib_dir):
     gpus.write_healthy(gdir, NODE, B200, driver_version=DRIVER)
     ibsysfs.write_healthy(gdir, NODE, B200)
     env = {"PATH": "/usr/bin:/bin", "SLURMADM_SITE": str(site), "SLURMADM_CACHE_DIR": str(tmp_path / "cache"),
-           **gpus.env_for(gdir, lib_dir)}
+           **gpus.env_for(gdir, fake_nvml_lib)}
 
     def run(*checks: str, context: str = "run", dry_run: bool = True, extra_env: dict | None = None) -> dict:
         argv = [sys.executable, "-I", "-m", "slurmadm.health", context, "--node", NODE, "--json"]
@@ -236,7 +229,7 @@ def test_missing_library_is_cannot_run_not_a_fault(node, tmp_path):
     assert r["status"] == "error" and "NVML Shared Library Not Found" in r["detail"]
 
 
-def test_concurrent_prologs_share_one_store(node, lib_dir):
+def test_concurrent_prologs_share_one_store(node, fake_nvml_lib):
     """Eight nodes' prologs at the same moment, one store file and one JSON-lines file (as on the
     dev cluster): every run succeeds and every result lands, none interleaved."""
     names = [f"b200-{i:03d}" for i in range(1, 9)]
@@ -250,7 +243,7 @@ def test_concurrent_prologs_share_one_store(node, lib_dir):
         gpus.write_healthy(node.gdir, n, B200, driver_version=DRIVER)
         ibsysfs.write_healthy(node.gdir, n, B200)
     env = {"PATH": "/usr/bin:/bin", "SLURMADM_SITE": str(node.tmp / "site.toml"),
-           "SLURMADM_CACHE_DIR": str(node.tmp / "cache"), **gpus.env_for(node.gdir, lib_dir)}
+           "SLURMADM_CACHE_DIR": str(node.tmp / "cache"), **gpus.env_for(node.gdir, fake_nvml_lib)}
     procs = [subprocess.Popen([sys.executable, "-I", "-m", "slurmadm.health", "prolog"],
                               env={**env, "SLURMD_NODENAME": n}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for n in names]
