@@ -53,7 +53,7 @@ def exporter(ctx: click.Context, mode: str | None, listen: str | None, node: str
 @reason_option("install the slurmadm exporter service")
 def install(mode: str, dest: str | None, site_file: str | None, dry_run: bool, reason: str) -> None:
     """Write the systemd unit slurmadm-exporter-<mode>.service (then: systemctl enable --now it)."""
-    from ..burnin.schedule import PlannedFile, slurmadm_command
+    from ..units import PlannedFile, slurmadm_command
     from ..exporter.server import unit_path, unit_text
     from ..files import write_atomic
     from ..sitefile import site_path
