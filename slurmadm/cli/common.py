@@ -312,20 +312,20 @@ class ProgressBar:
         return self._progress is not None
 
     def __enter__(self) -> "ProgressBar":
-        if self._progress is not None:
-            self._progress.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._progress is not None:
+        if self._progress is not None and self._task is not None:
             self._progress.stop()
 
     def begin(self, total: int, what: str | None = None) -> None:
-        """A new pass over `total` nodes (a plan read, then the change itself; a firmware wave)."""
+        """A new pass over `total` nodes (a plan read, then the change itself; a firmware wave).
+        The bar appears with the first pass: a command that makes none shows none."""
         if self._progress is None:
             return
         desc = what or self.what
         if self._task is None:
+            self._progress.start()
             self._task = self._progress.add_task(desc, total=total)
         else:
             self._progress.reset(self._task, total=total, description=desc)
