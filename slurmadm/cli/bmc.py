@@ -532,21 +532,27 @@ def firmware_status(nodes, site_file, as_json) -> None:
 @click.option("--task-timeout", type=click.FloatRange(1, 7200), default=1800, show_default=True,
               help="Seconds to follow each BMC's update task.")
 @click.option("--force", is_flag=True, help="Also nodes that are not drained and idle.")
+@click.option("--drain", is_flag=True,
+              help="Drain nodes that are not drained, wait for their jobs to end (bmc.drain_timeout_s), update, "
+                   "leave them drained.")
 @site_option
 @json_option
 @dry_run_option
 @reason_option("slurmadm bmc firmware update")
-def firmware_update(nodes, component, image_url, push, version, task_timeout, force, site_file, as_json, dry_run,
-                    reason) -> None:
+def firmware_update(nodes, component, image_url, push, version, task_timeout, force, drain, site_file, as_json,
+                    dry_run, reason) -> None:
     """Update one component over Redfish on drained idle nodes, canary first, then in waves with
-    a failure budget; each task followed to the end and the version re-read."""
+    a failure budget; each task followed to the end and the version re-read. With --drain, busy
+    or undrained nodes are drained first (`slurmadm: bmc-firmware-update: REASON [bmc]`) and
+    updated once idle; nodes still busy after bmc.drain_timeout_s are left drained, not updated."""
     from ..bmc import firmware as fw
     from ..bmc.redfish import _fetch
 
     site = get_site(site_file)
     names = ops.check_nodes(site, nodes)
     fleet = _fleet(site)
-    states = ops.slurm_view(_backend(), names)
+    backend = _backend()
+    states = ops.slurm_view(backend, names)
     with _bar(fleet, "firmware", as_json):
         current = {r.node: r for r in fleet.run(names, lambda c: c.redfish.firmware())}
     want = version
@@ -560,7 +566,13 @@ def firmware_update(nodes, component, image_url, push, version, task_timeout, fo
         elif want is not None and r.value[component] == want:
             plan.append({"node": n, "action": "skip", "why": f"already at {want}"})
         elif (why := fw.eligibility(states.get(n), force=force)):
-            plan.append({"node": n, "action": "refused", "why": why})
+            may, must_drain, how = (ops.safety(n, states[n], disruptive=True, force=False, drain=True)
+                                    if drain and n in states else (False, False, why))
+            if may:
+                plan.append({"node": n, "action": "update", "why": f"{how}; {r.value[component]} -> image",
+                             "drain": must_drain, "wait": True})
+            else:
+                plan.append({"node": n, "action": "refused", "why": how})
         else:
             plan.append({"node": n, "action": "update", "why": f"{r.value[component]} -> image"})
     todo = [p["node"] for p in plan if p["action"] == "update"]
@@ -579,6 +591,17 @@ def firmware_update(nodes, component, image_url, push, version, task_timeout, fo
         return
     image = _fetch(image_url) if push else None
     with Store.for_site(site) as store, _bar(fleet, f"firmware update {component}", as_json):
+        waiting = [ops.Step(p["node"], "firmware update", True, "" if p["drain"] else "drained; waiting for jobs",
+                            drain=p["drain"]) for p in plan if p.get("wait")]
+        if waiting:
+            stuck = ops.drain_and_wait(backend, waiting, "bmc-firmware-update", reason, site.bmc.drain_timeout_s,
+                                       info)
+            store.audit_many([("bmc.drain", s.node, reason, {"for": f"firmware update {component}"})
+                              for s in waiting if s.drain])
+            for p in plan:
+                if p["node"] in stuck:
+                    p.update(action="refused", why=stuck[p["node"]])
+            todo = [n for n in todo if n not in stuck]
         out = fw.rollout(fleet, todo, component, image_url, image, store, reason, task_timeout_s=task_timeout,
                          progress=info, version=version)
     if as_json:
@@ -587,10 +610,13 @@ def firmware_update(nodes, component, image_url, push, version, task_timeout, fo
         rows = [(n, r.get("before", ""), r.get("after", ""), r.get("task", ""),
                  "[green]ok[/green]" if r["ok"] else f"[red]failed[/red] {escape(r.get('error') or '; '.join(r.get('messages', [])))}")
                 for n, r in out["results"].items()]
+        rows += [(p["node"], "", "", "", f"[yellow]{p['action']}[/yellow] {escape(p['why'])}")
+                 for p in plan if p["action"] in ("refused", "unreachable")]
         console.print(table(None, ["node", "before", "after", "task", "result"], rows))
         if out["stopped"]:
             console.print(f"[red]{out['stopped']}[/red]; not started: {', '.join(out['not_started'])}")
-    _exit(EXIT_PROBLEMS if out["failed"] or out["stopped"] else 0)
+    _exit(EXIT_UNREACHABLE if any(p["action"] == "unreachable" for p in plan) else
+          EXIT_PROBLEMS if out["failed"] or out["stopped"] or any(p["action"] == "refused" for p in plan) else 0)
 
 
 # ---------------------------------------------------------------------- BMC health
