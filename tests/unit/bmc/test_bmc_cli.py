@@ -210,3 +210,31 @@ def test_sweep_leaves_nodes_to_a_running_recovery(tmp_path, monkeypatch):
         plain = CliRunner().invoke(cli, ["bmc", "recover", "--site", str(site_file)])
     assert busy.exit_code == 0 and "this sweep leaves the nodes to it" in busy.output, busy.output
     assert plain.exit_code == 1 and "another recovery runs" in plain.output
+
+
+# ---------------------------------------------------------------------- README
+def test_readme_documents_every_bmc_command_and_option():
+    """The README's BMC section names every `slurmadm bmc` command and each of its options (but
+    the ones every command has: --site, --json, --help)."""
+    import click
+
+    from slurmadm.cli.bmc import bmc
+
+    readme = (EXAMPLE.parent / "README.md").read_text()
+    section = readme.split("### Out-of-band management through the BMCs", 1)[1].split("\n### ", 1)[0]
+
+    def walk(group, path):
+        for name, cmd in group.commands.items():
+            yield [*path, name], cmd
+            if isinstance(cmd, click.Group):
+                yield from walk(cmd, [*path, name])
+
+    missing = []
+    for path, cmd in walk(bmc, []):
+        if f"slurmadm bmc {' '.join(path)}" not in section:
+            missing.append(" ".join(path))
+        for p in cmd.params:
+            for opt in getattr(p, "opts", []) + getattr(p, "secondary_opts", []):
+                if opt.startswith("--") and opt not in ("--site", "--json", "--help") and opt not in section:
+                    missing.append(f"{' '.join(path)} {opt}")
+    assert not missing, missing
