@@ -113,6 +113,44 @@ def test_progress_bar_follows_each_fleet_pass():
         assert not off.shown
 
 
+def test_recovery_advances_its_bar_once_per_node_it_ends(tmp_path):
+    """`bmc recover`'s bar: one pass over the nodes acted on, advanced when each is given up on
+    (a second failure in the window, an unreachable BMC) or recovered."""
+    from slurmadm.bmc.fanout import Row
+    from slurmadm.bmc.recover import Candidate, Recovery
+
+    class Bar:
+        def __init__(self):
+            self.calls = []
+
+        def begin(self, total, what=None):
+            self.calls.append(("begin", total))
+
+        def advance(self, row=None):
+            self.calls.append(("advance",))
+
+    class FakeFleet:
+        def run(self, nodes, fn, **kw):
+            return [Row(n, False, error=f"{n}: BMC did not answer within 6 s") if n == "b200-002"
+                    else Row(n, True, ([], "on")) for n in nodes]
+
+    class Backend:
+        drained = []
+
+        def drain(self, nodes, reason):
+            self.drained.append((tuple(nodes), reason))
+
+    site = load_site(str(site_copy(tmp_path)))
+    bar = Bar()
+    with Store(tmp_path / "s.db") as store:
+        rec = Recovery(site, FakeFleet(), Backend(), store, bar=bar)
+        report = rec.run([Candidate("b200-001", "drain-again", "down again"),
+                          Candidate("b200-002", "cycle", "DOWN for 400 s"),
+                          Candidate("b200-003", "skip", "an admin's")], "test")
+    assert bar.calls == [("begin", 2), ("advance",), ("advance",)]
+    assert set(report.failed) == {"b200-001", "b200-002"} and not report.recovered
+
+
 # ---------------------------------------------------------------------- install-sweep
 def sweep(site: Path, dest: Path, *args: str):
     return CliRunner().invoke(cli, ["bmc", "recover", "install-sweep", "--site", str(site), "--dest", str(dest),
