@@ -307,7 +307,8 @@ def test_slow_bmc_costs_its_deadline_not_the_others(dc, env, tmp_path):
     """The emulator's `slow` fault delays every answer after the login. A BMC slower than its
     operation deadline (login deadline timeout_s x (1 + retries) + 10 x timeout_s = 18 s with
     these settings) is given up on then, not after its own delay, and is one row (exit 3); with
-    bmc.fanout = 2 the other three get their answers through the free slot meanwhile. A BMC slow
+    bmc.fanout = 2 the other three get their answers through the free slot meanwhile. Over
+    Redfish each request has timeout_s, so the same BMC is given up on at its login. A BMC slow
     within its deadline is waited for."""
     site = site_variant(dc, tmp_path, fanout=2, timeout_s=1.5, retries=1)
     fault(env, "b200-002", "--kind", "slow", "--value", "60")
@@ -319,6 +320,14 @@ def test_slow_bmc_costs_its_deadline_not_the_others(dc, env, tmp_path):
         assert slow["power"] is None and slow["error"] == "b200-002: BMC did not finish within 18 s"
         assert 18 <= slow["seconds"] < 60  # given up at its deadline, not after the BMC's 60 s
         assert all(x["power"] == "on" and x["seconds"] < slow["seconds"] for x in rows.values()), rows
+        (tmp_path / "rf").mkdir()  # over Redfish every request has timeout_s: the login gives up first
+        rf = site_variant(dc, tmp_path / "rf", protocol="redfish", fanout=2, timeout_s=1.5, retries=1)
+        r = sm(env, "bmc", "power", "status", NODES, "--json", "--site", rf)
+        assert r.returncode == 3, r.stdout + r.stderr
+        rows = {x["node"]: x for x in json.loads(r.stdout)}
+        slow = rows.pop("b200-002")
+        assert slow["power"] is None and slow["error"].startswith("b200-002: BMC") and slow["seconds"] < 18, slow
+        assert all(x["power"] == "on" for x in rows.values()), rows
         fault(env, "b200-002", "--kind", "slow", "--value", "0.3")  # slow, but within the deadline
         r = sm(env, "bmc", "power", "status", NODES, "--json", "--site", site)
         assert r.returncode == 0, r.stdout + r.stderr
