@@ -11,7 +11,7 @@ from ..burnin import history, report, schedule
 from ..burnin.sweep import Sweep
 from ..site import site_path
 from ..store import read
-from .common import (install_files, Group, console, dry_run_option, get_site, info, json_option, print_json, progress,
+from .common import (Group, console, dry_run_option, get_site, info, install_files, json_option, print_json, progress,
                      reason_option, say, site_option, styled, table, warn)
 
 
