@@ -342,3 +342,28 @@ def test_a_process_on_a_gpu_no_job_holds_is_flagged(node_exporter):
     finally:
         gpus.clear(node_exporter.gdir, "b200-002")
         jobmap.record_from_env(job, "b200-002", str(node_exporter.jobs), "prolog")
+
+
+def test_utilisation_on_a_gpu_no_job_holds_is_flagged(node_exporter):
+    """No process NVML can list (a container's, another PID namespace's), yet the GPU is busy:
+    with no job holding it in the GPU->job map that is use without an allocation too."""
+    job = {"SLURM_JOB_ID": "77", "SLURM_JOB_USER": "carol", "SLURM_JOB_ACCOUNT": "ml-vision",
+           "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7"}
+    gpus.inject(node_exporter.gdir, "b200-002", 6, "busy", 85)
+    try:
+        # while job 77 holds it, a busy GPU is simply in use (and not idle)
+        assert wait_for(lambda: value(node_exporter(), "slurmadm_gpu_utilization_percent", gpu="6") == 85,
+                        20, interval=0.2)
+        text = node_exporter()
+        assert value(text, "slurmadm_gpu_unallocated_in_use", gpu="6", jobid="77") == 0
+        assert value(text, "slurmadm_gpu_job_idle_seconds", gpu="6", jobid="77") == 0
+        jobmap.record_from_env(job, "b200-002", str(node_exporter.jobs), "epilog")  # the job ended
+        assert wait_for(lambda: value(node_exporter(), "slurmadm_gpu_unallocated_in_use", gpu="6", jobid="") == 1,
+                        20, interval=0.2)
+        text = node_exporter()
+        assert value(text, "slurmadm_gpu_processes", gpu="6") == 0  # no process: the utilisation told
+        assert value(text, "slurmadm_gpu_unallocated_in_use", gpu="5", jobid="") == 0  # idle and unheld: fine
+    finally:
+        gpus.clear(node_exporter.gdir, "b200-002")
+        jobmap.record_from_env(job, "b200-002", str(node_exporter.jobs), "prolog")
+    assert wait_for(lambda: value(node_exporter(), "slurmadm_gpu_unallocated_in_use", gpu="6") == 0, 20, interval=0.2)
