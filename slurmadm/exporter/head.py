@@ -13,13 +13,14 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from ..errors import UnreachableError
 from ..slurm.model import NodeInfo
 from ..slurm.ownership import OWNER_PREFIX, reason_check_id
 from .cache import CachedRead
@@ -55,17 +56,66 @@ _SIMPLE_RANGE = re.compile(r"^([A-Za-z0-9._-]*)\[([0-9,\-]+)\]$")
 
 
 def parse_squeue(text: str) -> list[Job]:
-    """Rows of SQUEUE_ARGV's output; rows with the wrong shape are skipped."""
+    """Rows of SQUEUE_ARGV's output; rows with the wrong shape are skipped. A cluster's jobs share
+    a few hundred distinct TRES strings: each one's GPU count is read once."""
     jobs = []
+    append = jobs.append
     n = len(SQUEUE_FIELDS)
+    gpus_of: dict[str, int] = {}
     for line in text.splitlines():
         parts = line.split("|", n - 1)
         if len(parts) != n:
             continue
         jid, state, reason, user, account, part, batch, _used, tres, nodes, name = parts  # "Field:|": no padding
-        m = _GPU_TRES.search(tres)
-        jobs.append(Job(jid.strip(), state, reason, user, account, part, batch == "1", int(m.group(1)) if m else 0,
-                        nodes, name.rstrip()))
+        gpus = gpus_of.get(tres)
+        if gpus is None:
+            m = _GPU_TRES.search(tres)
+            gpus = gpus_of[tres] = int(m.group(1)) if m else 0
+        append(Job(jid.strip(), state, reason, user, account, part, batch == "1", gpus, nodes, name.rstrip()))
+    return jobs
+
+
+# Job base states (Slurm's job_state_codes); 23.11+ JSON lists the base state with flags
+# (["PENDING", "REQUEUED"], ["RUNNING", "COMPLETING"]).
+JOB_BASE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
+                             "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
+
+
+def jobs_from_squeue_json(text: str, command: str = "squeue --json") -> list[Job]:
+    """`squeue --json` as the same Jobs as parse_squeue: 22.05 (openapi v0.0.38: `job_state` a
+    string) and 24.11 (data_parser v0.0.42: `job_state` a list of the base state and flags,
+    numbers wrapped as {set, infinite, number}); real samples of both in tests/fixtures/slurm.
+    The head reads the narrow `squeue -O` rows instead (a few hundred bytes a job against
+    several KiB: bench/exporter.py measures both); this reads a dump an admin or a tool made."""
+    from ..slurm.parse import json_loads
+
+    try:
+        data = json_loads(text)
+    except ValueError as exc:
+        raise UnreachableError(f"{command}: output is not JSON ({exc})") from None
+    rows = data.get("jobs") if isinstance(data, dict) else None
+    if not isinstance(rows, list):
+        raise UnreachableError(f"{command}: unexpected JSON (no 'jobs' list)")
+    jobs = []
+    gpus_of: dict[str, int] = {}
+    try:
+        for j in rows:
+            state = j.get("job_state")
+            if isinstance(state, list):
+                state = next((s for s in state if s in JOB_BASE_STATES), state[0] if state else "")
+            tres = j.get("tres_alloc_str") or j.get("tres_req_str") or ""  # pending: what it asks for
+            gpus = gpus_of.get(tres)
+            if gpus is None:
+                m = _GPU_TRES.search(tres)
+                gpus = gpus_of[tres] = int(m.group(1)) if m else 0
+            nodes = j.get("nodes") or ""
+            if isinstance(nodes, dict):  # job_resources-style {"list": ...}
+                nodes = nodes.get("list") or ""
+            jobs.append(Job(str(j.get("job_id")), str(state or ""), str(j.get("state_reason") or ""),
+                            str(j.get("user_name") or ""), str(j.get("account") or ""), str(j.get("partition") or ""),
+                            bool(j.get("batch_flag")), gpus, str(nodes), str(j.get("name") or "")))
+    except (AttributeError, TypeError) as exc:
+        raise UnreachableError(f"{command}: unexpected JSON ({exc})") from None
     return jobs
 
 
@@ -171,7 +221,9 @@ def aggregate(snap: Snapshot) -> Aggregate:
     pending: dict = {}
     running: dict = {}
     project: dict = {}
-    alloc_gpus: dict[str, int] = defaultdict(int)  # node -> GPUs held by running jobs
+    alloc_gpus: dict[str, int] = {}  # node -> GPUs held by running jobs
+    per_list: dict[str, int] = {}  # a multi-node list -> GPUs per node its running jobs hold
+    sizes: dict[str, int] = {}  # a multi-node list -> its node count
     names_of: dict[str, list[str]] = {}
     for job in snap.jobs:
         state = job.state
@@ -179,13 +231,20 @@ def aggregate(snap: Snapshot) -> Aggregate:
             key = (job.partition, job.reason or "None")
             pending[key] = pending.get(key, 0) + 1
         elif state == "RUNNING":
-            running[job.partition] = running.get(job.partition, 0) + 1
-            project[job.account] = project.get(job.account, 0) + job.gpus
-            if job.gpus and job.nodes:
-                names = expand_nodes(job.nodes, names_of)
-                per = job.gpus // (len(names) or 1)
-                for n in names:
-                    alloc_gpus[n] += per
+            part, acct, gpus, nodes = job.partition, job.account, job.gpus, job.nodes
+            running[part] = running.get(part, 0) + 1
+            project[acct] = project.get(acct, 0) + gpus
+            if gpus and nodes:
+                if "[" not in nodes and "," not in nodes:  # one node: most jobs
+                    alloc_gpus[nodes] = alloc_gpus.get(nodes, 0) + gpus
+                else:
+                    size = sizes.get(nodes)
+                    if size is None:
+                        size = sizes[nodes] = len(expand_nodes(nodes, names_of)) or 1
+                    per_list[nodes] = per_list.get(nodes, 0) + gpus // size
+    for nodes, per in per_list.items():  # each distinct node list expanded once
+        for n in names_of[nodes]:
+            alloc_gpus[n] = alloc_gpus.get(n, 0) + per
     agg = Aggregate(pending=Counter(pending), running=Counter(running), project_gpus=Counter(project))
     by_state: dict = {}
     drains: dict = {}

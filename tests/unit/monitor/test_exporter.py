@@ -5,6 +5,7 @@ scrape answer stale values within the deadline instead of hanging)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -171,6 +172,43 @@ def test_squeue_rows_of_the_real_output(tmp_path):
     assert all(j.batch for j in by_id.values())
 
 
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+def test_squeue_json_of_both_releases_reads_as_the_text_rows(release):
+    """Real `squeue --json` of 22.05 (job_state a string) and 24.11 (a list, wrapped numbers):
+    every job squeue's text output lists comes out with the same fields (squeue.txt is
+    `%i|%j|%u|%a|%q|%P|%T|%r|%N|%b` captured at the same moment)."""
+    from slurmadm.exporter.head import jobs_from_squeue_json
+
+    jobs = {j.job_id: j for j in jobs_from_squeue_json((FIX / release / "squeue.json").read_text())}
+    rows = [line.split("|") for line in (FIX / release / "squeue.txt").read_text().splitlines() if line]
+    assert rows
+    for jid, name, user, account, _qos, part, state, reason, nodes, gres in rows:
+        j = jobs[jid]
+        assert (j.name, j.user, j.account, j.partition, j.state, j.reason, j.nodes) == (
+            name, user, account, part, state, reason, nodes)
+        assert j.gpus == int(gres.rsplit(":", 1)[1]) and j.batch
+    # 22.05 still lists the finished jobs 1 and 2 (squeue --json ignores the default state filter)
+    assert {j.state for j in jobs.values()} - {"RUNNING", "PENDING"} == (
+        {"COMPLETED", "FAILED"} if release == "22.05" else set())
+    agg = aggregate(Snapshot([], list(jobs.values()), {}))
+    assert agg.project_gpus == {"phys-lattice": 12, "ops-burnin": 2} and agg.pending[("gpu", "QOSGrpGRES")] == 1
+
+
+def test_squeue_json_flags_beside_the_state_and_odd_output():
+    from slurmadm.errors import UnreachableError
+    from slurmadm.exporter.head import jobs_from_squeue_json
+
+    doc = json.loads((FIX / "24.11" / "squeue.json").read_text())
+    doc["jobs"][0]["job_state"] = ["RUNNING", "COMPLETING"]  # the base state with flags
+    doc["jobs"][-1]["job_state"] = ["REQUEUED", "PENDING"]
+    got = jobs_from_squeue_json(json.dumps(doc))
+    assert got[0].state == "RUNNING" and got[-1].state == "PENDING"
+    for bad in ("not json", "[]", '{"jobs": {}}', '{"jobs": [1]}'):
+        with pytest.raises(UnreachableError) as err:
+            jobs_from_squeue_json(bad)
+        assert str(err.value).startswith("squeue --json: ")
+
+
 @pytest.mark.parametrize("release, nodes_file", [("22.05", "sinfo.json"), ("24.11", "scontrol-show-node.json")])
 def test_aggregate_real_nodes_and_jobs(release, nodes_file):
     nodes = nodes_from_json((FIX / release / nodes_file).read_text(), "fixture")
@@ -186,6 +224,25 @@ def test_aggregate_real_nodes_and_jobs(release, nodes_file):
         owner = "slurmadm" if n.reason.startswith("slurmadm:") else "admin"
         assert agg.node_state[n.name][1] == owner
     assert agg.pending[("gpu", "QOSGrpGRES")] == 3 and agg.project_gpus["ops-burnin"] == 32
+
+
+def test_aggregate_counts_gpus_of_multi_node_jobs_per_node():
+    from slurmadm.exporter.head import Job
+    from slurmadm.slurm.model import NodeInfo
+
+    nodes = [NodeInfo(name=f"b200-{i:03d}", state="MIXED", gres="gpu:b200:8", partitions=("gpu",)) for i in range(1, 5)]
+    jobs = [Job("1", "RUNNING", "None", "u", "a", "gpu", True, 16, "b200-[001-002]", "x"),  # 8 per node
+            Job("2", "RUNNING", "None", "u", "a", "gpu", True, 6, "b200-[001-002]", "x"),  # 3 per node
+            Job("3", "RUNNING", "None", "u", "b", "gpu", True, 4, "b200-003", "x"),
+            Job("4", "RUNNING", "None", "u", "b", "gpu", True, 2, "b200-003,b200-004", "x"),  # 1 per node
+            Job("5", "RUNNING", "None", "u", "b", "gpu", True, 0, "b200-004", "cpu only"),
+            Job("6", "PENDING", "Priority", "u", "b", "gpu", True, 8, "", "x")]
+    agg = aggregate(Snapshot(nodes, jobs, {}))
+    # b200-001/002: 8 + 3 = 11, capped at their 8 GPUs; b200-003: 4 + 1; b200-004: 1
+    assert agg.gpus[("gpu", "allocated")] == 8 + 8 + 5 + 1
+    assert agg.gpus[("gpu", "idle")] == 0 + 0 + 3 + 7
+    assert agg.project_gpus == {"a": 22, "b": 6} and agg.running["gpu"] == 5
+    assert agg.pending[("gpu", "Priority")] == 1
 
 
 # ---------------------------------------------------------------------- the node exporter process
