@@ -18,6 +18,8 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
+from ..slurm.parse import gc_paused
+
 _TYPES = {"gauge": "gauge", "counter": "counter", "unknown": "untyped"}
 _LEGACY_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LEGACY_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -50,7 +52,14 @@ def _escape(value: str) -> str:
 
 
 def render(registry) -> bytes:
-    """What generate_latest(registry) returns, in the text format Prometheus scrapes."""
+    """What generate_latest(registry) returns, in the text format Prometheus scrapes. The cyclic
+    GC waits meanwhile (a head scrape of a large cluster makes hundreds of thousands of objects
+    and no cycles: slurm.parse.gc_paused)."""
+    with gc_paused():
+        return _render(registry)
+
+
+def _render(registry) -> bytes:
     metrics = list(registry.collect())
     if not all(_plain(m) for m in metrics):
         return generate_latest(_Collected(metrics))  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from ..errors import UnreachableError
 from ..slurm.model import NodeInfo
 from ..slurm.ownership import OWNER_PREFIX, reason_check_id
+from ..slurm.parse import BIG, gc_paused, json_loads
 from .cache import CachedRead
 from .node import source_metrics
 
@@ -58,7 +59,12 @@ _SIMPLE_RANGE = re.compile(r"^([A-Za-z0-9._-]*)\[([0-9,\-]+)\]$")
 def parse_squeue(text: str) -> list[Job]:
     """Rows of SQUEUE_ARGV's output; rows with the wrong shape are skipped. A cluster's jobs share
     a few hundred distinct TRES strings: each one's GPU count is read once."""
-    jobs = []
+    with gc_paused(len(text) > BIG):
+        return _parse_squeue(text)
+
+
+def _parse_squeue(text: str) -> list[Job]:
+    jobs: list[Job] = []
     append = jobs.append
     n = len(SQUEUE_FIELDS)
     gpus_of: dict[str, int] = {}
@@ -87,8 +93,11 @@ def jobs_from_squeue_json(text: str, command: str = "squeue --json") -> list[Job
     numbers wrapped as {set, infinite, number}); real samples of both in tests/fixtures/slurm.
     The head reads the narrow `squeue -O` rows instead (a few hundred bytes a job against
     several KiB: bench/exporter.py measures both); this reads a dump an admin or a tool made."""
-    from ..slurm.parse import json_loads
+    with gc_paused(len(text) > BIG):
+        return _jobs_from_squeue_json(text, command)
 
+
+def _jobs_from_squeue_json(text: str, command: str) -> list[Job]:
     try:
         data = json_loads(text)
     except ValueError as exc:
@@ -282,6 +291,7 @@ class HeadCollector:
         self.read = CachedRead("slurm", source.read, max_age_s=cache_s, deadline_s=deadline_s)
         self.extra = CachedRead("store", self._store_read, max_age_s=cache_s, deadline_s=deadline_s)
         self.store_path = store_path
+        self._aggregated: tuple[Snapshot | None, Aggregate | None] = (None, None)
 
     def describe(self) -> list[Metric]:
         return []
@@ -316,7 +326,9 @@ class HeadCollector:
         reading = self.read.get()
         extra = self.extra.get()
         if reading.value is not None:
-            yield from self._metrics(reading.value, aggregate(reading.value))
+            if self._aggregated[0] is not reading.value:  # a scrape between reads reuses the counts
+                self._aggregated = (reading.value, aggregate(reading.value))
+            yield from self._metrics(reading.value, self._aggregated[1])
         if extra.value is not None:
             yield from self._extra(extra.value)
         yield from source_metrics({"slurm": self.read, "store": self.extra}, {"slurm": reading, "store": extra})

@@ -218,3 +218,13 @@ def test_a_large_listing_parses_as_a_small_one(release, name):
     with pytest.raises(UnreachableError) as err:
         nodes_from_json(text[:-10], "scontrol --json show node")
     assert str(err.value).startswith("scontrol --json show node: output is not JSON (")
+    # the GC paused for the parse runs again after it, error or not; one paused by the caller stays so
+    import gc
+
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        nodes_from_json(text, "fixture")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
