@@ -10,7 +10,6 @@ reports its own read duration and errors.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections import Counter
@@ -26,6 +25,7 @@ from ..slurm.ownership import OWNER_PREFIX, reason_check_id
 from ..slurm.parse import BIG, gc_paused, json_loads
 from .cache import CachedRead
 from .node import source_metrics
+from .storefacts import DRIFT_CHECK, LocalStoreFacts, StoreFacts  # noqa: F401 - DRIFT_CHECK re-exported
 
 # squeue -O "Field:|": no width (so no padding and no truncation), "|" after each field; the job
 # name last, as it is the one field that may itself hold a "|".
@@ -35,7 +35,6 @@ SQUEUE_ARGV = ["squeue", "-h", "-a", "-O",
                ",".join(f"{f}:|" if i < len(SQUEUE_FIELDS) - 1 else f"{f}:" for i, f in enumerate(SQUEUE_FIELDS))]
 
 
-DRIFT_CHECK = "software-drift"  # the fleet's health check id
 
 
 @dataclass(slots=True)
@@ -286,40 +285,23 @@ def aggregate(snap: Snapshot) -> Aggregate:
 
 
 class HeadCollector:
-    def __init__(self, *, site, source: HeadSource, cache_s: float, deadline_s: float, store_path: str = ""):
+    def __init__(self, *, site, source: HeadSource, cache_s: float, deadline_s: float, store_path: str = "",
+                 store: StoreFacts | None = None):
+        """`store`: where the records come from (storefacts.for_site: the central store when the
+        site has one); default: the SQLite file at `store_path`."""
         self.site = site
         self.read = CachedRead("slurm", source.read, max_age_s=cache_s, deadline_s=deadline_s)
+        self.store = store if store is not None else LocalStoreFacts(store_path)
         self.extra = CachedRead("store", self._store_read, max_age_s=cache_s, deadline_s=deadline_s)
-        self.store_path = store_path
         self._aggregated: tuple[Snapshot | None, Aggregate | None] = (None, None)
 
     def describe(self) -> list[Metric]:
         return []
 
     def _store_read(self) -> dict:
-        """Last burn-in verdict per node and fleet drift counts, when the store has them."""
-        import sqlite3
-
-        out: dict = {"burnin": {}, "drift": None}
-        if not self.store_path or not os.path.exists(self.store_path):
-            return out
-        db = sqlite3.connect(f"file:{self.store_path}?mode=ro", uri=True, timeout=2.0)
-        try:
-            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if "burnin_nodes" in tables:
-                # SQLite: with MAX() the bare column comes from the row holding the maximum
-                for node, ts, verdict in db.execute("SELECT node, MAX(ts), verdict FROM burnin_nodes GROUP BY node"):
-                    out["burnin"][node] = (float(ts), str(verdict))
-            if "check_results" in tables:
-                # drift: nodes whose latest software-drift verdict (fleet's health check) is not a pass
-                rows = db.execute(
-                    "SELECT c.status FROM check_results c JOIN (SELECT node, MAX(id) AS id FROM check_results "
-                    "WHERE check_id = ? GROUP BY node) last ON c.id = last.id", (DRIFT_CHECK,)).fetchall()
-                if rows:
-                    out["drift"] = sum(1 for (status,) in rows if status in ("fail", "warn"))
-        finally:
-            db.close()
-        return out
+        """Last burn-in verdict per node, latest health verdicts per node, fleet drift counts and
+        (central store) arrivals, when the records have them."""
+        return self.store.read()
 
     def collect(self) -> Iterator[Metric]:
         started = time.monotonic()
@@ -397,4 +379,33 @@ class HeadCollector:
         if extra["drift"] is not None:
             f = GaugeMetricFamily("slurmadm_fleet_drift_nodes", "Nodes whose facts differ from the baseline")
             f.add_metric([], extra["drift"])
+            yield f
+        if extra["last"]:
+            n = GaugeMetricFamily("slurmadm_store_node_checks_failing", "Health checks whose latest recorded "
+                                  "verdict on the node is fail or error", labels=["node"])
+            one = GaugeMetricFamily("slurmadm_store_check_failing", "1 for each check whose latest recorded verdict "
+                                    "on the node is fail or error (failing ones only)", labels=["node", "check"])
+            last = GaugeMetricFamily("slurmadm_store_node_last_result_timestamp_seconds",
+                                     "When the node's newest health result was recorded", labels=["node"])
+            for node, when in sorted(extra["last"].items()):
+                failing = extra["failing"].get(node, [])
+                n.add_metric([node], len(failing))
+                last.add_metric([node], when)
+                for check in sorted(failing):
+                    one.add_metric([node, check], 1)
+            by = GaugeMetricFamily("slurmadm_store_check_nodes", "Nodes whose latest recorded verdict of the "
+                                   "check is the status", labels=["check", "status"])
+            for (check, status), count in sorted(extra["checks"].items()):
+                by.add_metric([check, status], count)
+            yield from (n, one, last, by)
+        if extra["arrivals"] is not None:
+            f = GaugeMetricFamily("slurmadm_store_host_last_arrival_timestamp_seconds", "When the host's records "
+                                  "last arrived at the central store", labels=["host"])
+            for host, when in sorted(extra["arrivals"].items()):
+                f.add_metric([host], when)
+            yield f
+        if extra["silent"] is not None:
+            f = GaugeMetricFamily("slurmadm_store_silent_nodes", "Site nodes whose records have not arrived for "
+                                  "longer than store.stale_after_minutes")
+            f.add_metric([], extra["silent"])
             yield f

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from prometheus_client.parser import text_string_to_metric_families
 
 from slurmadm.devcluster import gpus
 from slurmadm.devcluster.daemons import wait_for
@@ -24,6 +25,7 @@ from slurmadm.exporter import jobmap
 from slurmadm.exporter.cache import CachedRead
 from slurmadm.exporter.head import Snapshot, aggregate, parse_squeue
 from slurmadm.exporter.sources import SysfsInfiniband
+from slurmadm.exporter.storefacts import LocalStoreFacts
 from slurmadm.site import BUILTIN_PROFILES, parse_site
 from slurmadm.slurm.parse import nodes_from_json
 
@@ -381,8 +383,97 @@ def test_head_reads_last_burnin_verdicts_and_drift_from_the_store(tmp_path):
     got = c._store_read()
     assert got["burnin"] == {"b200-001": (200.0, "pass")}
     assert got["drift"] == 1  # b200-002; b200-001's latest is a pass
+    assert got["failing"] == {"b200-001": [], "b200-002": [DRIFT_CHECK], "b200-003": []}
+    assert got["arrivals"] is None  # a local store has no arrivals
     empty = HeadCollector(site=site, source=NoSlurm(), cache_s=0, deadline_s=5, store_path=str(tmp_path / "none.db"))
-    assert empty._store_read() == {"burnin": {}, "drift": None}
+    assert empty._store_read()["burnin"] == {} and empty._store_read()["drift"] is None
+    assert not (tmp_path / "none.db").exists()  # a scrape creates nothing
+
+
+def test_head_reads_every_nodes_records_from_the_central_store(tmp_path):
+    """store.url set: the head's burn-in, health and drift metrics are every node's, from the
+    central store (a central SQLite file: the code path of MariaDB but for the driver;
+    tests/integration/test_store_central.py runs it on the dev cluster's MariaDB), and not from
+    the head's own store file."""
+    from prometheus_client.core import CollectorRegistry
+
+    from slurmadm.exporter import storefacts
+    from slurmadm.exporter.exposition import render
+    from slurmadm.exporter.head import DRIFT_CHECK, HeadCollector
+    from slurmadm.store import Store, central
+    from slurmadm.store.ship import ship
+
+    data = tomllib.loads((REPO / "site.example.toml").read_text())
+    data["store"] = {"path": str(tmp_path / "stores" / "{node}.db"), "url": f"sqlite://{tmp_path}/central.db"}
+    site = parse_site(tomli_w.dumps(data), source="site.toml")
+    c = central.connect(site.store)
+    central.migrate(c)
+    c.close()
+
+    def results(node, rows):
+        with Store(site.store.local_path(node), ship=True) as s, s.transaction() as db:
+            for ts, check, status in rows:
+                db.execute("INSERT INTO check_results (ts, run_id, node, context, check_id, status, severity, "
+                           "detail, value, duration_ms) VALUES (?, 'r', ?, 'periodic', ?, ?, 'critical', '', NULL, 1)",
+                           (ts, node, check, status))
+        ship(site.store, host=node, local_path=site.store.local_path(node), audit_log=None)
+
+    results("b200-001", [(100.0, "ecc-uncorrected", "pass"), (200.0, "ecc-uncorrected", "fail"),
+                         (200.0, "gpu-count", "pass"), (150.0, DRIFT_CHECK, "warn")])
+    results("b200-002", [(300.0, "ecc-uncorrected", "pass"), (300.0, DRIFT_CHECK, "pass")])
+    with Store(site.store.local_path("b200-003"), ship=True) as s, s.transaction() as db:
+        db.execute("INSERT INTO burnin_nodes (sweep_id, node, why, verdict, ts) VALUES ('s9', 'b200-003', 'idle', "
+                   "'fail', 400.0)")
+    ship(site.store, host="b200-003", local_path=site.store.local_path("b200-003"), audit_log=None)
+
+    class NoSlurm:
+        def read(self):
+            raise AssertionError("not read here")
+
+    facts = storefacts.for_site(site)
+    assert isinstance(facts, storefacts.CentralStoreFacts)
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(HeadCollector(site=site, source=NoSlurm(), cache_s=0, deadline_s=10, store=facts))
+    text = render(reg).decode()
+    assert value(text, "slurmadm_exporter_source_stale", source="store") == 0
+    assert value(text, "slurmadm_store_node_checks_failing", node="b200-001") == 1
+    assert value(text, "slurmadm_store_check_failing", node="b200-001", check="ecc-uncorrected") == 1
+    assert value(text, "slurmadm_store_node_checks_failing", node="b200-002") == 0
+    assert value(text, "slurmadm_store_node_last_result_timestamp_seconds", node="b200-002") == 300.0
+    assert value(text, "slurmadm_store_check_nodes", check="ecc-uncorrected", status="fail") == 1
+    assert value(text, "slurmadm_store_check_nodes", check="ecc-uncorrected", status="pass") == 1
+    assert value(text, "slurmadm_fleet_drift_nodes") == 1
+    assert value(text, "slurmadm_burnin_last_timestamp_seconds", node="b200-003", verdict="fail") == 400.0
+    assert {"b200-001", "b200-002", "b200-003"} <= {
+        s.labels["host"] for f in text_string_to_metric_families(text) for s in f.samples
+        if s.name == "slurmadm_store_host_last_arrival_timestamp_seconds"}
+    # the four example nodes never shipped: reported silent
+    assert value(text, "slurmadm_store_silent_nodes") == len(site.node_names) - 3
+    # the head's own store file holds none of it
+    assert LocalStoreFacts(site.store.local_path(None)).read()["last"] == {}
+
+
+def test_an_unreadable_central_store_marks_the_store_source_stale(tmp_path):
+    from prometheus_client.core import CollectorRegistry
+
+    from slurmadm.exporter import storefacts
+    from slurmadm.exporter.exposition import render
+    from slurmadm.exporter.head import HeadCollector
+
+    data = tomllib.loads((REPO / "site.example.toml").read_text())
+    data["store"] = {"path": str(tmp_path / "{node}.db"), "url": f"sqlite://{tmp_path}/never-migrated.db"}
+    site = parse_site(tomli_w.dumps(data), source="site.toml")
+
+    class NoSlurm:
+        def read(self):
+            raise RuntimeError("no Slurm here")
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(HeadCollector(site=site, source=NoSlurm(), cache_s=0, deadline_s=10,
+                               store=storefacts.for_site(site)))
+    text = render(reg).decode()
+    assert value(text, "slurmadm_exporter_source_stale", source="store") == 1
+    assert value(text, "slurmadm_exporter_source_errors_total", source="store") >= 1
 
 
 def test_a_process_on_a_gpu_no_job_holds_is_flagged(node_exporter):
