@@ -229,7 +229,9 @@ def test_idle_policy_mails_then_cancels_after_the_warning_period_and_spares_inte
             act()
             return "idle-batch" not in running()
         assert wait_for(cancelled, 120, interval=1)
-        assert "JobState=CANCELLED" in sh(env, "scontrol", "show", "job", batch)
+        # scancel's end state (COMPLETING while the epilog runs), as squeue keeps it for MinJobAge
+        assert wait_for(lambda: sh(env, "squeue", "-h", "-t", "all", "-j", batch, "-o", "%T").strip() == "CANCELLED",
+                        60, interval=0.5), sh(env, "squeue", "-h", "-t", "all", "-j", batch, "-o", "%T")
         with Store(site.store.path) as store:
             warn = store.events(action="jobs.idle-warn", target=f"job:{batch}")
             cancel = store.events(action="jobs.idle-cancel", target=f"job:{batch}")
