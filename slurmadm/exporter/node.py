@@ -169,7 +169,8 @@ class NodeCollector:
                     [*base, counter], n)
             g("slurmadm_gpu_processes", "Compute and graphics processes on the GPU").add_metric(base, len(s.pids))
             g("slurmadm_gpu_unallocated_in_use", "1 when a GPU no job was allocated has processes or "
-              "utilisation above monitor.idle_util_percent").add_metric(base, 1 if job is None and self._in_use(s) else 0)
+              "utilisation above monitor.idle_util_percent").add_metric(
+                base, 1 if job is None and self._in_use(s) else 0)
             found = xid_by_pci.get(pci_key_from_bus_id(s.bus_id), [])
             last = max(found, key=lambda x: x.last_ts) if found else None
             g("slurmadm_gpu_last_xid", "Last XID within the health window, 0 if none (DCGM_FI_DEV_XID_ERRORS)"
