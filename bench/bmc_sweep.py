@@ -131,11 +131,17 @@ def main() -> int:
             t, ok = xargs(ports, [["power", "status"]], env, 32)
             res["power: xargs -P 32 ipmitool"] = {"s": t, "ok": ok}
 
-            t, rows = timed(lambda: fleet.run(names, lambda c: (c.bmc.sensors(), c.bmc.sel())))
-            res["sensors+SEL: slurmadm (library)"] = {"s": t, "ok": sum(r.ok for r in rows),
-                                                      "last_live_s": max((r.seconds for r in rows if r.ok), default=0),
-                                                      "sensors": len(rows[0].value[0]) if rows[0].ok else 0,
-                                                      "errors": sorted({r.error for r in rows if not r.ok})[:3]}
+            # sensors + SEL at the full fan-out, then at xargs' 32 (the same parallelism as the peer):
+            # here the emulator serving all 128 BMCs shares the 2 CPUs with the client
+            fleet32 = Fleet(parse_site(site_for(names, args.port_base, d / "password", d / "s.db", fanout=32),
+                                       source="bench"), Credentials("admin", Secret(password)))
+            for label, fl in ((f"fan-out {args.bmcs}", fleet), ("fan-out 32", fleet32)):
+                t, rows = timed(lambda fl=fl: fl.run(names, lambda c: (c.bmc.sensors(), c.bmc.sel())))
+                res[f"sensors+SEL: slurmadm (library), {label}"] = {
+                    "s": t, "ok": sum(r.ok for r in rows),
+                    "last_live_s": max((r.seconds for r in rows if r.ok), default=0),
+                    "sensors": len(rows[0].value[0]) if rows[0].ok else 0,
+                    "errors": sorted({r.error for r in rows if not r.ok})[:3]}
             if not args.skip_serial_sensors:
                 t, ok = serial(ports, [["sdr", "list"], ["sel", "list"]], env)
                 res["sensors+SEL: ipmitool serial"] = {"s": t, "ok": ok}
