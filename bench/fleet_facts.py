@@ -72,6 +72,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--fanout", type=int, default=64)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="after the runs, one more slurmadm run under cProfile: where its time goes")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/fleet_facts.py must run as root (unshare, sshd)")
@@ -149,6 +151,18 @@ def main() -> int:
         for _ in range(args.runs):
             ours.append(run_slurmadm())
             peer.append(run_clush())
+        if args.profile:
+            import cProfile
+            import pstats
+
+            prof = cProfile.Profile()
+            cpu = time.process_time()
+            prof.enable()
+            wall = run_slurmadm()
+            prof.disable()
+            print(f"profiled run: {wall:.2f} s wall, {time.process_time() - cpu:.2f} s CPU (all threads)",
+                  file=sys.stderr)
+            pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
         result = {"nodes": len(names), "fanout": args.fanout, "runs": args.runs,
                   "slurmadm_median_s": round(statistics.median(ours), 3),
                   "clush_median_s": round(statistics.median(peer), 3),

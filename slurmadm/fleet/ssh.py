@@ -113,21 +113,48 @@ class ParamikoRemote:
 
     # ---- connections
     def _connect(self, node: str, target: Target):
+        """An authenticated paramiko Transport to the node (kept for the next command). Built
+        here rather than through SSHClient so that the known_hosts file parsed once serves every
+        node (SSHClient re-reads it per connection: 128 nodes x 128 lines) and nothing is tried
+        but the one key: no agent, no ~/.ssh keys, no password."""
         import paramiko
 
         with self._lock:
-            client = self._clients.get(node)
-        if client is not None and client.get_transport() is not None and client.get_transport().is_active():
-            return client
-        client = paramiko.SSHClient()
-        client.load_system_host_keys(self.fleet.known_hosts)  # read-only: never written back
-        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            tr = self._clients.get(node)
+        if tr is not None and tr.is_active():
+            return tr
         t = self.fleet.connect_timeout_s
-        client.connect(target.host, port=target.port, username=self.fleet.user, pkey=self._key, timeout=t,
-                       banner_timeout=t, auth_timeout=t, allow_agent=False, look_for_keys=False)
+        name = target.host if target.port == 22 else f"[{target.host}]:{target.port}"
+        known = self._host_keys.lookup(name)
+        if not known:
+            raise paramiko.SSHException(f"Server {name!r} not found in known_hosts")
+        sock = socket.create_connection((target.host, target.port), timeout=t)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            tr = paramiko.Transport(sock)
+        except BaseException:
+            sock.close()
+            raise
+        try:
+            tr.banner_timeout = tr.auth_timeout = t
+            # ask for the host key type known_hosts has (as SSHClient and OpenSSH do)
+            opts = tr.get_security_options()
+            want = known.keys()[0]
+            if want == "ssh-rsa":
+                want = next((k for k in ("rsa-sha2-512", "rsa-sha2-256") if k in opts.key_types), want)
+            opts.key_types = [want] + [k for k in opts.key_types if k != want]
+            tr.start_client(timeout=t)
+            got = tr.get_remote_server_key()
+            expected = known.get(got.get_name())
+            if expected is None or expected != got:
+                raise paramiko.BadHostKeyException(name, got, expected or known[known.keys()[0]])
+            tr.auth_publickey(self.fleet.user, self._key)
+        except BaseException:
+            tr.close()
+            raise
         with self._lock:
-            self._clients[node] = client
-        return client
+            self._clients[node] = tr
+        return tr
 
     def _one(self, node: str, target: Target, command: str, timeout: float, stdin: str | None) -> Reply:
         import paramiko
@@ -136,7 +163,7 @@ class ParamikoRemote:
         reply = Reply(node)
         where = f"{target.host}:{target.port}"
         try:
-            client = self._connect(node, target)
+            transport = self._connect(node, target)
         except paramiko.BadHostKeyException:
             reply.kind, reply.error = "hostkey", (f"host key of {where} CHANGED (not the one in "
                                                   f"{self.fleet.known_hosts}); refusing to connect")
@@ -147,19 +174,17 @@ class ParamikoRemote:
                 reply.kind, reply.error = "auth", f"{where}: key not accepted for user {self.fleet.user}"
             else:
                 reply.kind, reply.error = "unreachable", f"{where}: ssh: {_one_line(exc)}"
-        except paramiko.ssh_exception.NoValidConnectionsError as exc:
-            codes = {getattr(e, "errno", None) for e in exc.errors.values()}
-            why = "connection refused (sshd down?)" if codes == {errno.ECONNREFUSED} else _one_line(exc)
-            reply.kind, reply.error = "unreachable", f"{where}: {why}"
         except (socket.timeout, TimeoutError):
             reply.kind, reply.error = "unreachable", f"{where}: no answer within {self.fleet.connect_timeout_s:g} s"
         except OSError as exc:
-            reply.kind, reply.error = "unreachable", f"{where}: {exc.strerror or _one_line(exc)}"
+            why = ("connection refused (sshd down?)" if exc.errno == errno.ECONNREFUSED
+                   else exc.strerror or _one_line(exc))
+            reply.kind, reply.error = "unreachable", f"{where}: {why}"
         if reply.kind:
             reply.duration_s = time.monotonic() - started
             return reply
         try:
-            reply.exit, reply.output, timed_out = _exec(client, command, timeout, stdin)
+            reply.exit, reply.output, timed_out = _exec(transport, command, timeout, stdin)
             if timed_out:
                 reply.kind, reply.error = "timeout", f"command ran past its {timeout:g} s limit"
         except (paramiko.SSHException, OSError, EOFError) as exc:
@@ -170,9 +195,9 @@ class ParamikoRemote:
 
     def _forget(self, node: str) -> None:
         with self._lock:
-            client = self._clients.pop(node, None)
-        if client is not None:
-            client.close()
+            transport = self._clients.pop(node, None)
+        if transport is not None:
+            transport.close()
 
     def run(self, nodes: Sequence[str], command: str, *, timeout: float, stdin: str | None = None,
             on_reply: Callable[[Reply], None] | None = None) -> list[Reply]:
@@ -202,10 +227,10 @@ class ParamikoRemote:
         self.close()
 
 
-def _exec(client, command: str, timeout: float, stdin: str | None) -> tuple[int | None, str, bool]:
+def _exec(transport, command: str, timeout: float, stdin: str | None) -> tuple[int | None, str, bool]:
     """Run one command on an open connection: (exit code or None, merged output, timed out)."""
     deadline = time.monotonic() + timeout
-    chan = client.get_transport().open_session(timeout=min(timeout, 30.0))
+    chan = transport.open_session(timeout=min(timeout, 30.0))
     try:
         chan.set_combine_stderr(True)
         chan.exec_command(command)
