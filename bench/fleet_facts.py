@@ -133,7 +133,7 @@ def main() -> int:
 
         def run_slurmadm() -> float:
             t = time.perf_counter()
-            got = fleet.facts(site, names)
+            got = fleet.facts(site, names, bmc=False)  # SSH fan-out only, as clush does
             dt = time.perf_counter() - t
             bad = [n for n, nf in got.items() if nf.error or nf.facts.get("nccl") != site.software.nccl_version]
             assert not bad, f"slurmadm: {bad[:3]} {[got[b].error for b in bad[:3]]}"

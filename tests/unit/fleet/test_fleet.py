@@ -133,3 +133,23 @@ def test_local_cheap_facts_from_a_root(tmp_path):
     (tmp_path / "usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5").write_text("")
     assert F.local_facts(str(tmp_path)) == {"os_image": "ubuntu-24.04-dgx", "kernel": "6.8.0-60-generic",
                                              "driver": "565.57.01", "nccl": "2.21.5"}
+
+
+def test_bmc_firmware_facts_drift_only_where_the_bmc_was_read():
+    from slurmadm import fleet as fl
+    from slurmadm.resources import example_site
+    from slurmadm.site import parse_site
+
+    site = parse_site(example_site().read_text())
+    base = {k: v for k, v in fl.factsmod.baseline(site.software).items()}
+    fw = {f"fw:{k}": v for k, v in site.bmc.firmware.items()}
+    got = {
+        "b200-001": fl.NodeFacts("b200-001", 1.0, {**base, **fw}),
+        "b200-002": fl.NodeFacts("b200-002", 1.0, {**base, **fw, "fw:BIOS": "2.0.0"}),
+        "b200-003": fl.NodeFacts("b200-003", 1.0, dict(base), bmc_error="bmc: no answer"),  # BMC not read
+    }
+    diffs = fl.drift(site, got)
+    assert [(d.fact, d.hostlist, d.have, d.want, d.source) for d in diffs] == [
+        ("fw:BIOS", "b200-002", "2.0.0", site.bmc.firmware["BIOS"], "baseline")]
+    # no node's BMC read: no firmware baseline compared at all
+    assert fl.drift(site, {"b200-003": got["b200-003"]}) == []
