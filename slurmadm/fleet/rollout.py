@@ -643,8 +643,13 @@ class Rollout:
             info = self.slurm.node(node)
         except UnreachableError:
             return
-        if info.drained and info.reason.startswith(f"{OWNER_PREFIX} {CHECK_ID}: {self.plan.name}"):
-            self.backend.set_reason([node], format_reason(CHECK_ID, f"{self.plan.name}: FAILED {why}", CHECK_ID))
+        if not info.reason.startswith(f"{OWNER_PREFIX} {CHECK_ID}: {self.plan.name}"):
+            return
+        failed = format_reason(CHECK_ID, f"{self.plan.name}: FAILED {why}", CHECK_ID)
+        if info.drained:
+            self.backend.set_reason([node], failed)
+        elif info.state == "DOWN":  # back from `reboot ... nextstate=DOWN`: drained too, so it stays out
+            self.backend.drain([node], failed)
 
 
 class _Skip(NodeFailed):

@@ -7,11 +7,18 @@ and one connection per node kept for every command of one `Remote` (close() ends
 that cannot be reached is one `Reply` with `error` set; the others go on.
 
 stdout and stderr come back merged, in order, as `clush`/`pdsh` show them.
+
+Large fan-outs (at least PROCESS_MIN_NODES nodes per CPU) are split over worker processes, each
+with its own threads and connections: paramiko's handshakes and packet handling are Python under
+one GIL, so one process caps at one core while OpenSSH-based tools (clush) use them all. The
+workers come from a forkserver (paramiko preloaded; never a fork of this possibly threaded
+process) and live for that one call; nodes with a connection already open here stay here.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import threading
 import time
@@ -24,6 +31,7 @@ from typing import Protocol, runtime_checkable
 from ..errors import UsageError
 
 MAX_OUTPUT = 4 * 1024 * 1024  # bytes kept per node and command; more is cut (and said so)
+PROCESS_MIN_NODES = 32  # nodes per worker process below which threads here are cheaper
 
 
 @dataclass
@@ -75,6 +83,7 @@ class ParamikoRemote:
     _clients: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _key: object = None
+    processes: int | None = None  # worker processes for a large fan-out (None: by CPUs and nodes)
 
     def __post_init__(self) -> None:
         import paramiko  # noqa: F401  (imported here: `slurmadm site validate` does not pay for it)
@@ -211,8 +220,38 @@ class ParamikoRemote:
 
         if not nodes:
             return []
+        procs = self.processes if self.processes is not None else worker_processes(len(nodes), self.fleet.fanout)
+        with self._lock:
+            open_here = any(n in self._clients for n in nodes)
+        if procs > 1 and not open_here:
+            return self._run_processes(list(nodes), command, timeout, stdin, on_reply, procs)
         with ThreadPoolExecutor(max_workers=min(self.fleet.fanout, len(nodes))) as pool:
             return list(pool.map(one, nodes))
+
+    def _run_processes(self, nodes: list[str], command: str, timeout: float, stdin: str | None,
+                       on_reply: Callable[[Reply], None] | None, procs: int) -> list[Reply]:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["paramiko", __name__])
+        chunks = [nodes[i::procs] for i in range(procs)]
+        per = max(1, -(-self.fleet.fanout // procs))  # the fan-out limit holds across the workers
+        got: dict[str, Reply] = {}
+        with ProcessPoolExecutor(max_workers=procs, mp_context=ctx) as pool:
+            futures = {pool.submit(_worker_run, self.fleet, chunk, command, timeout, stdin, per): chunk
+                       for chunk in chunks}
+            for fut in as_completed(futures):
+                try:
+                    replies = fut.result()
+                except Exception as exc:  # a worker that died: its nodes are one row each
+                    replies = [Reply(n, error=f"slurmadm worker process failed: {_one_line(exc)}",
+                                     kind="unreachable") for n in futures[fut]]
+                for r in replies:
+                    got[r.node] = r
+                    if on_reply is not None:
+                        on_reply(r)
+        return [got[n] for n in nodes]
 
     def close(self) -> None:
         with self._lock:
@@ -225,6 +264,23 @@ class ParamikoRemote:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def worker_processes(nodes: int, fanout: int) -> int:
+    """How many processes a fan-out to `nodes` nodes uses: one per usable CPU, at most one per
+    PROCESS_MIN_NODES nodes that run at once."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, min(nodes, fanout) // PROCESS_MIN_NODES))
+
+
+def _worker_run(fleet, nodes: list[str], command: str, timeout: float, stdin: str | None,
+                fanout: int) -> list[Reply]:
+    """In a worker process: the threads-and-connections fan-out over its share of the nodes."""
+    with ParamikoRemote(fleet.model_copy(update={"fanout": fanout}), processes=1) as remote:
+        return remote.run(nodes, command, timeout=timeout, stdin=stdin)
 
 
 def _exec(transport, command: str, timeout: float, stdin: str | None) -> tuple[int | None, str, bool]:

@@ -424,3 +424,16 @@ def test_reservation_rollout_reboots_asap_nextstate_down(dev_cluster, env, tmp_p
     finally:
         stop.set()
         subprocess.run(["scontrol", "delete", f"reservation={rsv}"], env=env, capture_output=True, timeout=30)
+
+
+def test_worker_process_fan_out_gives_the_same_answers(dev_cluster):
+    """The multi-process fan-out (used from PROCESS_MIN_NODES nodes per CPU; forced here on
+    four nodes): every node answers from its own namespace, a down node is its own row."""
+    from slurmadm.fleet.ssh import ParamikoRemote
+
+    site = dev_cluster.site()
+    seen = []
+    with ParamikoRemote(site.fleet, processes=2) as remote:
+        replies = remote.run(NODES, "hostname; exit 7", timeout=60, on_reply=lambda r: seen.append(r.node))
+    assert [(r.node, r.exit, r.output.strip()) for r in replies] == [(n, 7, n) for n in NODES]
+    assert sorted(seen) == sorted(NODES)

@@ -153,3 +153,14 @@ def test_bmc_firmware_facts_drift_only_where_the_bmc_was_read():
         ("fw:BIOS", "b200-002", "2.0.0", site.bmc.firmware["BIOS"], "baseline")]
     # no node's BMC read: no firmware baseline compared at all
     assert fl.drift(site, {"b200-003": got["b200-003"]}) == []
+
+
+def test_worker_processes_by_cpus_and_nodes(monkeypatch):
+    from slurmadm.fleet import ssh
+
+    monkeypatch.setattr(ssh.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert ssh.worker_processes(4, 64) == 1  # a few nodes: threads here
+    assert ssh.worker_processes(128, 64) == 2  # one per CPU
+    assert ssh.worker_processes(128, 16) == 1  # the fan-out limit, not the node count, decides
+    monkeypatch.setattr(ssh.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert ssh.worker_processes(128, 128) == 4
