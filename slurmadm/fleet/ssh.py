@@ -8,11 +8,14 @@ that cannot be reached is one `Reply` with `error` set; the others go on.
 
 stdout and stderr come back merged, in order, as `clush`/`pdsh` show them.
 
-Large fan-outs (at least PROCESS_MIN_NODES nodes per CPU) are split over worker processes, each
-with its own threads and connections: paramiko's handshakes and packet handling are Python under
-one GIL, so one process caps at one core while OpenSSH-based tools (clush) use them all. The
-workers come from a forkserver (paramiko preloaded; never a fork of this possibly threaded
-process) and live for that one call; nodes with a connection already open here stay here.
+Large fan-outs on a head node with CPUs to spare are split over worker processes, each with its
+own threads and connections: paramiko's handshakes and packet handling are Python under one GIL
+(~12 ms of CPU per node), so one process caps at one core while OpenSSH-based tools (clush) use
+them all. A worker costs a forkserver start and paramiko's import (a few hundred ms of CPU), so
+it pays only from PROCESS_MIN_NODES nodes at once per worker and with CPUs left for the rest:
+on 2 CPUs (the bench, 64 sshd on the same machine) one process beat two. The workers come from a
+forkserver (never a fork of this possibly threaded process) and live for that one call; nodes with
+a connection already open here stay here.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Protocol, runtime_checkable
 from ..errors import UsageError
 
 MAX_OUTPUT = 4 * 1024 * 1024  # bytes kept per node and command; more is cut (and said so)
-PROCESS_MIN_NODES = 32  # nodes per worker process below which threads here are cheaper
+PROCESS_MIN_NODES = 64  # nodes at once per worker process below which threads here are cheaper
 
 
 @dataclass
@@ -267,13 +270,13 @@ class ParamikoRemote:
 
 
 def worker_processes(nodes: int, fanout: int) -> int:
-    """How many processes a fan-out to `nodes` nodes uses: one per usable CPU, at most one per
-    PROCESS_MIN_NODES nodes that run at once."""
+    """How many processes a fan-out to `nodes` nodes uses: at most half the usable CPUs and one
+    per PROCESS_MIN_NODES nodes that run at once (1: threads in this process)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    return max(1, min(cpus, min(nodes, fanout) // PROCESS_MIN_NODES))
+    return max(1, min(cpus // 2, min(nodes, fanout) // PROCESS_MIN_NODES))
 
 
 def _worker_run(fleet, nodes: list[str], command: str, timeout: float, stdin: str | None,

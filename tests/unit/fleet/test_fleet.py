@@ -160,7 +160,8 @@ def test_worker_processes_by_cpus_and_nodes(monkeypatch):
 
     monkeypatch.setattr(ssh.os, "sched_getaffinity", lambda pid: {0, 1})
     assert ssh.worker_processes(4, 64) == 1  # a few nodes: threads here
-    assert ssh.worker_processes(128, 64) == 2  # one per CPU
-    assert ssh.worker_processes(128, 16) == 1  # the fan-out limit, not the node count, decides
+    assert ssh.worker_processes(1024, 512) == 1  # 2 CPUs: one process (measured faster than two)
     monkeypatch.setattr(ssh.os, "sched_getaffinity", lambda pid: set(range(16)))
-    assert ssh.worker_processes(128, 128) == 4
+    assert ssh.worker_processes(128, 128) == 2  # one per 64 nodes at once
+    assert ssh.worker_processes(128, 32) == 1  # the fan-out limit, not the node count, decides
+    assert ssh.worker_processes(4096, 1024) == 8  # at most half the CPUs
