@@ -119,8 +119,13 @@ def facts(site, nodes: Sequence[str], *, refresh: bool = True, remote: Remote | 
             if bmc if bmc is not None else bmc_configured(site):
                 import threading
 
-                reader = threading.Thread(target=lambda: firmware.update(bmc_firmware(site, todo)),
-                                          name="fleet-bmc-facts", daemon=True)
+                def read_bmcs() -> None:
+                    try:
+                        firmware.update(bmc_firmware(site, todo))
+                    except Exception as exc:  # a library's surprise: no firmware facts, never a traceback
+                        firmware.update({n: f"bmc: {type(exc).__name__}" for n in todo})
+
+                reader = threading.Thread(target=read_bmcs, name="fleet-bmc-facts", daemon=True)
                 reader.start()
             try:
                 def done(reply: Reply) -> None:
