@@ -165,3 +165,43 @@ def test_worker_processes_by_cpus_and_nodes(monkeypatch):
     assert ssh.worker_processes(128, 128) == 2  # one per 64 nodes at once
     assert ssh.worker_processes(128, 32) == 1  # the fan-out limit, not the node count, decides
     assert ssh.worker_processes(4096, 1024) == 8  # at most half the CPUs
+
+
+def test_facts_merge_the_bmc_firmware_and_say_which_bmc_did_not_answer(tmp_path, monkeypatch):
+    import tomllib
+
+    import tomli_w
+
+    from slurmadm import fleet as fl
+    from slurmadm.resources import example_site
+    from slurmadm.site import parse_site
+    from slurmadm.store import Store
+
+    data = tomllib.loads(example_site().read_text())
+    data["store"] = {"path": str(tmp_path / "s.db")}
+    data["bmc"]["password_file"] = str(tmp_path / "no-such-bmc.password")
+    site = parse_site(tomli_w.dumps(data))
+
+    class Nodes:
+        def run(self, nodes, command, *, timeout, stdin=None, on_reply=None):
+            return [Reply(n, 0, f"@@libs\nlibnccl.so.2.25.1\n@@end\n") for n in nodes]
+
+        def close(self):
+            pass
+
+    asked = []
+
+    def firmware(site_, nodes):
+        asked.append(list(nodes))
+        return {"b200-001": {"BIOS": "2.1.0", "BMC": "1.03.10"}, "b200-002": "bmc: b200-002: no answer"}
+
+    monkeypatch.setattr(fl, "bmc_firmware", firmware)
+    with Store.for_site(site) as store:
+        got = fl.facts(site, ["b200-001", "b200-002"], remote=Nodes(), store=store, bmc=True)
+        assert got["b200-001"].facts["fw:BIOS"] == "2.1.0" and got["b200-001"].bmc_error == ""
+        assert not any(k.startswith("fw:") for k in got["b200-002"].facts)
+        assert got["b200-002"].bmc_error == "bmc: b200-002: no answer"
+        assert fl.stored_facts(store, ["b200-001"])["b200-001"].facts["fw:BMC"] == "1.03.10"  # stored too
+        # bmc=None: asked only when the site's BMC password file exists (this one does not)
+        fl.facts(site, ["b200-001"], remote=Nodes(), store=store)
+    assert asked == [["b200-001", "b200-002"]]
