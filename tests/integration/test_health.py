@@ -252,6 +252,16 @@ def test_gpu_fault_is_audited(dev_cluster, env):
     assert gpus.list_faults(dev_cluster.p("gpus"), "b200-001") == []
 
 
+def _why_not(dc, ts, name):
+    """What the node's own runs saw and remembered (for a failure message)."""
+    rows = [(r["context"], r["check_id"], r["status"], r["detail"]) for r in results_since(dc, ts, node=name)
+            if r["status"] not in ("pass", "skip")]
+    with db(dc) as conn:
+        state = {r["key"]: r["value"] for r in conn.execute("SELECT * FROM node_state WHERE node = ?", (name,))}
+    return {"not passing": rows, "node_state": state, "events": [
+        (e["action"], e["reason"]) for e in events_since(dc, ts, "health.alert") if e["target"] == name]}
+
+
 def test_slurms_own_healthcheck_program_resumes_our_drain_but_not_a_burnin_drain(dev_cluster, env):
     """No hook run by the test: slurmd's HealthCheckProgram (every 30 s, no SLURM_CONF in its
     environment) must reach Slurm by itself and lift a health drain on a now-clean node, while a
@@ -262,17 +272,20 @@ def test_slurms_own_healthcheck_program_resumes_our_drain_but_not_a_burnin_drain
     sh(env, "scontrol", "update", "nodename=b200-002", "state=drain", f"reason={health}")
     # as a prolog that drained it would have: slurmadm remembers the exact reason it set (a drain
     # whose reason differs from the remembered one is an admin's, issue 15)
+    # (through the hook's own NodeState: its keys carry the `health.` prefix)
     from slurmadm.health.actions import DRAIN_REASON_KEY
-    from slurmadm.store import Store
+    from slurmadm.health.record import NodeState
 
     with Store.for_site(dev_cluster.site(), node="b200-002") as store:
-        store.set_node_state("b200-002", DRAIN_REASON_KEY, health)
+        state = NodeState(store, "b200-002")
+        state.set(DRAIN_REASON_KEY, health)
+        state.flush()
     sh(env, "scontrol", "update", "nodename=b200-001", "state=drain", f"reason={burnin}")
     n_clean = dev_cluster.site().health.resume_after_clean_runs
     interval = dev_cluster.site().slurm.health_check_interval
     t0 = time.time()
     assert wait_for(lambda: not node(env, "b200-002").drained, (n_clean + 2) * interval + 30, interval=1), \
-        node(env, "b200-002")
+        (node(env, "b200-002"), _why_not(dev_cluster, t0, "b200-002"))
     assert [e["target"] for e in events_since(dev_cluster, t0, "node.resume")] == ["b200-002"]
     runs_on_001 = {r["run_id"] for r in results_since(dev_cluster, t0, node="b200-001", context="periodic")}
     assert len(runs_on_001) >= n_clean  # slurmd ran the checks there too, and left the burn-in drain
