@@ -13,10 +13,10 @@ The operations, importable for scripts (they return data and print nothing):
     from slurmadm.fleet import rollout                          # canary rollouts: rollout.py
 
 Facts come over SSH (`ssh.ParamikoRemote`, or any `ssh.Remote`), one command per node, and are
-stored with their time (store table fleet_facts). When the site's BMCs can be reached
-(`slurmadm bmc`: [bmc] with its password file), each BMC's firmware inventory is read at the same
-time (Redfish FirmwareInventory, else the IPMI BMC firmware) as facts `fw:<component>`
-(`fw:BIOS`, `fw:BMC`, `fw:HGX_FW_GPU_SXM_1`, ...), compared with [bmc.firmware]. Drift compares each fact with the site's
+stored with their time (store table fleet_facts). When the site's BMCs can be reached (`slurmadm
+bmc`: [bmc] with its password file), each BMC's firmware inventory is read at the same time (Redfish
+FirmwareInventory, else the IPMI BMC firmware) as facts `fw:<component>` (`fw:BIOS`, `fw:BMC`,
+`fw:HGX_FW_GPU_SXM_1`, ...), compared with [bmc.firmware]. Drift compares each fact with the site's
 [software] baseline, and facts the site sets no value for with the fleet's most common value
 (confluent's `collate` idea: the odd ones out).
 """

@@ -24,15 +24,16 @@ A plan (TOML):
     nccl = "2.26.2"
 
 Per node: drain (`slurmadm: rollout: <name> [rollout]`; running jobs finish first, up to
-fleet.drain_timeout_s) or, with --reservation, the nodes of an active maintenance reservation;
-the steps (firmware steps through the BMC); the reboot through Slurm, `scontrol reboot ASAP nextstate=DOWN reason=...` (with
-ReturnToService=2 Slurm returns a DOWN node to service as soon as it registers, so there the node
-stays drained across a plain `scontrol reboot reason=...` instead); wait until it registered with
-a new boot time (a node whose slurmd is gone, DOWN and not responding, so that Slurm
-cannot reboot it, is power-cycled through its BMC instead when `slurmadm bmc` is set up); verify
-`expect`; the health command; resume. Canary nodes first (any failure
-stops the rollout), then waves of wave_fraction of the nodes; the rollout stops when more than
-max_failed_fraction of its nodes failed. Failed nodes stay drained with the reason.
+fleet.drain_timeout_s) or, with --reservation, the nodes of an active maintenance reservation; the
+steps (firmware steps through the BMC); the reboot through Slurm, `scontrol reboot ASAP
+nextstate=DOWN reason=...` (with ReturnToService=2 Slurm returns a DOWN node to service as soon as
+it registers, so there the node stays drained across a plain `scontrol reboot reason=...` instead);
+wait until it registered with a new boot time (a node whose slurmd is gone, DOWN and not responding,
+so that Slurm cannot reboot it, is power-cycled through its BMC instead when `slurmadm bmc` is set
+up); verify `expect`; the health command; resume (also a node that came back DOWN under
+--reservation). Canary nodes first (any failure stops the rollout), then waves of wave_fraction of
+the nodes; the rollout stops when more than max_failed_fraction of its nodes failed. Failed nodes
+stay drained with the reason.
 
 State is in the store (fleet_rollouts, fleet_rollout_nodes): re-running the same plan after an
 interruption skips finished nodes, picks up a node caught mid-reboot where it was, and redoes the
