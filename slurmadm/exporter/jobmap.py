@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass
 
@@ -21,6 +20,8 @@ _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 @dataclass(frozen=True)
 class JobGpus:
+    """Which job holds which GPUs on this node."""
+
     job_id: str
     user: str
     account: str
@@ -69,7 +70,10 @@ def record_from_env(env: dict[str, str], node: str, directory: str, context: str
         "start": time.time(),
     }
     os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".job-")
+    # a private temporary name (O_EXCL), renamed over the map file; not tempfile: it pulls
+    # random, shutil, bz2 and lzma into every prolog
+    tmp = os.path.join(os.path.dirname(path), f".job-{os.getpid()}-{time.monotonic_ns()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
         with os.fdopen(fd, "w") as fh:
             json.dump(entry, fh)

@@ -32,12 +32,16 @@ class MissingTool(CannotRun):
 
 @dataclass
 class Finding:
+    """One problem a check found."""
+
     level: str  # "fail" or "warn"
     text: str
 
 
 @dataclass
 class Outcome:
+    """What one check returns: its findings and what it measured."""
+
     findings: list[Finding] = field(default_factory=list)
     note: str = ""  # what was looked at, for a pass
     value: float | None = None
@@ -65,6 +69,8 @@ class Ctx:
 
 @dataclass(frozen=True)
 class CheckSpec:
+    """A registered check: id, contexts, default action and its function."""
+
     id: str
     title: str
     fn: Callable[[Ctx], Outcome]

@@ -13,10 +13,9 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .. import __version__
-from ..sitefile import site_path
+from ..sitefile import site_file as _site_file
 
 ENV_CACHE_DIR = "SLURMADM_CACHE_DIR"
 DEFAULT_CACHE_DIR = "/var/cache/slurmadm"
@@ -24,6 +23,8 @@ DEFAULT_CACHE_DIR = "/var/cache/slurmadm"
 
 @dataclass(frozen=True)
 class GpuExpect:
+    """What the node's profile says its GPUs are (count, model, memory, links)."""
+
     count: int
     model: str
     nvml_name: str
@@ -35,6 +36,8 @@ class GpuExpect:
 
 @dataclass(frozen=True)
 class Thresholds:
+    """The site's limits the checks compare readings with."""
+
     nccl_busbw_floor_gbps: float
     max_gpu_temp_c: int
     max_memory_temp_c: int
@@ -47,6 +50,8 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class HealthConfig:
+    """One node's resolved health settings (cached as JSON between runs)."""
+
     node: str
     site_path: str
     site_sha256: str
@@ -163,12 +168,12 @@ def host_settings(site, node: str) -> dict:
     }
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get(ENV_CACHE_DIR) or DEFAULT_CACHE_DIR)
+def cache_dir() -> str:
+    return os.environ.get(ENV_CACHE_DIR) or DEFAULT_CACHE_DIR
 
 
-def _cache_file(node: str, sha: str) -> Path:
-    return cache_dir() / f"health-{node}-{__version__}-{sha[:20]}.json"
+def _cache_file(node: str, sha: str) -> str:
+    return os.path.join(cache_dir(), f"health-{node}-{__version__}-{sha[:20]}.json")
 
 
 def _sha256(data: bytes) -> str:
@@ -184,7 +189,18 @@ def _sha256(data: bytes) -> str:
     return sha256(data).hexdigest()
 
 
-def untrusted(path: Path) -> str:
+def _parents(path: str) -> list[str]:
+    """pathlib's PurePath.parents of an absolute path, as strings."""
+    out = []
+    while True:
+        up = os.path.dirname(path)
+        if up == path:
+            return out
+        out.append(up)
+        path = up
+
+
+def untrusted(path: str | os.PathLike) -> str:
     """'' when only root can change `path` (the file and every directory above it), else why not.
 
     A root hook follows its site file (where to write the store and logs, what to run): like sshd's
@@ -192,17 +208,17 @@ def untrusted(path: Path) -> str:
     others, or by a group other than root's, or in a directory that is (a sticky world-writable
     directory such as /tmp is fine: others cannot replace root's files in it)."""
     try:
-        real = Path(os.path.realpath(path))
-        st = real.stat()
+        real = os.path.realpath(path)
+        st = os.stat(real)
     except OSError:
         return ""  # missing: load_site says so
     if st.st_uid != 0:
         return f"site file {path} is owned by uid {st.st_uid}, not root"
     if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != 0):
         return f"site file {path} is writable by {'everyone' if st.st_mode & 0o002 else f'group {st.st_gid}'}"
-    for d in real.parents:
+    for d in _parents(real):
         try:
-            ds = d.stat()
+            ds = os.stat(d)
         except OSError:
             continue
         sticky = ds.st_mode & 0o1000
@@ -218,20 +234,22 @@ def load(node: str, site_file: str | None = None) -> HealthConfig:
     Run as root, a site file (or cache) another user could change is refused (UsageError)."""
     from ..errors import UsageError
 
-    path = site_path(site_file)
+    path = _site_file(site_file)
     if os.geteuid() == 0:
         why = untrusted(path)
         if why:
             raise UsageError(f"{why}: refusing it as root (chown root and chmod go-w)")
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as f:
+            raw = f.read()
     except OSError:
         raw = None  # let load_site produce the proper one-line error
     sha = _sha256(raw) if raw is not None else ""
     cached = _cache_file(node, sha)
     if raw is not None and (os.geteuid() != 0 or not untrusted(cached)):
         try:
-            return HealthConfig.from_json(cached.read_text())
+            with open(cached, encoding="utf-8") as f:
+                return HealthConfig.from_json(f.read())
         except (OSError, ValueError, TypeError, KeyError):
             pass
     from ..site import load_site, parse_site
@@ -240,11 +258,13 @@ def load(node: str, site_file: str | None = None) -> HealthConfig:
     # the bytes just hashed, not a second read: the cache key must match what was parsed
     site = parse_site(raw, source=str(path)) if raw is not None else load_site(path)
     cfg = from_site(site, node, site_path=str(path), site_sha256=sha)
+    from pathlib import Path
+
     from ..files import write_atomic
 
     try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(cached, cfg.to_json())
+        os.makedirs(os.path.dirname(cached), exist_ok=True)
+        write_atomic(Path(cached), cfg.to_json())
     except (OSError, UsageError):
         pass
     return cfg

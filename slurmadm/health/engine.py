@@ -24,6 +24,8 @@ CHECK_SHARE = 0.75
 
 @dataclass
 class Report:
+    """One health run: its results, the plan and what was applied."""
+
     node: str
     context: str
     run_id: str

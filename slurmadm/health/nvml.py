@@ -17,6 +17,8 @@ class NvmlUnavailable(Exception):
 
 @dataclass
 class Gpu:
+    """One GPU as NVML enumerated it."""
+
     index: int
     handle: Any = None
     error: str = ""  # why this GPU has no handle (lost, unknown error)

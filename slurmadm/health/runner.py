@@ -69,6 +69,8 @@ def call_with_deadline(fn: Callable[[], Any], timeout_s: float) -> Any:
 
 @dataclass
 class Result:
+    """One check's result in one run (a row of check_results)."""
+
     check_id: str
     status: str  # pass | fail | warn | error | skip
     severity: str

@@ -71,16 +71,30 @@ RECOVERY_ACTIONS: dict[int, tuple[str, str, str]] = {
 }
 UNKNOWN_VERDICT = "warn"
 
-XID_RE = re.compile(
+
+class _Pattern:
+    """A regular expression compiled on first use: a healthy node's log has no XID line, and its
+    prolog should not pay for compiling the patterns that read one (half of this module's import)."""
+
+    __slots__ = ("_args",)
+
+    def __init__(self, *args) -> None:
+        self._args = args
+
+    def __getattr__(self, attr):
+        return getattr(re.compile(*self._args), attr)  # re caches the compiled pattern
+
+
+XID_RE = _Pattern(
     r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.\d)?"
     r"(?:\s+GPU-I:(\d+))?(?:\s+GPU-CI:(\d+))?\):\s*(\d+),\s?(.*)$")
-NVLINK5_RE = re.compile(r"^\s*([A-Z][A-Z0-9_]*)\s+(Fatal|Nonfatal|Non-fatal)\b.*?\(\s*(0x[0-9a-fA-F]+)\s+(0x[0-9a-fA-F]+)")
-RECOVERY_RE = re.compile(r"recovery action changed from 0x([0-9a-fA-F]+)\b.*? to 0x([0-9a-fA-F]+)\b")
+NVLINK5_RE = _Pattern(r"^\s*([A-Z][A-Z0-9_]*)\s+(Fatal|Nonfatal|Non-fatal)\b.*?\(\s*(0x[0-9a-fA-F]+)\s+(0x[0-9a-fA-F]+)")
+RECOVERY_RE = _Pattern(r"recovery action changed from 0x([0-9a-fA-F]+)\b.*? to 0x([0-9a-fA-F]+)\b")
 
-ISO_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s")
-SYSLOG_RE = re.compile(r"^([A-Z][a-z]{2}\s+\d{1,2} \d{2}:\d{2}:\d{2})(\.\d+)?\s")
-DMESG_T_RE = re.compile(r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]\s")
-MONO_RE = re.compile(r"^\[\s*(\d+\.\d+)\]\s")
+ISO_RE = _Pattern(r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s")
+SYSLOG_RE = _Pattern(r"^([A-Z][a-z]{2}\s+\d{1,2} \d{2}:\d{2}:\d{2})(\.\d+)?\s")
+DMESG_T_RE = _Pattern(r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]\s")
+MONO_RE = _Pattern(r"^\[\s*(\d+\.\d+)\]\s")
 
 # Read at most this much from the end of a log file (a prolog must not read a year of kern.log).
 TAIL_BYTES = 4 << 20
@@ -92,6 +106,8 @@ class XidSourceError(ValueError):
 
 @dataclass(frozen=True)
 class CatalogEntry:
+    """One XID of NVIDIA's catalog: its name and immediate action."""
+
     xid: int
     mnemonic: str
     description: str
@@ -103,6 +119,8 @@ class CatalogEntry:
 
 @dataclass(frozen=True)
 class Nvlink5Rule:
+    """The catalog's action for one NVLink5 XID (144-150) sub-code."""
+
     xid: int
     units: tuple[str, ...]
     link_field: int | None
@@ -149,6 +167,8 @@ def pci_key_from_bus_id(bus_id: str) -> str:
 
 @dataclass(frozen=True)
 class XidEvent:
+    """One XID line read from the kernel log."""
+
     ts: float
     pci: str
     xid: int
@@ -160,6 +180,8 @@ class XidEvent:
 
 @dataclass
 class XidFinding:
+    """What the XID check concludes for one GPU."""
+
     pci: str
     xid: int
     name: str
@@ -176,6 +198,8 @@ class XidFinding:
 
 @dataclass(frozen=True)
 class Verdict:
+    """An XID's name, NVIDIA's action, our verdict and what clears it."""
+
     name: str
     action: str
     verdict: str

@@ -10,7 +10,6 @@ a newer slurmadm wrote. With `store.url` set, triggers queue every new or change
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import sqlite3
@@ -18,8 +17,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 from ..errors import UnreachableError, UsageError
 from . import schema
@@ -43,6 +44,8 @@ def actor() -> str:
         if os.environ.get(var):
             return os.environ[var]
     try:
+        import getpass  # only here: it pulls in termios, a prolog's milliseconds
+
         return getpass.getuser()
     except Exception:  # no passwd entry (containers)
         return f"uid:{os.getuid()}"
@@ -50,6 +53,8 @@ def actor() -> str:
 
 @dataclass(frozen=True)
 class Event:
+    """One audit event."""
+
     id: int
     ts: float
     actor: str
@@ -65,15 +70,15 @@ class Store:
 
     def __init__(self, path: str | os.PathLike, *, audit_log: str | None = None, timeout_s: float = 30.0,
                  ship: bool | None = None):
-        self.path = Path(path)
+        self._path = os.fspath(path)  # a str: pathlib stays out of the prolog's imports
         self.audit_log = audit_log
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
+            os.makedirs(os.path.dirname(os.path.abspath(self._path)), exist_ok=True)
+            self._db = sqlite3.connect(self._path, timeout=timeout_s, isolation_level=None)
         except (OSError, sqlite3.Error) as exc:
-            raise UsageError(f"store {self.path}: cannot open ({exc})") from None
+            raise UsageError(f"store {self._path}: cannot open ({exc})") from None
         self._db.row_factory = sqlite3.Row
-        OPENED.append(str(self.path))
+        OPENED.append(self._path)
         try:
             self._db.execute("PRAGMA busy_timeout = %d" % int(timeout_s * 1000))
             try:
@@ -84,10 +89,16 @@ class Store:
             self._migrate(ship)
         except sqlite3.DatabaseError as exc:
             self._db.close()
-            raise store_error(exc, str(self.path)) from None
+            raise store_error(exc, self._path) from None
         except BaseException:
             self._db.close()
             raise
+
+    @property
+    def path(self) -> "Path":
+        from pathlib import Path
+
+        return Path(self._path)
 
     def _migrate(self, ship: bool | None) -> None:
         """Bring the file to this slurmadm's schema version (and shipping mode) in one write
@@ -101,7 +112,7 @@ class Store:
 
         found = version()
         if found > schema.SCHEMA_VERSION:
-            raise UsageError(schema.newer_error(f"store {self.path}", found))
+            raise UsageError(schema.newer_error(f"store {self._path}", found))
         if found == schema.SCHEMA_VERSION and (ship is None or bool(triggers()) == ship):
             return
         # concurrent first opens queue on the write lock; the second finds the work done
@@ -109,7 +120,7 @@ class Store:
         try:
             found = version()
             if found > schema.SCHEMA_VERSION:
-                raise UsageError(schema.newer_error(f"store {self.path}", found))
+                raise UsageError(schema.newer_error(f"store {self._path}", found))
             for step in schema.local_steps(found) if found < schema.SCHEMA_VERSION else []:
                 for statement in _statements(step):
                     self._db.execute(statement)
@@ -181,7 +192,7 @@ class Store:
                 for event_id, (action, target, reason, detail) in zip(ids, events)
             )
             try:
-                Path(self.audit_log).parent.mkdir(parents=True, exist_ok=True)
+                os.makedirs(os.path.dirname(os.path.abspath(self.audit_log)), exist_ok=True)
                 with open(self.audit_log, "a", encoding="utf-8") as fh:
                     fh.write(lines)
             except OSError:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Table:
+    """One table of the store: its SQLite DDL and how it ships."""
+
     name: str
     ddl: str                      # SQLite: CREATE TABLE IF NOT EXISTS ...; CREATE INDEX IF NOT EXISTS ...
     since: int = 1                # the schema version that added it
@@ -269,6 +271,8 @@ STORE_ID = "store_id"  # the central column naming the local store file (append-
 
 @dataclass(frozen=True)
 class Column:
+    """A column as the DDL declares it."""
+
     name: str
     type: str          # INTEGER | REAL | TEXT
     notnull: bool

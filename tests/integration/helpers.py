@@ -44,3 +44,18 @@ def slurm_node(env: dict[str, str], name: str):
     from slurmadm.slurm.cli_backend import CliBackend
 
     return CliBackend(env={"SLURM_CONF": env["SLURM_CONF"]}).nodes([name])[0]
+
+
+def wait_until(cond, timeout: float = 90.0, what: str = "condition", interval: float = 0.3):
+    """cond()'s first truthy value, polled until `timeout` (then an AssertionError naming `what`
+    and the last value)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = cond()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")

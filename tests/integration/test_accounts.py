@@ -8,7 +8,6 @@ import json
 import os
 import pwd
 import subprocess
-import time
 import tomllib
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import tomli_w
 from slurmadm.accounts import apply_lock, batches, lock_path, plan_for
 from slurmadm.site import load_site
 from slurmadm.slurm.accounting import Sacctmgr
-from tests.integration.helpers import run_slurmadm
+from tests.integration.helpers import run_slurmadm, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -39,15 +38,6 @@ def accounts(env, *args, timeout=300):
     return run_slurmadm(env, "accounts", *args, timeout=timeout)
 
 
-def wait_until(cond, timeout=90.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = cond()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")
 
 
 def assocs(env) -> dict[tuple[str, str], dict[str, str]]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 import tomllib
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import tomli_w
 from slurmadm.config.build import billing_weights, real_memory
 from slurmadm.slurm.parse import parse_kv_line
 
-from tests.integration.helpers import run_slurmadm
+from tests.integration.helpers import run_slurmadm, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -30,15 +29,6 @@ def sh(env, *argv, timeout=60, check=True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=timeout, check=check)
 
 
-def wait_until(cond, timeout=90.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = cond()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import os
 import subprocess
 import time
 import tomllib
-from pathlib import Path
 
 import pytest
 import tomli_w
@@ -19,16 +18,9 @@ import tomli_w
 from slurmadm.devcluster.daemons import wait_for
 from slurmadm.slurm.cli_backend import CliBackend
 from slurmadm.store import Store
-from tests.integration.helpers import run_slurmadm
+from tests.integration.helpers import run_slurmadm, sh
 
 pytestmark = pytest.mark.integration
-
-
-def sh(env, *argv, timeout=60, check=True) -> str:
-    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
-    if check:
-        assert p.returncode == 0, f"{argv}: {p.stderr}{p.stdout}"
-    return p.stdout
 
 
 def node(env, name):

@@ -20,18 +20,11 @@ from slurmadm.devcluster import gpus
 from slurmadm.devcluster.daemons import wait_for
 from slurmadm.slurm.cli_backend import CliBackend
 from slurmadm.store import Store
-from tests.integration.helpers import run_slurmadm
+from tests.integration.helpers import run_slurmadm, sh
 
 pytestmark = pytest.mark.integration
 
 ADMIN_REASON = "admin: replace PSU 2"
-
-
-def sh(env, *argv, timeout=30, check=True) -> str:
-    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
-    if check:
-        assert p.returncode == 0, f"{argv}: {p.stderr}"
-    return p.stdout
 
 
 def node(env, name):

@@ -27,15 +27,8 @@ B200 = BUILTIN_PROFILES["hgx-b200"]
 DRIVER = "570.133.20"
 
 
-@pytest.fixture(scope="module")
-def lib_dir(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("lib")
-    gpus.build_library(d)
-    return d
-
-
 @pytest.fixture()
-def node(tmp_path, lib_dir):
+def node(tmp_path, fake_nvml_lib):
     """A site file, a store, and healthy stand-in GPUs for NODE; returns a runner."""
     data = standin_node_data(tmp_path, check_timeout_s=1.0)
     data["health"]["checks"]["nccl-allreduce"] = {"contexts": ["epilog"]}  # no GPUs to all-reduce on here
@@ -45,7 +38,7 @@ def node(tmp_path, lib_dir):
     gpus.write_healthy(gdir, NODE, B200, driver_version=DRIVER)
     ibsysfs.write_healthy(gdir, NODE, B200)
     env = {"PATH": "/usr/bin:/bin", "SLURMADM_SITE": str(site), "SLURMADM_CACHE_DIR": str(tmp_path / "cache"),
-           **gpus.env_for(gdir, lib_dir)}
+           **gpus.env_for(gdir, fake_nvml_lib)}
 
     def run(*checks: str, context: str = "run", dry_run: bool = True, extra_env: dict | None = None) -> dict:
         argv = [sys.executable, "-I", "-m", "slurmadm.health", context, "--node", NODE, "--json"]
@@ -63,7 +56,29 @@ def node(tmp_path, lib_dir):
 
     run.gdir = gdir
     run.tmp = tmp_path
+    run.env = env
     return run
+
+
+def test_a_healthy_prolog_imports_only_what_it_needs(node):
+    """Every job start pays for the prolog's imports (issue 10: under 60 ms): none of the modules
+    cut from its path may come back through a new import (bench/prolog_vs_gcm.py has the times)."""
+    node()  # the first run parses the site (pydantic) and caches the node's settings; a prolog reads the cache
+    listing = node.tmp / "modules.txt"
+    probe = ("import atexit, runpy, sys\n"
+             "out = sys.argv[1]\n"
+             "atexit.register(lambda: open(out, 'w').write('\\n'.join(\n"
+             "    sorted(k for k, m in sys.modules.items() if type(m).__name__ != 'DeferredModule'))))\n"
+             "sys.argv = ['slurmadm.health', 'prolog']\n"
+             "runpy.run_module('slurmadm.health', run_name='__main__', alter_sys=True)\n")
+    p = subprocess.run([sys.executable, "-I", "-c", probe, str(listing)], env={**node.env, "SLURMD_NODENAME": NODE},
+                       capture_output=True, text=True, timeout=60, cwd=node.tmp)
+    assert p.returncode == 0 and "all clean" in p.stderr, p.stderr
+    loaded = set(listing.read_text().split())
+    assert {"pynvml", "sqlite3", "slurmadm.health.engine"} <= loaded  # it did run the checks
+    heavy = {"inspect", "pathlib", "tempfile", "getpass", "argparse", "subprocess", "uuid", "_hashlib",
+             "pydantic", "shutil", "ipaddress", "urllib.parse", "random"}
+    assert not heavy & loaded, sorted(heavy & loaded)
 
 
 def test_healthy_node_passes_every_fast_check(node):
@@ -214,7 +229,7 @@ def test_missing_library_is_cannot_run_not_a_fault(node, tmp_path):
     assert r["status"] == "error" and "NVML Shared Library Not Found" in r["detail"]
 
 
-def test_concurrent_prologs_share_one_store(node, lib_dir):
+def test_concurrent_prologs_share_one_store(node, fake_nvml_lib):
     """Eight nodes' prologs at the same moment, one store file and one JSON-lines file (as on the
     dev cluster): every run succeeds and every result lands, none interleaved."""
     names = [f"b200-{i:03d}" for i in range(1, 9)]
@@ -228,7 +243,7 @@ def test_concurrent_prologs_share_one_store(node, lib_dir):
         gpus.write_healthy(node.gdir, n, B200, driver_version=DRIVER)
         ibsysfs.write_healthy(node.gdir, n, B200)
     env = {"PATH": "/usr/bin:/bin", "SLURMADM_SITE": str(node.tmp / "site.toml"),
-           "SLURMADM_CACHE_DIR": str(node.tmp / "cache"), **gpus.env_for(node.gdir, lib_dir)}
+           "SLURMADM_CACHE_DIR": str(node.tmp / "cache"), **gpus.env_for(node.gdir, fake_nvml_lib)}
     procs = [subprocess.Popen([sys.executable, "-I", "-m", "slurmadm.health", "prolog"],
                               env={**env, "SLURMD_NODENAME": n}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for n in names]
@@ -340,3 +355,23 @@ def test_dimm_count_and_uncorrected_memory_errors_from_edac(node):
     r = node("host-memory")["by_id"]["host-memory"]
     assert r["status"] == "fail", r
     assert "6 DIMMs populated, profile expects 8" in r["detail"] and "1 uncorrected memory error(s) in EDAC" in r["detail"]
+
+
+def test_a_deferred_module_is_the_real_one_on_first_use():
+    """The prolog defers `inspect` (slurmadm/health/deferred.py): whoever uses it gets the real
+    module, and `dataclasses` still works for a class without a docstring."""
+    probe = ("import sys\n"
+             "from slurmadm.health.deferred import DeferredModule, defer\n"
+             "defer('inspect')\n"
+             "assert type(sys.modules['inspect']) is DeferredModule\n"
+             "import dataclasses, inspect\n"
+             "@dataclasses.dataclass\n"
+             "class A:\n"
+             "    x: int\n"
+             "assert A.__doc__ == 'A(x: int)', A.__doc__\n"
+             "assert inspect.signature(A).parameters['x'].name == 'x'\n"
+             "assert type(sys.modules['inspect']) is not DeferredModule\n"
+             "print('ok')\n")
+    p = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=60, cwd="/",
+                       env={"PATH": "/usr/bin:/bin"})
+    assert p.stdout.strip() == "ok", p.stderr

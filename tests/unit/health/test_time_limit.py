@@ -55,15 +55,8 @@ class Nodes:
 '''
 
 
-@pytest.fixture(scope="module")
-def lib_dir(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("lib")
-    gpus.build_library(d)
-    return d
-
-
 @pytest.fixture()
-def world(tmp_path, lib_dir):
+def world(tmp_path, fake_nvml_lib):
     (tmp_path / "standin").mkdir()
     (tmp_path / "standin" / "pyslurm.py").write_text(STANDIN)
     conf = tmp_path / "slurm" / "slurm.conf"
@@ -89,7 +82,7 @@ def world(tmp_path, lib_dir):
            "SLURMADM_CACHE_DIR": str(tmp_path / "cache"), "SLURMD_NODENAME": NODE,
            "PYTHONPATH": os.pathsep.join([str(tmp_path / "standin"), str(REPO)]),
            "STANDIN_PYSLURM_VERSION": f"{major}.{minor}.{patch}", "STANDIN_PYSLURM_BLOCK_S": str(BLOCK_S),
-           "SLURMADM_REFUSE_EXIT": "86", **gpus.env_for(gdir, lib_dir)}
+           "SLURMADM_REFUSE_EXIT": "86", **gpus.env_for(gdir, fake_nvml_lib)}
     return tmp_path, env
 
 

@@ -25,15 +25,8 @@ NODE = "b200-003"
 HOOKS = ("prolog.sh", "epilog.sh", "healthcheck.sh")
 
 
-@pytest.fixture(scope="module")
-def lib_dir(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("lib")
-    gpus.build_library(d)
-    return d
-
-
 @pytest.fixture()
-def hooks(tmp_path, lib_dir):
+def hooks(tmp_path, fake_nvml_lib):
     """<tmp>/hooks: links to the real scripts, a valid site, healthy stand-in GPUs, a slurmadm.env."""
     data = standin_node_data(tmp_path, check_timeout_s=10.0, prolog_timeout_s=60.0, epilog_timeout_s=60.0,
                              periodic_timeout_s=50.0)
@@ -49,7 +42,7 @@ def hooks(tmp_path, lib_dir):
     for script in prolog_epilog_dir().glob("*.sh"):
         (d / script.name).symlink_to(script)
     env = {"SLURMADM_SITE": str(site), "SLURMADM_PYTHON": sys.executable,
-           "SLURMADM_CACHE_DIR": str(tmp_path / "cache"), **gpus.env_for(gdir, lib_dir)}
+           "SLURMADM_CACHE_DIR": str(tmp_path / "cache"), **gpus.env_for(gdir, fake_nvml_lib)}
 
     def write_env(**changes):
         values = {**env, **changes}
