@@ -371,8 +371,9 @@ def test_rollout_power_cycles_through_the_bmc_when_slurmd_is_gone(dev_cluster, e
     cycles = events(dev_cluster, "bmc.power.cycle", "b200-002", since)
     assert len(cycles) == 1 and cycles[0].detail["ok"]
     assert [e.detail.get("via") for e in events(dev_cluster, "node.reboot", "b200-002", since)] == ["bmc"]
-    info = nodeinfo(env, "b200-002")
-    assert info.state == "IDLE" and not info.drained and "NOT_RESPONDING" not in info.flags, info
+    # resuming a DOWN node, Slurm flags it NOT_RESPONDING until its next ping answers
+    assert wait_for(lambda: (lambda i: i.state == "IDLE" and not i.drained and "NOT_RESPONDING" not in i.flags)(
+        nodeinfo(env, "b200-002")), 60, interval=0.5), nodeinfo(env, "b200-002")
     assert facts_of(env, "b200-002")["nccl"] == "2.26.2"  # the staged library, booted by the power cycle
     with open(ctld_log) as fh:  # not through Slurm (it could not have worked): this rollout's log part
         fh.seek(ctld_from)
