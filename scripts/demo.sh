@@ -146,6 +146,7 @@ slurmadm bmc firmware status b200-[001-004]
 
 step "a dead node recovered through its BMC: b200-004's OS hangs (slurmd frozen)"
 slurmadm bmc recover install-trigger --path "$STATE/bmc/recover-trigger.sh" --log "$STATE/log/bmc-recover.log"
+slurmadm bmc recover install-sweep --interval 5m --dest "$STATE/systemd"   # the sweep for what a trigger misses (a real head: /etc/systemd/system)
 kill -STOP "$(cut -d' ' -f1 "$STATE/run/slurmd-b200-004.dev.pid")"
 wait_until 90 "Slurm to mark b200-004 DOWN" sh -c "sinfo -h -n b200-004 -o %T | grep -qE 'down|\\*'"
 sinfo -h -n b200-004 -p gpu -o "%N %T %E"

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import SlurmadmError, UnreachableError
 from ..site import Site
@@ -24,6 +24,14 @@ class Row:
     value: Any = None
     error: str = ""
     seconds: float = 0.0
+
+
+class Progress(Protocol):
+    """What a fleet pass reports to (cli.common.ProgressBar: a bar for people, else nothing)."""
+
+    def begin(self, total: int) -> None: ...
+
+    def advance(self, row: Row | None = None) -> None: ...
 
 
 def targets(site: Site, nodes: Iterable[str]) -> list[Target]:
@@ -107,6 +115,7 @@ class Fleet:
         self.creds = creds or load_credentials(site.bmc.username, site.bmc.password_file)
         b = site.bmc
         self.tls = TlsPolicy(ca_file=b.tls_ca_file, fingerprint=b.tls_fingerprint, insecure=b.tls_insecure)
+        self.bar: Progress | None = None  # every run() reports its rows here as they finish
 
     @property
     def login_deadline(self) -> float:
@@ -133,6 +142,9 @@ class Fleet:
         cond = threading.Condition()
         shown: set[str] = set()
         fanout = self.site.bmc.fanout
+        bar = self.bar
+        if bar is not None:
+            bar.begin(len(nodes))
 
         def work(target: Target) -> None:
             def mark() -> None:
@@ -156,6 +168,15 @@ class Fleet:
                     rows[target.node] = row
                     cond.notify_all()
 
+        def report() -> None:
+            if progress is not None or bar is not None:
+                for node in [n for n in rows if n not in shown]:
+                    shown.add(node)
+                    if progress is not None:
+                        progress(rows[node])
+                    if bar is not None:
+                        bar.advance(rows[node])
+
         with cond:
             while pending or running:
                 while pending and len(running) < fanout:
@@ -170,12 +191,10 @@ class Fleet:
                         what = "did not finish" if node in logged_in else "did not answer"
                         rows[node] = Row(node, False, error=f"{node}: BMC {what} within {limit:g} s",
                                          seconds=round(now - started, 3))
-                if progress is not None:
-                    for node in [n for n in rows if n not in shown]:
-                        shown.add(node)
-                        progress(rows[node])
+                report()
                 if not running and not pending:
                     break
                 soonest = min(running.values()) + login_s - now if running else 0.05
                 cond.wait(timeout=max(0.005, min(soonest, 0.5)))
+            report()  # the rows that came in after the last report, before the loop saw none running
         return [rows[n] for n in nodes if n in rows]

@@ -68,7 +68,7 @@ def eligibility(info: NodeInfo | None, *, force: bool) -> str:
     if info is None:
         return "not known to Slurm"
     if not info.drained and info.state != "DOWN":
-        return f"not drained ({info.state_text}): drain it first, or --force"
+        return f"not drained ({info.state_text}): drain it first, or --drain or --force"
     if busy(info):
         return f"still running jobs ({info.state_text})"
     return ""

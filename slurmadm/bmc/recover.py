@@ -27,7 +27,7 @@ from ..health.actions import breaker
 from ..slurm.model import FOREIGN_FLAGS, NodeInfo, SlurmBackend
 from ..slurm.ownership import format_reason, is_ours, reason_check_id
 from ..store import Store
-from .fanout import Fleet
+from .fanout import Fleet, Progress
 from .model import SelEvent
 
 CHECK_ID = "bmc-recover"
@@ -128,7 +128,8 @@ def evidence(events: list[SelEvent], limit: int = 2) -> str:
 
 class Recovery:
     def __init__(self, site, fleet: Fleet, backend: SlurmBackend, store: Store,
-                 progress: Callable[[str], None] = lambda m: None, sleep: Callable[[float], None] = time.sleep):
+                 progress: Callable[[str], None] = lambda m: None, sleep: Callable[[float], None] = time.sleep,
+                 bar: Progress | None = None):
         self.site = site
         self.cfg = site.bmc.recover
         self.fleet = fleet
@@ -136,6 +137,15 @@ class Recovery:
         self.store = store
         self.progress = progress
         self.sleep = sleep
+        self.bar = bar  # advanced once per node acted on, when it is recovered or given up on
+
+    def _done(self, report: Report, node: str, why: str | None = None) -> None:
+        if why is None:
+            report.recovered.append(node)
+        else:
+            report.failed[node] = why
+        if self.bar is not None:
+            self.bar.advance()
 
     # ------------------------------------------------------------------ planning
     def plan(self, nodes: list[str] | None = None, *, now: float | None = None, record: bool = True) -> list[Candidate]:
@@ -172,6 +182,8 @@ class Recovery:
                 if c.action == "alert":
                     self.store.audit("bmc.recover.alert", c.node, c.why)
             return report
+        if self.bar is not None:
+            self.bar.begin(len(act))
         reads = {r.node: r for r in self.fleet.run([c.node for c in act],
                                                    lambda conn: (conn.bmc.sel(), conn.bmc.power_state()))}
         cycled: dict[str, float] = {}
@@ -182,10 +194,10 @@ class Recovery:
                 why = f"failed again within {self.cfg.window_s:g} s of a power-cycle; SEL: {sel_text}"
                 self.backend.drain([c.node], format_reason(CHECK_ID, why, "bmc"))
                 self.store.audit("bmc.recover.give-up", c.node, why, sel=sel_text)
-                report.failed[c.node] = why
+                self._done(report, c.node, why)
                 continue
             if not r.ok:
-                report.failed[c.node] = r.error
+                self._done(report, c.node, r.error)
                 self.store.audit("bmc.recover.unreachable", c.node, r.error)
                 continue
             power = r.value[1]
@@ -193,7 +205,7 @@ class Recovery:
                 CHECK_ID, f"power-cycling through the BMC ({c.why}); SEL: {sel_text}", "bmc"))
             rows = self.fleet.run([c.node], lambda conn: conn.bmc.power("cycle"))
             if not rows[0].ok:
-                report.failed[c.node] = rows[0].error
+                self._done(report, c.node, rows[0].error)
                 self.store.audit("bmc.recover.unreachable", c.node, rows[0].error)
                 continue
             cycled[c.node] = time.time()
@@ -227,7 +239,7 @@ class Recovery:
                   f" within {self.cfg.boot_timeout_s:g} s of the power-cycle"
             self.backend.drain([node], format_reason(CHECK_ID, why, "bmc"))
             self.store.audit("bmc.recover.failed", node, why)
-            report.failed[node] = why
+            self._done(report, node, why)
 
     def _health(self, node: str, since: float) -> tuple[bool, str] | None:
         """The first health run on `node` after `since` (None while there is none): clean when
@@ -253,10 +265,10 @@ class Recovery:
             self.store.set_node_states(node, {RECOVERED_AT: repr(time.time())})
             self.store.delete_node_state(node, DOWN_SINCE)
             self.store.audit("bmc.recover.resume", node, f"recovered by power-cycle; health: {detail}")
-            report.recovered.append(node)
+            self._done(report, node)
             self.progress(f"{node}: healthy, resumed")
         else:
             why = f"health failed after power-cycle: {detail}"
             self.backend.set_reason([node], format_reason(CHECK_ID, why, "bmc"))
             self.store.audit("bmc.recover.failed", node, why)
-            report.failed[node] = why
+            self._done(report, node, why)

@@ -5,22 +5,19 @@ from __future__ import annotations
 
 import os
 import re
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
 from ..errors import UsageError
-from ..files import write_atomic
 from ..resources import templates_dir
 from ..site import Site
 from ..site.accounts import slurm_time_seconds
-from ..store import Store
+from ..units import CRON_DIR, SYSTEMD_DIR, PlannedFile, slurmadm_command
 
 UNIT = "slurmadm-burnin"
-CRON_DIR = "/etc/cron.d"
-SYSTEMD_DIR = "/etc/systemd/system"
+__all__ = ["CRON_DIR", "SYSTEMD_DIR", "UNIT", "PlannedFile", "cron_to_oncalendar", "plan",
+           "slurmadm_command"]
 DAYS = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 _NUM = r"\d{1,2}"
 
@@ -63,24 +60,6 @@ def cron_to_oncalendar(expr: str) -> str:
     return (f"{w} " if w != "*" else "") + f"*-{mo}-{d} {h}:{m}:00"
 
 
-def slurmadm_command() -> list[str]:
-    """This installation's slurmadm: the console script next to the running Python."""
-    script = Path(sys.executable).parent / "slurmadm"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "slurmadm"]
-
-
-@dataclass(frozen=True)
-class PlannedFile:
-    path: Path
-    text: str
-
-    def status(self) -> str:
-        try:
-            return "unchanged" if self.path.read_text() == self.text else "changed"
-        except FileNotFoundError:
-            return "new"
-
-
 def plan(site: Site, site_file: str, *, kind: str, dest: str | None = None) -> list[PlannedFile]:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
@@ -102,16 +81,3 @@ def plan(site: Site, site_file: str, *, kind: str, dest: str | None = None) -> l
     root = Path(dest or SYSTEMD_DIR)
     return [PlannedFile(root / f"{UNIT}.service", env.get_template("burnin/systemd.service.j2").render(**ctx)),
             PlannedFile(root / f"{UNIT}.timer", env.get_template("burnin/systemd.timer.j2").render(**ctx))]
-
-
-def install(files: list[PlannedFile], store: Store, *, reason: str) -> list[tuple[Path, str]]:
-    """Write what changed (temp file + rename, a new file 0644) and record one audit event per file."""
-    done = []
-    for f in files:
-        status = f.status()
-        if status != "unchanged":
-            f.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(f.path, f.text)
-            store.audit("burnin.install-schedule", str(f.path), reason, status=status)
-        done.append((f.path, status))
-    return done

@@ -6,6 +6,8 @@ the exit code 3; a refused change (running jobs without --force/--drain) makes i
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import click
 from rich.markup import escape
 
@@ -29,6 +31,19 @@ def _fleet(site):
     from ..bmc.fanout import Fleet
 
     return Fleet(site)
+
+
+@contextmanager
+def _bar(fleet, what: str, as_json: bool):
+    """A progress bar on stderr over the fleet's passes, for people only (a terminal, no --json)."""
+    from .common import ProgressBar
+
+    with ProgressBar(what, enabled=not as_json) as bar:
+        fleet.bar = bar
+        try:
+            yield bar
+        finally:
+            fleet.bar = None
 
 
 def _backend():
@@ -77,7 +92,8 @@ def power(action, nodes, site_file, as_json, dry_run, force, drain, reason) -> N
     names = ops.check_nodes(site, nodes)
     fleet = _fleet(site)
     if action == "status":
-        rows = fleet.run(names, lambda c: c.bmc.power_state())
+        with _bar(fleet, "power status", as_json):
+            rows = fleet.run(names, lambda c: c.bmc.power_state())
         if as_json:
             print_json([{"node": r.node, "power": r.value if r.ok else None, "error": r.error or None,
                          "seconds": r.seconds} for r in rows])
@@ -88,11 +104,24 @@ def power(action, nodes, site_file, as_json, dry_run, force, drain, reason) -> N
         _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
         return
     backend = _backend()
-    steps = ops.plan_power(fleet, names, action, backend, force=force, drain=drain)
+    with _bar(fleet, "power status", as_json) as bar:
+        steps = ops.plan_power(fleet, names, action, backend, force=force, drain=drain)
+        if not dry_run:
+            bar.what = f"power {action}"
+            outcome = _power_apply(site, fleet, backend, steps, action, reason)
     if dry_run:
         _show_plan(steps, as_json, dry_run=True)
         _exit(_code(steps, {}))
         return
+    for s in steps:
+        if s.node in outcome.failed:
+            s.error = outcome.failed[s.node]
+    _show_plan(steps, as_json, dry_run=False)
+    _exit(_code(steps, outcome.failed))
+
+
+def _power_apply(site, fleet, backend, steps, action, reason) -> ops.Outcome:
+    """Drain and wait where asked (--drain), then the power action, audited."""
     with Store.for_site(site) as store:
         stuck = {}
         if any(s.do and (s.drain or s.why == "drained; waiting for jobs") for s in steps):
@@ -103,12 +132,7 @@ def power(action, nodes, site_file, as_json, dry_run, force, drain, reason) -> N
                     s.do, s.action, s.why = False, "refused", stuck[s.node]
             store.audit_many([("bmc.drain", s.node, reason, {"for": f"power {action}"})
                               for s in steps if s.drain])
-        outcome = ops.apply_power(fleet, steps, action, store, reason)
-    for s in steps:
-        if s.node in outcome.failed:
-            s.error = outcome.failed[s.node]
-    _show_plan(steps, as_json, dry_run=False)
-    _exit(_code(steps, outcome.failed))
+        return ops.apply_power(fleet, steps, action, store, reason)
 
 
 def _code(steps, failed) -> int:
@@ -145,7 +169,10 @@ def _show_plan(steps, as_json: bool, *, dry_run: bool) -> None:
 def sensors(nodes, site_file, as_json, kind, alarms) -> None:
     """Sensor readings with the BMC's thresholds; out-of-range ones marked. Exit 1 if any alarm."""
     site = get_site(site_file)
-    rows = ops.read_sensors(_fleet(site), ops.check_nodes(site, nodes), kind=kind, alarms=alarms)
+    names = ops.check_nodes(site, nodes)
+    fleet = _fleet(site)
+    with _bar(fleet, "sensors", as_json):
+        rows = ops.read_sensors(fleet, names, kind=kind, alarms=alarms)
     any_alarm = any(s.alarm for r in rows if r.ok for s in r.value)
     if as_json:
         print_json([{"node": r.node, "sensors": [s.to_json() for s in r.value] if r.ok else None,
@@ -177,8 +204,10 @@ def sel(nodes, site_file, as_json, dry_run, since, clear, reason) -> None:
     site = get_site(site_file)
     names = ops.check_nodes(site, nodes)
     since_ts = parse_since(since)
+    fleet = _fleet(site)
     if clear and dry_run:
-        rows = ops.read_sel(_fleet(site), names, since=None, clear=False, store=None, reason=reason)
+        with _bar(fleet, "event log", as_json):
+            rows = ops.read_sel(fleet, names, since=None, clear=False, store=None, reason=reason)
         plan = [{"node": r.node, "would_clear": len(r.value) if r.ok else None, "error": r.error or None}
                 for r in rows]
         if as_json:
@@ -189,11 +218,12 @@ def sel(nodes, site_file, as_json, dry_run, since, clear, reason) -> None:
                                   else f"unreachable: {escape(p['error'])}") for p in plan]))
         _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
         return
-    if clear:
-        with Store.for_site(site) as store:
-            rows = ops.read_sel(_fleet(site), names, since=since_ts, clear=True, store=store, reason=reason)
-    else:
-        rows = ops.read_sel(_fleet(site), names, since=since_ts, clear=False, store=None, reason=reason)
+    with _bar(fleet, "event log (read + clear)" if clear else "event log", as_json):
+        if clear:
+            with Store.for_site(site) as store:
+                rows = ops.read_sel(fleet, names, since=since_ts, clear=True, store=store, reason=reason)
+        else:
+            rows = ops.read_sel(fleet, names, since=since_ts, clear=False, store=None, reason=reason)
     if as_json:
         print_json([{"node": r.node, "events": [e.to_json() for e in r.value] if r.ok else None,
                      "cleared": clear and r.ok, "error": r.error or None} for r in rows])
@@ -221,7 +251,10 @@ def sel(nodes, site_file, as_json, dry_run, since, clear, reason) -> None:
 def inventory(nodes, site_file, as_json, redfish) -> None:
     """FRU (model, serial), BMC and BIOS firmware, and the Redfish firmware inventory."""
     site = get_site(site_file)
-    rows = ops.read_inventory(_fleet(site), ops.check_nodes(site, nodes), redfish=redfish)
+    names = ops.check_nodes(site, nodes)
+    fleet = _fleet(site)
+    with _bar(fleet, "inventory", as_json):
+        rows = ops.read_inventory(fleet, names, redfish=redfish)
     if as_json:
         print_json([{"node": r.node, "inventory": r.value if r.ok else None, "error": r.error or None} for r in rows])
     else:
@@ -253,7 +286,8 @@ def bootdev(device, nodes, site_file, as_json, dry_run, persist, reason) -> None
     names = ops.check_nodes(site, nodes)
     fleet = _fleet(site)
     if device == "status" or dry_run:
-        rows = fleet.run(names, lambda c: c.bmc.bootdev())
+        with _bar(fleet, "boot device", as_json):
+            rows = fleet.run(names, lambda c: c.bmc.bootdev())
         data = [{"node": r.node, "bootdev": r.value[0] if r.ok else None, "persistent": r.value[1] if r.ok else None,
                  "error": r.error or None,
                  **({"would_change": r.ok and r.value != (device, persist) and
@@ -270,7 +304,7 @@ def bootdev(device, nodes, site_file, as_json, dry_run, persist, reason) -> None
             _show_errors(_unreachable_rows(rows))
         _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
         return
-    with Store.for_site(site) as store:
+    with Store.for_site(site) as store, _bar(fleet, f"boot device {device}", as_json):
         rows, changed = ops.set_bootdev(fleet, names, device, persist, store, reason)
     if as_json:
         print_json([{"node": r.node, "changed": r.node in changed, "was": r.value["was"] if r.ok else None,
@@ -291,9 +325,11 @@ def bootdev(device, nodes, site_file, as_json, dry_run, persist, reason) -> None
 @dry_run_option
 @click.option("--trigger", is_flag=True,
               help="Run for Slurm's strigger: wait out the grace period for --nodes, then recover them.")
+@click.option("--sweep", is_flag=True,
+              help="Run from the timer/cron sweep (install-sweep): when another recovery runs, leave it and exit 0.")
 @reason_option("slurmadm bmc recover")
 @click.pass_context
-def recover(ctx, nodes, site_file, as_json, dry_run, trigger, reason) -> None:
+def recover(ctx, nodes, site_file, as_json, dry_run, trigger, sweep, reason) -> None:
     """Power-cycle nodes Slurm has had DOWN/NOT_RESPONDING longer than bmc.recover.grace_s, wait
     for slurmd and a clean health run, resume them (see slurmadm/bmc/recover.py). Exit 1 when a
     node could not be recovered, 3 when a BMC was unreachable."""
@@ -307,8 +343,10 @@ def recover(ctx, nodes, site_file, as_json, dry_run, trigger, reason) -> None:
 
     site = get_site(site_file)
     names = ops.check_nodes(site, nodes) if nodes else None
-    with Store.for_site(site) as store:
-        rec = Recovery(site, _fleet(site), _backend(), store, progress=info)
+    from .common import ProgressBar
+
+    with Store.for_site(site) as store, ProgressBar("recover", enabled=not as_json) as bar:
+        rec = Recovery(site, _fleet(site), _backend(), store, progress=info, bar=bar)
         if dry_run:
             cands = rec.plan(names, record=False)
             _show_recover(cands, None, as_json, dry_run=True)
@@ -326,7 +364,10 @@ def recover(ctx, nodes, site_file, as_json, dry_run, trigger, reason) -> None:
                         continue
                     report = rec.run(cands, reason)
                 break
-            except LockBusy:
+            except LockBusy as exc:
+                if sweep:
+                    info(f"{exc}: this sweep leaves the nodes to it")
+                    return
                 if not trigger or time.monotonic() >= deadline:
                     raise
                 time.sleep(2.0)
@@ -411,6 +452,36 @@ def install_trigger(site_file, dry_run, script, log_file, reason) -> None:
         store.audit("bmc.recover.install-trigger", script, reason, steps=plan)
 
 
+@recover.command("install-sweep")
+@site_option
+@json_option
+@dry_run_option
+@click.option("--systemd", "kind", flag_value="systemd", default=True,
+              help="A systemd service + timer (default).")
+@click.option("--cron", "kind", flag_value="cron", help="A /etc/cron.d entry instead.")
+@click.option("--interval", default="5m", show_default=True,
+              help="How often the sweep runs: 5m, 90s, 1h (cron: minutes dividing 60 or hours dividing 24).")
+@click.option("--dest", type=click.Path(file_okay=False), default=None,
+              help="Directory to write into (default /etc/systemd/system or /etc/cron.d).")
+@click.option("--log", "log_file", default="/var/log/slurmadm-bmc-recover.log", show_default=True,
+              type=click.Path(dir_okay=False), help="Where the cron sweep logs (systemd: the journal).")
+@reason_option("slurmadm bmc recover install-sweep")
+def install_sweep(site_file, as_json, dry_run, kind, interval, dest, log_file, reason) -> None:
+    """Run `slurmadm bmc recover --sweep` every --interval from a systemd timer (or cron): it
+    catches the DOWN nodes a Slurm trigger missed. Idempotent; --dry-run shows the files."""
+    from ..bmc import sweep
+    from ..sitefile import site_path
+    from .common import install_files
+
+    seconds = sweep.parse_interval(interval)
+    site = get_site(site_file)
+    files = sweep.plan(site, str(site_path(site_file)), kind=kind, interval_s=seconds, dest=dest, log=log_file)
+    install_files(site, files, action="bmc.recover.install-sweep", reason=reason, dry_run=dry_run,
+                  as_json=as_json, kind=kind, interval_s=seconds,
+                  then=f"systemctl daemon-reload && systemctl enable --now {sweep.UNIT}.timer"
+                  if kind == "systemd" else None)
+
+
 # ---------------------------------------------------------------------- firmware
 @bmc.group(cls=Group)
 def firmware() -> None:
@@ -430,7 +501,10 @@ def firmware_status(nodes, site_file, as_json) -> None:
         from ..errors import UsageError
 
         raise UsageError("bmc.firmware: the site has no firmware baseline ([bmc.firmware] component = version)")
-    rows, drift = fw.status(_fleet(site), ops.check_nodes(site, nodes))
+    names = ops.check_nodes(site, nodes)
+    fleet = _fleet(site)
+    with _bar(fleet, "firmware", as_json):
+        rows, drift = fw.status(fleet, names)
     if as_json:
         print_json({"baseline": site.bmc.firmware,
                     "nodes": [{"node": r.node, "firmware": r.value if r.ok else None, "error": r.error or None}
@@ -458,22 +532,29 @@ def firmware_status(nodes, site_file, as_json) -> None:
 @click.option("--task-timeout", type=click.FloatRange(1, 7200), default=1800, show_default=True,
               help="Seconds to follow each BMC's update task.")
 @click.option("--force", is_flag=True, help="Also nodes that are not drained and idle.")
+@click.option("--drain", is_flag=True,
+              help="Drain nodes that are not drained, wait for their jobs to end (bmc.drain_timeout_s), update, "
+                   "leave them drained.")
 @site_option
 @json_option
 @dry_run_option
 @reason_option("slurmadm bmc firmware update")
-def firmware_update(nodes, component, image_url, push, version, task_timeout, force, site_file, as_json, dry_run,
-                    reason) -> None:
+def firmware_update(nodes, component, image_url, push, version, task_timeout, force, drain, site_file, as_json,
+                    dry_run, reason) -> None:
     """Update one component over Redfish on drained idle nodes, canary first, then in waves with
-    a failure budget; each task followed to the end and the version re-read."""
+    a failure budget; each task followed to the end and the version re-read. With --drain, busy
+    or undrained nodes are drained first (`slurmadm: bmc-firmware-update: REASON [bmc]`) and
+    updated once idle; nodes still busy after bmc.drain_timeout_s are left drained, not updated."""
     from ..bmc import firmware as fw
     from ..bmc.redfish import _fetch
 
     site = get_site(site_file)
     names = ops.check_nodes(site, nodes)
     fleet = _fleet(site)
-    states = ops.slurm_view(_backend(), names)
-    current = {r.node: r for r in fleet.run(names, lambda c: c.redfish.firmware())}
+    backend = _backend()
+    states = ops.slurm_view(backend, names)
+    with _bar(fleet, "firmware", as_json):
+        current = {r.node: r for r in fleet.run(names, lambda c: c.redfish.firmware())}
     want = version
     plan = []
     for n in names:
@@ -485,7 +566,13 @@ def firmware_update(nodes, component, image_url, push, version, task_timeout, fo
         elif want is not None and r.value[component] == want:
             plan.append({"node": n, "action": "skip", "why": f"already at {want}"})
         elif (why := fw.eligibility(states.get(n), force=force)):
-            plan.append({"node": n, "action": "refused", "why": why})
+            may, must_drain, how = (ops.safety(n, states[n], disruptive=True, force=False, drain=True)
+                                    if drain and n in states else (False, False, why))
+            if may:
+                plan.append({"node": n, "action": "update", "why": f"{how}; {r.value[component]} -> image",
+                             "drain": must_drain, "wait": True})
+            else:
+                plan.append({"node": n, "action": "refused", "why": how})
         else:
             plan.append({"node": n, "action": "update", "why": f"{r.value[component]} -> image"})
     todo = [p["node"] for p in plan if p["action"] == "update"]
@@ -503,7 +590,18 @@ def firmware_update(nodes, component, image_url, push, version, task_timeout, fo
               EXIT_PROBLEMS if any(p["action"] == "refused" for p in plan) else 0)
         return
     image = _fetch(image_url) if push else None
-    with Store.for_site(site) as store:
+    with Store.for_site(site) as store, _bar(fleet, f"firmware update {component}", as_json):
+        waiting = [ops.Step(p["node"], "firmware update", True, "" if p["drain"] else "drained; waiting for jobs",
+                            drain=p["drain"]) for p in plan if p.get("wait")]
+        if waiting:
+            stuck = ops.drain_and_wait(backend, waiting, "bmc-firmware-update", reason, site.bmc.drain_timeout_s,
+                                       info)
+            store.audit_many([("bmc.drain", s.node, reason, {"for": f"firmware update {component}"})
+                              for s in waiting if s.drain])
+            for p in plan:
+                if p["node"] in stuck:
+                    p.update(action="refused", why=stuck[p["node"]])
+            todo = [n for n in todo if n not in stuck]
         out = fw.rollout(fleet, todo, component, image_url, image, store, reason, task_timeout_s=task_timeout,
                          progress=info, version=version)
     if as_json:
@@ -512,10 +610,13 @@ def firmware_update(nodes, component, image_url, push, version, task_timeout, fo
         rows = [(n, r.get("before", ""), r.get("after", ""), r.get("task", ""),
                  "[green]ok[/green]" if r["ok"] else f"[red]failed[/red] {escape(r.get('error') or '; '.join(r.get('messages', [])))}")
                 for n, r in out["results"].items()]
+        rows += [(p["node"], "", "", "", f"[yellow]{p['action']}[/yellow] {escape(p['why'])}")
+                 for p in plan if p["action"] in ("refused", "unreachable")]
         console.print(table(None, ["node", "before", "after", "task", "result"], rows))
         if out["stopped"]:
             console.print(f"[red]{out['stopped']}[/red]; not started: {', '.join(out['not_started'])}")
-    _exit(EXIT_PROBLEMS if out["failed"] or out["stopped"] else 0)
+    _exit(EXIT_UNREACHABLE if any(p["action"] == "unreachable" for p in plan) else
+          EXIT_PROBLEMS if out["failed"] or out["stopped"] or any(p["action"] == "refused" for p in plan) else 0)
 
 
 # ---------------------------------------------------------------------- BMC health
@@ -532,8 +633,9 @@ def health_cmd(nodes, site_file, as_json, dry_run) -> None:
 
     site = get_site(site_file)
     names = ops.check_nodes(site, nodes)
-    with Store.for_site(site) as store:
-        out = bh.run(site, _fleet(site), _backend(), store, names, act=not dry_run)
+    fleet = _fleet(site)
+    with Store.for_site(site) as store, _bar(fleet, "BMC health", as_json):
+        out = bh.run(site, fleet, _backend(), store, names, act=not dry_run)
     if as_json:
         print_json(out)
     else:

@@ -10,8 +10,8 @@ from rich.text import Text
 from ..burnin import history, report, schedule
 from ..burnin.sweep import Sweep
 from ..site import site_path
-from ..store import Store, read
-from .common import (Group, console, dry_run_option, get_site, info, json_option, print_json, progress,
+from ..store import read
+from .common import (Group, console, dry_run_option, get_site, info, install_files, json_option, print_json, progress,
                      reason_option, say, site_option, styled, table, warn)
 
 
@@ -131,22 +131,7 @@ def status(site_file, limit, as_json) -> None:
 def install_schedule(site_file, kind, dest, dry_run, reason, as_json) -> None:
     """Write the nightly schedule (burnin.schedule of the site) as cron or systemd files."""
     s = get_site(site_file)
-    files = schedule.plan(s, str(site_path(site_file)), kind=kind, dest=dest)
-    if dry_run:
-        if as_json:
-            print_json([{"path": str(f.path), "status": f.status(), "text": f.text} for f in files])
-            return
-        for f in files:
-            say((str(f.path), "bold"), f" ({f.status()}):")
-            console.print(f.text)
-        console.print("dry run: nothing written")
-        return
-    with Store.for_site(s) as store:
-        done = schedule.install(files, store, reason=reason)
-    if as_json:
-        print_json([{"path": str(p), "status": st} for p, st in done])
-        return
-    for path, st in done:
-        console.print(f"{path}: {st}")
-    if kind == "systemd" and any(st != "unchanged" for _, st in done):
-        console.print(f"then: systemctl daemon-reload && systemctl enable --now {schedule.UNIT}.timer")
+    install_files(s, schedule.plan(s, str(site_path(site_file)), kind=kind, dest=dest),
+                  action="burnin.install-schedule", reason=reason, dry_run=dry_run, as_json=as_json,
+                  then=f"systemctl daemon-reload && systemctl enable --now {schedule.UNIT}.timer"
+                  if kind == "systemd" else None)

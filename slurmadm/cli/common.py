@@ -259,3 +259,77 @@ class Group(click.Group):
         if standalone:
             sys.exit(rv if isinstance(rv, int) else 0)
         return rv
+
+
+# ---------------------------------------------------------------------- installed unit files
+def install_files(site: Site, files: Sequence[Any], *, action: str, reason: str, dry_run: bool, as_json: bool,
+                  then: str | None = None, **detail: Any) -> None:
+    """The body of every `install-*` command (slurmadm.units): --dry-run shows each planned file
+    with its status (new/changed/unchanged) and text and writes nothing; otherwise writes what
+    changed with one audit event (`action`) per file and prints `then` when anything did."""
+    from ..store import Store
+    from ..units import install
+
+    if dry_run:
+        if as_json:
+            print_json([{"path": str(f.path), "status": f.status(), "text": f.text} for f in files])
+            return
+        for f in files:
+            say((str(f.path), "bold"), f" ({f.status()}):")
+            console.print(f.text)
+        console.print("dry run: nothing written")
+        return
+    with Store.for_site(site) as store:
+        done = install(list(files), store, action=action, reason=reason, **detail)
+    if as_json:
+        print_json([{"path": str(p), "status": st} for p, st in done])
+        return
+    for path, st in done:
+        console.print(f"{path}: {st}")
+    if then and any(st != "unchanged" for _, st in done):
+        console.print(f"then: {then}")
+
+
+# ---------------------------------------------------------------------- progress bars
+class ProgressBar:
+    """A rich progress bar on stderr for a long run over many nodes, shown only to people: when
+    stderr is a terminal and the command was not asked for --json. Otherwise every call is a
+    no-op, so scripts and pipes get clean output. The bar is transient: it disappears when the
+    command prints its table."""
+
+    def __init__(self, what: str, *, enabled: bool = True):
+        self.what = what
+        self._progress = None
+        self._task = None
+        if enabled and err_console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), console=err_console, transient=True)
+
+    @property
+    def shown(self) -> bool:
+        return self._progress is not None
+
+    def __enter__(self) -> "ProgressBar":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.stop()
+
+    def begin(self, total: int, what: str | None = None) -> None:
+        """A new pass over `total` nodes (a plan read, then the change itself; a firmware wave).
+        The bar appears with the first pass: a command that makes none shows none."""
+        if self._progress is None:
+            return
+        desc = what or self.what
+        if self._task is None:
+            self._progress.start()
+            self._task = self._progress.add_task(desc, total=total)
+        else:
+            self._progress.reset(self._task, total=total, description=desc)
+
+    def advance(self, *_: Any) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.advance(self._task)

@@ -15,8 +15,8 @@ from ..config import unit as unit_mod
 from ..errors import EXIT_PROBLEMS, UnreachableError, UsageError
 from ..files import write_atomic
 from ..site import Site, site_path
-from ..store import Store
 from .common import (
+    install_files,
     Group,
     console,
     dry_run_option,
@@ -190,22 +190,5 @@ def slurmd_unit(site_file, dest, dry_run, reason, as_json) -> None:
     nvidia-persistenced.service): slurmd exits if gres.conf's /dev/nvidia* do not exist yet.
     Run on every compute node (or ship the file with the node image), then `systemctl daemon-reload`."""
     site = get_site(site_file)
-    files = unit_mod.plan(site, dest)
-    if dry_run:
-        if as_json:
-            print_json([{"path": str(f.path), "status": f.status(), "text": f.text} for f in files])
-            return
-        for f in files:
-            say((str(f.path), "bold"), f" ({f.status()}):")
-            console.print(f.text)
-        console.print("dry run: nothing written")
-        return
-    with Store.for_site(site) as store:
-        done = unit_mod.install(files, store, reason=reason)
-    if as_json:
-        print_json([{"path": str(p), "status": st} for p, st in done])
-        return
-    for path, st in done:
-        console.print(f"{path}: {st}", highlight=False)
-    if any(st != "unchanged" for _, st in done):
-        console.print("then: systemctl daemon-reload", highlight=False)
+    install_files(site, unit_mod.plan(site, dest), action="config.slurmd-unit", reason=reason, dry_run=dry_run,
+                  as_json=as_json, then="systemctl daemon-reload")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import click
 
@@ -53,9 +52,9 @@ def exporter(ctx: click.Context, mode: str | None, listen: str | None, node: str
 @reason_option("install the slurmadm exporter service")
 def install(mode: str, dest: str | None, site_file: str | None, dry_run: bool, reason: str) -> None:
     """Write the systemd unit slurmadm-exporter-<mode>.service (then: systemctl enable --now it)."""
-    from ..burnin.schedule import PlannedFile, slurmadm_command
+    from ..units import PlannedFile, slurmadm_command
+    from ..units import install as install_files
     from ..exporter.server import unit_path, unit_text
-    from ..files import write_atomic
     from ..sitefile import site_path
     from ..store import Store
 
@@ -71,8 +70,6 @@ def install(mode: str, dest: str | None, site_file: str | None, dry_run: bool, r
             console.print(planned.text, markup=False, highlight=False)
         return
     if status != "unchanged":
-        Path(planned.path).parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(planned.path, planned.text)
         with Store.for_site(site) as store:
-            store.audit("exporter.install", str(planned.path), reason, mode=mode, status=status)
+            install_files([planned], store, action="exporter.install", reason=reason, mode=mode)
     info(f"then: systemctl daemon-reload && systemctl enable --now slurmadm-exporter-{mode}")

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..burnin.schedule import PlannedFile
-from ..files import write_atomic
 from ..site import Site
-from ..store import Store
+from ..units import SYSTEMD_DIR, PlannedFile
 
-SYSTEMD_DIR = "/etc/systemd/system"
 DROPIN = "slurmd.service.d/slurmadm.conf"
 
 
@@ -35,15 +32,3 @@ def dropin_text(site: Site) -> str:
 
 def plan(site: Site, dest: str | None = None) -> list[PlannedFile]:
     return [PlannedFile(Path(dest or SYSTEMD_DIR) / DROPIN, dropin_text(site))]
-
-
-def install(files: list[PlannedFile], store: Store, *, reason: str) -> list[tuple[Path, str]]:
-    done = []
-    for f in files:
-        status = f.status()
-        if status != "unchanged":
-            f.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(f.path, f.text)
-            store.audit("config.slurmd-unit", str(f.path), reason, status=status)
-        done.append((f.path, status))
-    return done

@@ -469,6 +469,10 @@ def _apply_xid(gpu: dict[str, Any], value: Any) -> None:
         gpu["recovery_action"] = max(gpu["recovery_action"], 2 if needs == "reboot" else 1)
 
 
+def _apply_busy(gpu: dict[str, Any], percent: int) -> None:
+    gpu["util_gpu"], gpu["util_mem"] = percent, percent // 2
+
+
 def _apply_leftover(gpu: dict[str, Any], pid: int) -> None:
     gpu["procs"].append([pid, _GIB])
 
@@ -510,6 +514,8 @@ _KINDS = [
     FaultKind("persistence-off", "persistence mode disabled", _set(persistence=0)),
     FaultKind("leftover-process", "a compute process holding 1 GiB of the GPU", _apply_leftover,
               "pid of the process", None, 4_194_304),
+    FaultKind("busy", "a workload keeps the GPU busy (utilisation, and memory-controller load at half of it)",
+              _apply_busy, "utilisation percent", 90, 100),
     FaultKind("missing-gpu", "the GPU fell off the bus: not enumerated, old handles report GPU lost",
               _set(present=0)),
     FaultKind("hang", "every NVML call on the GPU blocks until cleared (or an hour)", _set(hang=1)),

@@ -46,9 +46,29 @@ SUPERMICRO_IANA = 10876
 BOOT_CODES = {"default": 0x00, "pxe": 0x04, "disk": 0x08, "bios": 0x18, "cdrom": 0x14}
 BOOT_NAMES = {v >> 2: k for k, v in BOOT_CODES.items()}
 
-# responses waiting for a `slow` fault's delay: (due, seq, session, code, data)
+# responses waiting for a `slow` fault's delay: (due, seq, session, code, data, addressing)
 _delayed: list = []
 _seq = itertools.count()
+# What pyghmi's server session takes from the request it answers (its last one): a delayed
+# answer must go out with its own request's, or a client that sent another request meanwhile
+# (a retransmission, the next command) gets this answer under that one's netfn/command/sequence
+# (a Get Device ID answer read as Get Chassis Status: "power off").
+_ADDRESSING = ("seqlun", "clientaddr", "clientnetfn", "rqlun", "clientcommand")
+
+
+def _addressing(session) -> tuple:
+    return tuple(getattr(session, a, None) for a in _ADDRESSING)
+
+
+def _send_as(session, addressing: tuple, code: int, data) -> None:
+    now = _addressing(session)
+    for attr, value in zip(_ADDRESSING, addressing):
+        setattr(session, attr, value)
+    try:
+        session.send_ipmi_response(data=data, code=code)
+    finally:
+        for attr, value in zip(_ADDRESSING, now):
+            setattr(session, attr, value)
 
 
 # ---------------------------------------------------------------------- encodings
@@ -232,7 +252,8 @@ class EmulatedBmc(pyghmi_bmc.Bmc):
             print(f"{node.node}: netfn {request['netfn']:#x} cmd {request['command']:#x}: {exc!r}", flush=True)
             code, data = 0xFF, []
         if node.fault("slow"):
-            heapq.heappush(_delayed, (time.monotonic() + node.slow_delay(), next(_seq), session, code, data))
+            heapq.heappush(_delayed, (time.monotonic() + node.slow_delay(), next(_seq), session, code, data,
+                                      _addressing(session)))
             return
         session.send_ipmi_response(data=data, code=code)
 
@@ -408,9 +429,9 @@ def serve(bmcs: list[EmulatedBmc], stop: Callable[[], bool], tick: Callable[[], 
         ipmisession.Session.wait_for_rsp(timeout=timeout)
         now = time.monotonic()
         while _delayed and _delayed[0][0] <= now:
-            _, _, session, code, data = heapq.heappop(_delayed)
+            _, _, session, code, data, addressing = heapq.heappop(_delayed)
             if not session.bmc.node.fault("unreachable"):
-                session.send_ipmi_response(data=data, code=code)
+                _send_as(session, addressing, code, data)
         if now - last_sweep > 5:
             last_sweep = now
             for b in bmcs:

@@ -28,9 +28,10 @@ def sysfs_root(site, node: str) -> str:
 
 def head_collector(site, *, env=None):
     from ..slurm import get_backend
+    from . import storefacts
     from .head import HeadCollector, SlurmHead
 
     m = site.monitor
     backend = get_backend()
     return HeadCollector(site=site, source=SlurmHead(backend, env=env, timeout=max(m.read_deadline_s * 4, 30.0)),
-                         cache_s=m.head_cache_s, deadline_s=m.read_deadline_s, store_path=site.store.path)
+                         cache_s=m.head_cache_s, deadline_s=m.read_deadline_s, store=storefacts.for_site(site))

@@ -10,20 +10,22 @@ reports its own read duration and errors.
 
 from __future__ import annotations
 
-import os
 import re
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from ..errors import UnreachableError
 from ..slurm.model import NodeInfo
 from ..slurm.ownership import OWNER_PREFIX, reason_check_id
+from ..slurm.parse import BIG, gc_paused, json_loads
 from .cache import CachedRead
 from .node import source_metrics
+from .storefacts import DRIFT_CHECK, LocalStoreFacts, StoreFacts  # noqa: F401 - DRIFT_CHECK re-exported
 
 # squeue -O "Field:|": no width (so no padding and no truncation), "|" after each field; the job
 # name last, as it is the one field that may itself hold a "|".
@@ -33,7 +35,6 @@ SQUEUE_ARGV = ["squeue", "-h", "-a", "-O",
                ",".join(f"{f}:|" if i < len(SQUEUE_FIELDS) - 1 else f"{f}:" for i, f in enumerate(SQUEUE_FIELDS))]
 
 
-DRIFT_CHECK = "software-drift"  # the fleet's health check id
 
 
 @dataclass(slots=True)
@@ -55,17 +56,74 @@ _SIMPLE_RANGE = re.compile(r"^([A-Za-z0-9._-]*)\[([0-9,\-]+)\]$")
 
 
 def parse_squeue(text: str) -> list[Job]:
-    """Rows of SQUEUE_ARGV's output; rows with the wrong shape are skipped."""
-    jobs = []
+    """Rows of SQUEUE_ARGV's output; rows with the wrong shape are skipped. A cluster's jobs share
+    a few hundred distinct TRES strings: each one's GPU count is read once."""
+    with gc_paused(len(text) > BIG):
+        return _parse_squeue(text)
+
+
+def _parse_squeue(text: str) -> list[Job]:
+    jobs: list[Job] = []
+    append = jobs.append
     n = len(SQUEUE_FIELDS)
+    gpus_of: dict[str, int] = {}
     for line in text.splitlines():
         parts = line.split("|", n - 1)
         if len(parts) != n:
             continue
         jid, state, reason, user, account, part, batch, _used, tres, nodes, name = parts  # "Field:|": no padding
-        m = _GPU_TRES.search(tres)
-        jobs.append(Job(jid.strip(), state, reason, user, account, part, batch == "1", int(m.group(1)) if m else 0,
-                        nodes, name.rstrip()))
+        gpus = gpus_of.get(tres)
+        if gpus is None:
+            m = _GPU_TRES.search(tres)
+            gpus = gpus_of[tres] = int(m.group(1)) if m else 0
+        append(Job(jid.strip(), state, reason, user, account, part, batch == "1", gpus, nodes, name.rstrip()))
+    return jobs
+
+
+# Job base states (Slurm's job_state_codes); 23.11+ JSON lists the base state with flags
+# (["PENDING", "REQUEUED"], ["RUNNING", "COMPLETING"]).
+JOB_BASE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
+                             "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
+
+
+def jobs_from_squeue_json(text: str, command: str = "squeue --json") -> list[Job]:
+    """`squeue --json` as the same Jobs as parse_squeue: 22.05 (openapi v0.0.38: `job_state` a
+    string) and 24.11 (data_parser v0.0.42: `job_state` a list of the base state and flags,
+    numbers wrapped as {set, infinite, number}); real samples of both in tests/fixtures/slurm.
+    The head reads the narrow `squeue -O` rows instead (a few hundred bytes a job against
+    several KiB: bench/exporter.py measures both); this reads a dump an admin or a tool made."""
+    with gc_paused(len(text) > BIG):
+        return _jobs_from_squeue_json(text, command)
+
+
+def _jobs_from_squeue_json(text: str, command: str) -> list[Job]:
+    try:
+        data = json_loads(text)
+    except ValueError as exc:
+        raise UnreachableError(f"{command}: output is not JSON ({exc})") from None
+    rows = data.get("jobs") if isinstance(data, dict) else None
+    if not isinstance(rows, list):
+        raise UnreachableError(f"{command}: unexpected JSON (no 'jobs' list)")
+    jobs = []
+    gpus_of: dict[str, int] = {}
+    try:
+        for j in rows:
+            state = j.get("job_state")
+            if isinstance(state, list):
+                state = next((s for s in state if s in JOB_BASE_STATES), state[0] if state else "")
+            tres = j.get("tres_alloc_str") or j.get("tres_req_str") or ""  # pending: what it asks for
+            gpus = gpus_of.get(tres)
+            if gpus is None:
+                m = _GPU_TRES.search(tres)
+                gpus = gpus_of[tres] = int(m.group(1)) if m else 0
+            nodes = j.get("nodes") or ""
+            if isinstance(nodes, dict):  # job_resources-style {"list": ...}
+                nodes = nodes.get("list") or ""
+            jobs.append(Job(str(j.get("job_id")), str(state or ""), str(j.get("state_reason") or ""),
+                            str(j.get("user_name") or ""), str(j.get("account") or ""), str(j.get("partition") or ""),
+                            bool(j.get("batch_flag")), gpus, str(nodes), str(j.get("name") or "")))
+    except (AttributeError, TypeError) as exc:
+        raise UnreachableError(f"{command}: unexpected JSON ({exc})") from None
     return jobs
 
 
@@ -171,7 +229,9 @@ def aggregate(snap: Snapshot) -> Aggregate:
     pending: dict = {}
     running: dict = {}
     project: dict = {}
-    alloc_gpus: dict[str, int] = defaultdict(int)  # node -> GPUs held by running jobs
+    alloc_gpus: dict[str, int] = {}  # node -> GPUs held by running jobs
+    per_list: dict[str, int] = {}  # a multi-node list -> GPUs per node its running jobs hold
+    sizes: dict[str, int] = {}  # a multi-node list -> its node count
     names_of: dict[str, list[str]] = {}
     for job in snap.jobs:
         state = job.state
@@ -179,13 +239,20 @@ def aggregate(snap: Snapshot) -> Aggregate:
             key = (job.partition, job.reason or "None")
             pending[key] = pending.get(key, 0) + 1
         elif state == "RUNNING":
-            running[job.partition] = running.get(job.partition, 0) + 1
-            project[job.account] = project.get(job.account, 0) + job.gpus
-            if job.gpus and job.nodes:
-                names = expand_nodes(job.nodes, names_of)
-                per = job.gpus // (len(names) or 1)
-                for n in names:
-                    alloc_gpus[n] += per
+            part, acct, gpus, nodes = job.partition, job.account, job.gpus, job.nodes
+            running[part] = running.get(part, 0) + 1
+            project[acct] = project.get(acct, 0) + gpus
+            if gpus and nodes:
+                if "[" not in nodes and "," not in nodes:  # one node: most jobs
+                    alloc_gpus[nodes] = alloc_gpus.get(nodes, 0) + gpus
+                else:
+                    size = sizes.get(nodes)
+                    if size is None:
+                        size = sizes[nodes] = len(expand_nodes(nodes, names_of)) or 1
+                    per_list[nodes] = per_list.get(nodes, 0) + gpus // size
+    for nodes, per in per_list.items():  # each distinct node list expanded once
+        for n in names_of[nodes]:
+            alloc_gpus[n] = alloc_gpus.get(n, 0) + per
     agg = Aggregate(pending=Counter(pending), running=Counter(running), project_gpus=Counter(project))
     by_state: dict = {}
     drains: dict = {}
@@ -218,46 +285,32 @@ def aggregate(snap: Snapshot) -> Aggregate:
 
 
 class HeadCollector:
-    def __init__(self, *, site, source: HeadSource, cache_s: float, deadline_s: float, store_path: str = ""):
+    def __init__(self, *, site, source: HeadSource, cache_s: float, deadline_s: float, store_path: str = "",
+                 store: StoreFacts | None = None):
+        """`store`: where the records come from (storefacts.for_site: the central store when the
+        site has one); default: the SQLite file at `store_path`."""
         self.site = site
         self.read = CachedRead("slurm", source.read, max_age_s=cache_s, deadline_s=deadline_s)
+        self.store = store if store is not None else LocalStoreFacts(store_path)
         self.extra = CachedRead("store", self._store_read, max_age_s=cache_s, deadline_s=deadline_s)
-        self.store_path = store_path
+        self._aggregated: tuple[Snapshot | None, Aggregate | None] = (None, None)
 
     def describe(self) -> list[Metric]:
         return []
 
     def _store_read(self) -> dict:
-        """Last burn-in verdict per node and fleet drift counts, when the store has them."""
-        import sqlite3
-
-        out: dict = {"burnin": {}, "drift": None}
-        if not self.store_path or not os.path.exists(self.store_path):
-            return out
-        db = sqlite3.connect(f"file:{self.store_path}?mode=ro", uri=True, timeout=2.0)
-        try:
-            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if "burnin_nodes" in tables:
-                # SQLite: with MAX() the bare column comes from the row holding the maximum
-                for node, ts, verdict in db.execute("SELECT node, MAX(ts), verdict FROM burnin_nodes GROUP BY node"):
-                    out["burnin"][node] = (float(ts), str(verdict))
-            if "check_results" in tables:
-                # drift: nodes whose latest software-drift verdict (fleet's health check) is not a pass
-                rows = db.execute(
-                    "SELECT c.status FROM check_results c JOIN (SELECT node, MAX(id) AS id FROM check_results "
-                    "WHERE check_id = ? GROUP BY node) last ON c.id = last.id", (DRIFT_CHECK,)).fetchall()
-                if rows:
-                    out["drift"] = sum(1 for (status,) in rows if status in ("fail", "warn"))
-        finally:
-            db.close()
-        return out
+        """Last burn-in verdict per node, latest health verdicts per node, fleet drift counts and
+        (central store) arrivals, when the records have them."""
+        return self.store.read()
 
     def collect(self) -> Iterator[Metric]:
         started = time.monotonic()
         reading = self.read.get()
         extra = self.extra.get()
         if reading.value is not None:
-            yield from self._metrics(reading.value, aggregate(reading.value))
+            if self._aggregated[0] is not reading.value:  # a scrape between reads reuses the counts
+                self._aggregated = (reading.value, aggregate(reading.value))
+            yield from self._metrics(reading.value, self._aggregated[1])
         if extra.value is not None:
             yield from self._extra(extra.value)
         yield from source_metrics({"slurm": self.read, "store": self.extra}, {"slurm": reading, "store": extra})
@@ -326,4 +379,33 @@ class HeadCollector:
         if extra["drift"] is not None:
             f = GaugeMetricFamily("slurmadm_fleet_drift_nodes", "Nodes whose facts differ from the baseline")
             f.add_metric([], extra["drift"])
+            yield f
+        if extra["last"]:
+            n = GaugeMetricFamily("slurmadm_store_node_checks_failing", "Health checks whose latest recorded "
+                                  "verdict on the node is fail or error", labels=["node"])
+            one = GaugeMetricFamily("slurmadm_store_check_failing", "1 for each check whose latest recorded verdict "
+                                    "on the node is fail or error (failing ones only)", labels=["node", "check"])
+            last = GaugeMetricFamily("slurmadm_store_node_last_result_timestamp_seconds",
+                                     "When the node's newest health result was recorded", labels=["node"])
+            for node, when in sorted(extra["last"].items()):
+                failing = extra["failing"].get(node, [])
+                n.add_metric([node], len(failing))
+                last.add_metric([node], when)
+                for check in sorted(failing):
+                    one.add_metric([node, check], 1)
+            by = GaugeMetricFamily("slurmadm_store_check_nodes", "Nodes whose latest recorded verdict of the "
+                                   "check is the status", labels=["check", "status"])
+            for (check, status), count in sorted(extra["checks"].items()):
+                by.add_metric([check, status], count)
+            yield from (n, one, last, by)
+        if extra["arrivals"] is not None:
+            f = GaugeMetricFamily("slurmadm_store_host_last_arrival_timestamp_seconds", "When the host's records "
+                                  "last arrived at the central store", labels=["host"])
+            for host, when in sorted(extra["arrivals"].items()):
+                f.add_metric([host], when)
+            yield f
+        if extra["silent"] is not None:
+            f = GaugeMetricFamily("slurmadm_store_silent_nodes", "Site nodes whose records have not arrived for "
+                                  "longer than store.stale_after_minutes")
+            f.add_metric([], extra["silent"])
             yield f

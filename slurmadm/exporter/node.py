@@ -168,8 +168,9 @@ class NodeCollector:
                 c("slurmadm_gpu_nvlink_errors", "NVLink errors summed over links", ("counter",)).add_metric(
                     [*base, counter], n)
             g("slurmadm_gpu_processes", "Compute and graphics processes on the GPU").add_metric(base, len(s.pids))
-            g("slurmadm_gpu_unallocated_in_use", "1 when processes use a GPU no job was allocated").add_metric(
-                base, 1 if s.pids and job is None else 0)
+            g("slurmadm_gpu_unallocated_in_use", "1 when a GPU no job was allocated has processes or "
+              "utilisation above monitor.idle_util_percent").add_metric(
+                base, 1 if job is None and self._in_use(s) else 0)
             found = xid_by_pci.get(pci_key_from_bus_id(s.bus_id), [])
             last = max(found, key=lambda x: x.last_ts) if found else None
             g("slurmadm_gpu_last_xid", "Last XID within the health window, 0 if none (DCGM_FI_DEV_XID_ERRORS)"
@@ -183,6 +184,11 @@ class NodeCollector:
         yield info
         yield count
         yield from fams.values()
+
+    def _in_use(self, s) -> bool:
+        """Someone uses the GPU: NVML lists a process on it, or it is busy (a process in another
+        PID namespace, a container, NVML lists no process for; the utilisation still shows)."""
+        return bool(s.pids) or (s.util_percent is not None and s.util_percent > self.idle.threshold)
 
     # ------------------------------------------------------------------ InfiniBand
     def _ib(self, ports) -> Iterator[Metric]:

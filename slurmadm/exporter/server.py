@@ -9,9 +9,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ..errors import UsageError
+from .exposition import render
 
 
 def parse_listen(text: str, what: str = "--listen") -> tuple[str, int]:
@@ -28,7 +29,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         if self.path.split("?")[0] == "/metrics":
             try:
-                body = generate_latest(self.registry)
+                body = render(self.registry)
             except Exception as exc:  # noqa: BLE001 - never a traceback on the wire
                 self._send(500, f"collection failed: {type(exc).__name__}: {exc}\n".encode(), "text/plain")
                 return

@@ -67,7 +67,9 @@ def build(site: Site) -> list[Rule]:
              "info", gpu, "job {{ $labels.jobid }} ({{ $labels.user }}/{{ $labels.account }}) keeps its GPUs on "
              f"{{{{ $labels.node }}}} idle for over {m.idle_minutes:g} min"),
         Rule("GpuUsedWithoutAllocation", "max by (node, gpu) (slurmadm_gpu_unallocated_in_use) == 1", "0s",
-             "warning", gpu, "{{ $labels.node }} GPU{{ $labels.gpu }} runs processes no job was allocated"),
+             "warning", gpu,
+             "{{ $labels.node }} GPU{{ $labels.gpu }} is in use (processes or utilisation) "
+             "but no job was allocated it"),
         Rule("InfinibandLinkDown", "min by (node, hca, port) (slurmadm_ib_port_up) == 0", "0s", "critical", fabric,
              "{{ $labels.node }} {{ $labels.hca }} port {{ $labels.port }} is not ACTIVE/LinkUp"),
         Rule("InfinibandErrorsRising",

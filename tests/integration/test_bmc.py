@@ -11,9 +11,12 @@ import functools
 import http.server
 import json
 import os
+import re
+import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -253,6 +256,172 @@ def test_firmware_update_on_drained_nodes_in_waves(dc, env, image_url):
         assert len(events(dc, "bmc.firmware.update")) >= 2
     finally:
         sh(env, "scontrol", "update", "nodename=b200-[001-002]", "state=resume")
+
+
+def test_firmware_update_with_drain_waits_for_jobs_and_leaves_the_node_drained(dc, env, image_url):
+    args = ["bmc", "firmware", "update", "--component", "BIOS", "--image", image_url, "--version", "2.9.0",
+            "b200-003"]
+    wait_idle(env, "b200-003")
+    refused = sm(env, *args, "--json")  # not drained: refused without --drain
+    assert refused.returncode == 1 and json.loads(refused.stdout)["plan"][0]["action"] == "refused"
+    assert "--drain" in json.loads(refused.stdout)["plan"][0]["why"]
+    job = sh(env, "sbatch", "--parsable", "-o", "/dev/null", "-w", "b200-003", "--wrap", "sleep 5").strip()
+    assert wait_for(lambda: sh(env, "squeue", "-h", "-j", job, "-o", "%T").strip() == "RUNNING", 60)
+    try:
+        dry = json.loads(sm(env, *args, "--drain", "--dry-run", "--json").stdout)
+        assert dry["plan"][0]["action"] == "update" and dry["plan"][0]["drain"] is True
+        assert state(env, "b200-003")[1] == ""  # the dry run drained nothing
+        since = time.time()
+        r = sm(env, *args, "--drain", "--reason", "BIOS 2.9.0 for the boot hang", "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        res = json.loads(r.stdout)["results"]["b200-003"]
+        assert res["ok"] and res["after"] == "2.9.0"
+        assert sh(env, "squeue", "-h", "-j", job, "-o", "%T", check=False).strip() == ""  # it ended first
+        st, reason = state(env, "b200-003")
+        assert "DRAIN" in st and reason == "slurmadm: bmc-firmware-update: BIOS 2.9.0 for the boot hang [bmc]"
+        acts = [a for a, *_ in events(dc, "bmc.%", "b200-003", since)]
+        assert acts.index("bmc.drain") < acts.index("bmc.firmware.update")
+        again = sm(env, *args, "--drain", "--json")  # already there: skipped, nothing drained again
+        assert again.returncode == 0 and json.loads(again.stdout)["plan"][0]["action"] == "skip"
+    finally:
+        sh(env, "scancel", job, check=False)
+        sh(env, "scontrol", "update", "nodename=b200-003", "state=resume", check=False)
+    wait_idle(env, "b200-003")
+
+
+# ---------------------------------------------------------------------- slow BMCs, Redfish as the protocol
+def site_variant(dc, tmp_path, **bmc) -> str:
+    """The dev cluster's site with other [bmc] settings (fanout, protocol), as a file for --site."""
+    import tomllib
+
+    import tomli_w
+
+    data = tomllib.loads(Path(dc.env()["SLURMADM_SITE"]).read_text())
+    data["bmc"].update(bmc)
+    path = tmp_path / "site.toml"
+    path.write_text(tomli_w.dumps(data))
+    return str(path)
+
+
+def test_slow_bmc_costs_its_deadline_not_the_others(dc, env, tmp_path):
+    """The emulator's `slow` fault delays every answer after the login. A BMC slower than its
+    operation deadline (login deadline timeout_s x (1 + retries) + 10 x timeout_s = 18 s with
+    these settings) is given up on then, not after its own delay, and is one row (exit 3); with
+    bmc.fanout = 2 the other three get their answers through the free slot meanwhile. Over
+    Redfish each request has timeout_s, so the same BMC is given up on at its login. A BMC slow
+    within its deadline is waited for."""
+    site = site_variant(dc, tmp_path, fanout=2, timeout_s=1.5, retries=1)
+    fault(env, "b200-002", "--kind", "slow", "--value", "60")
+    try:
+        r = sm(env, "bmc", "power", "status", NODES, "--json", "--site", site)
+        assert r.returncode == 3, r.stdout + r.stderr
+        rows = {x["node"]: x for x in json.loads(r.stdout)}
+        slow = rows.pop("b200-002")
+        assert slow["power"] is None and slow["error"] == "b200-002: BMC did not finish within 18 s"
+        assert 18 <= slow["seconds"] < 60  # given up at its deadline, not after the BMC's 60 s
+        assert all(x["power"] == "on" and x["seconds"] < slow["seconds"] for x in rows.values()), rows
+        (tmp_path / "rf").mkdir()  # over Redfish every request has timeout_s: the login gives up first
+        rf = site_variant(dc, tmp_path / "rf", protocol="redfish", fanout=2, timeout_s=1.5, retries=1)
+        r = sm(env, "bmc", "power", "status", NODES, "--json", "--site", rf)
+        assert r.returncode == 3, r.stdout + r.stderr
+        rows = {x["node"]: x for x in json.loads(r.stdout)}
+        slow = rows.pop("b200-002")
+        assert slow["power"] is None and slow["error"].startswith("b200-002: BMC") and slow["seconds"] < 18, slow
+        assert all(x["power"] == "on" for x in rows.values()), rows
+        fault(env, "b200-002", "--kind", "slow", "--value", "0.3")  # slow, but within the deadline
+        r = sm(env, "bmc", "power", "status", NODES, "--json", "--site", site)
+        assert r.returncode == 0, r.stdout + r.stderr
+        rows = {x["node"]: x for x in json.loads(r.stdout)}
+        assert rows["b200-002"]["power"] == "on" and rows["b200-002"]["seconds"] >= 0.3  # its delayed answer
+    finally:
+        fault(env, "b200-002", "--clear")
+
+
+def dmtf(dc, node_index: int):
+    """The DMTF `redfish` library (not our client) on a node's Redfish emulator."""
+    import redfish
+
+    c = redfish.redfish_client(base_url=f"https://127.0.0.1:{BASE + 350 + node_index}", username="admin",
+                               password=password(dc), cafile=str(dc.p("bmc", "ca.pem")))
+    c.login(auth="session")
+    return c
+
+
+def test_redfish_power_and_sensors_through_the_cli(dc, env, tmp_path):
+    """bmc.protocol = "redfish": power and sensors over Redfish, checked by the DMTF client and
+    by ipmitool (one BMC state behind both protocols), and the power change reaching slurmd."""
+    site = site_variant(dc, tmp_path, protocol="redfish")
+    c = dmtf(dc, 3)
+    try:
+        r = sm(env, "bmc", "power", "status", NODES, "--json", "--site", site)
+        assert r.returncode == 0, r.stderr
+        assert [x["power"] for x in json.loads(r.stdout)] == ["on"] * 4
+        assert c.get("/redfish/v1/Systems/1").dict["PowerState"] == "On"
+        before = slurmd_pid(dc, "b200-004")
+        r = sm(env, "bmc", "power", "off", "b200-004", "--site", site, "--reason", "test: redfish off")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert c.get("/redfish/v1/Systems/1").dict["PowerState"] == "Off"
+        assert ipmitool(dc, 3, "power", "status").strip() == "Chassis Power is off"
+        assert wait_for(lambda: slurmd_pid(dc, "b200-004") is None, 30)
+        r = sm(env, "bmc", "power", "on", "b200-004", "--site", site)
+        assert r.returncode == 0 and c.get("/redfish/v1/Systems/1").dict["PowerState"] == "On"
+        assert wait_for(lambda: slurmd_pid(dc, "b200-004") not in (None, before), 30)
+
+        fault(env, "b200-004", "--kind", "overtemp", "--value", "90")
+        r = sm(env, "bmc", "sensors", "b200-004", "--type", "temperature", "--json", "--site", site)
+        assert r.returncode == 1, r.stderr  # an alarm
+        ours = {s["name"]: s for s in json.loads(r.stdout)[0]["sensors"]}
+        theirs = {}
+        chassis = c.get("/redfish/v1/Chassis/1").dict
+        for m in c.get(chassis["Sensors"]["@odata.id"]).dict["Members"]:
+            doc = c.get(m["@odata.id"]).dict
+            if doc.get("ReadingType") == "Temperature":
+                theirs[doc["Name"]] = doc
+        assert set(ours) == set(theirs) and len(ours) >= 3
+        for name, doc in theirs.items():
+            assert ours[name]["value"] == doc["Reading"], name
+            assert ours[name]["thresholds"].get("uc") == doc["Thresholds"]["UpperCritical"]["Reading"], name
+        bb = [n for n in ours if theirs[n]["Reading"] == 90]
+        assert len(bb) == 1 and ours[bb[0]]["status"] == "critical" and ours[bb[0]]["alarm"]
+        assert sum(s["alarm"] for s in ours.values()) == 1
+    finally:
+        fault(env, "b200-004", "--clear")
+        c.logout()
+    wait_idle(env, "b200-004")
+
+
+def test_progress_bar_for_people_in_a_terminal(dc, env, tmp_path):
+    """In a real terminal (tmux), a long command shows a progress bar on stderr while it waits
+    (a slow BMC here) and leaves only its table behind; piped or --json, no bar at all."""
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is not installed (scripts/install-system-deps.sh)")
+    sock = f"slurmadm-test-{BASE}"
+    out, piped = tmp_path / "out.json", tmp_path / "piped.txt"
+    run = f"{sys.executable} -m slurmadm bmc power status {NODES}"
+    cmd = (f"{run} 2>&1 | cat > {piped}; {run}; echo EXIT=$?; {run} --json > {out}; echo DONE; sleep 120")
+    fault(env, "b200-002", "--kind", "slow", "--value", "1")  # long enough to see the bar
+    tmux = ["tmux", "-L", sock]
+    envargs = [x for k in ("SLURMADM_SITE", "SLURM_CONF", "PATH") if k in env for x in ("-e", f"{k}={env[k]}")]
+    bar = re.compile(r"^power status\s+[━╸╺ ]+\s+\d/4\s+\d+:\d\d:\d\d\s*$", re.M)
+    try:
+        sh(env, *tmux, "new-session", "-d", "-x", "120", "-y", "50", *envargs, "sh", "-c", cmd)
+
+        def screen() -> str:
+            return sh(env, *tmux, "capture-pane", "-p", check=False)
+
+        seen = []
+        assert wait_for(lambda: seen.append(screen()) or "DONE" in seen[-1], 120, interval=0.1), seen[-1]
+        assert any(bar.search(s) for s in seen), "no progress bar was drawn:\n" + "\n---\n".join(seen[-3:])
+        final = seen[-1]
+        assert "EXIT=0" in final and not bar.search(final)  # transient: gone, the table stays
+        assert re.search(r"b200-004 +│ +on", final), final
+        assert "━━ " not in piped.read_text() and "\x1b[" not in piped.read_text()  # piped: no bar
+        assert "b200-004" in piped.read_text()
+        data = json.loads(out.read_text())  # --json in a terminal: only the JSON on stdout
+        assert [x["power"] for x in data] == ["on"] * 4
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=30)
+        fault(env, "b200-002", "--clear")
 
 
 # ---------------------------------------------------------------------- secrets

@@ -184,6 +184,27 @@ def test_unreachable_bmc_does_not_stall_the_others(emu):
         write_faults(emu["dir"], NODES[0], {})
 
 
+def test_slow_bmc_answers_each_request_as_itself(emu):
+    """A `slow` BMC's late answer goes out under its own request's netfn/command/sequence, not
+    under whatever the client sent since (before the fix, pyghmi read a delayed Get Device ID
+    answer as Get Chassis Status: "power off")."""
+    write_faults(emu["dir"], NODES[2], {"slow": 1.0})
+    try:
+        env = {**os.environ, "IPMI_PASSWORD": emu["password"]}
+        p = subprocess.run(["ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-p", str(IPMI + 2), "-U", "admin", "-E",
+                            "-N", "3", "power", "status"], env=env, capture_output=True, text=True, timeout=120)
+        assert p.stdout.strip() == "Chassis Power is on", p.stderr
+        c = client(emu, 2)
+        try:
+            for _ in range(2):
+                assert c.power_state() == "on"
+            assert c.bootdev()[0] == "default"
+        finally:
+            c.close()
+    finally:
+        write_faults(emu["dir"], NODES[2], {})
+
+
 def test_many_clients_at_once(emu):
     """ipmitool processes and pyghmi sessions in threads against all BMCs at the same time (the
     emulator's per-port sessions and the I/O fix)."""

@@ -292,6 +292,7 @@ def gpu(h):
         "sm_clock": N.nvmlDeviceGetClockInfo(h, N.NVML_CLOCK_SM),
         "power": N.nvmlDeviceGetPowerUsage(h),
         "persistence": N.nvmlDeviceGetPersistenceMode(h),
+        "util": [N.nvmlDeviceGetUtilizationRates(h).gpu, N.nvmlDeviceGetUtilizationRates(h).memory],
         "procs": [[p.pid, p.usedGpuMemory] for p in N.nvmlDeviceGetComputeRunningProcesses(h)],
         "mem_used": N.nvmlDeviceGetMemoryInfo(h, N.nvmlMemory_v2).used,
         "fabric": fabric(h),
@@ -346,6 +347,7 @@ FAULTS = [
     ("clocks-throttle", None, {"reasons": 0x8, "throttle": 0x8, "sm_clock": 982}),
     ("persistence-off", None, {"persistence": 0}),
     ("leftover-process", 4321, {"procs": [[4321, GIB]], "mem_used": GIB}),
+    ("busy", 87, {"util": [87, 43]}),
 ]
 
 

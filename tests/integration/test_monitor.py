@@ -169,6 +169,87 @@ def test_a_job_holding_8_idle_gpus_is_reported(stack, dev_cluster, env):
                     if jobmap_dir.startswith(str(dev_cluster.state_dir)) else True, 60)
 
 
+def test_idle_policy_mails_then_cancels_after_the_warning_period_and_spares_interactive_jobs(
+        stack, dev_cluster, env, tmp_path):
+    """monitor.idle_action = "cancel" on the real cluster: an idle batch job's user is mailed
+    through the site's mail_command (a test mailer here), the job runs on through its warning
+    period (idle_cancel_after_minutes) and is then cancelled by scancel; an interactive job (srun
+    outside a batch script: Slurm reports BatchFlag=0), equally idle, is exempt. `jobs idle --act`
+    runs as cron would, again and again; every wait is polled."""
+    import tomllib
+
+    import tomli_w
+
+    site = dev_cluster.site()
+    mail_log = tmp_path / "mail.log"
+    mailer = tmp_path / "mailer.sh"
+    mailer.write_text(f'#!/bin/sh\n{{ printf "to=%s args=%s\\n" "$3" "$*"; cat; printf "\\n.\\n"; }} >> {mail_log}\n')
+    mailer.chmod(0o755)
+    data = tomllib.loads(dev_cluster.site_path.read_text())
+    data["monitor"].update(idle_action="cancel", idle_cancel_after_minutes=0.25, mail_command=str(mailer))
+    policy = tmp_path / "site.toml"
+    policy.write_text(tomli_w.dumps(data))
+    warning_s = 0.25 * 60
+    common = ["-A", site.burnin.account, "-q", site.burnin.qos, "-p", "gpu", "--gres=gpu:8"]
+    batch = sh(env, "sbatch", "--parsable", *common, "-w", "b200-004", "-J", "idle-batch", "-o", "/dev/null",
+               "--wrap", "sleep 600").strip().split(";")[0]
+    interactive = subprocess.Popen(["srun", *common, "-w", "b200-001", "-J", "idle-interactive", "sleep", "600"],
+                                   env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+
+    def running() -> dict[str, str]:
+        out = sh(env, "squeue", "-h", "-t", "RUNNING", "-o", "%i|%j").splitlines()
+        return {line.split("|")[1]: line.split("|")[0] for line in out if line.count("|") == 1}
+
+    def mails() -> str:
+        return mail_log.read_text() if mail_log.exists() else ""
+
+    def act() -> dict:
+        p = run_slurmadm(env, "jobs", "idle", "--json", "--act", "--site", str(policy))
+        assert p.returncode in (0, 1), p.stderr
+        return {j["job_id"]: j for j in json.loads(p.stdout)["jobs"]}
+    try:
+        assert wait_for(lambda: {"idle-batch", "idle-interactive"} <= set(running()), 60, interval=0.5), running()
+        inter = running()["idle-interactive"]
+        seen: dict = {}
+
+        def warned() -> bool:
+            seen.update(act())
+            return f"job {batch}:" in mails()
+        assert wait_for(warned, 120, interval=1), (seen, mails())
+        assert running().get("idle-batch") == batch  # warned, not cancelled: its warning period starts
+        assert f"to=root args=-s [slurmadm] job {batch}: idle GPUs root" in mails()
+        assert "cancelled in 0.25 min if it stays idle" in mails()
+        # the interactive job is as idle, and exempt: listed, never mailed or cancelled
+        assert wait_for(lambda: inter in seen or seen.update(act()) or inter in seen, 60, interval=1), seen
+        assert seen[inter]["interactive"] and seen[inter]["action"] == "none"
+        assert seen[inter]["exempt"] == "interactive job"
+
+        def cancelled() -> bool:
+            act()
+            return "idle-batch" not in running()
+        assert wait_for(cancelled, 120, interval=1)
+        # scancel's end state (COMPLETING while the epilog runs), as squeue keeps it for MinJobAge
+        assert wait_for(lambda: sh(env, "squeue", "-h", "-t", "all", "-j", batch, "-o", "%T").strip() == "CANCELLED",
+                        60, interval=0.5), sh(env, "squeue", "-h", "-t", "all", "-j", batch, "-o", "%T")
+        with Store(site.store.path) as store:
+            warn = store.events(action="jobs.idle-warn", target=f"job:{batch}")
+            cancel = store.events(action="jobs.idle-cancel", target=f"job:{batch}")
+        assert len(warn) == 1 and len(cancel) == 1
+        assert cancel[0].ts - warn[0].ts >= warning_s - 1  # not before its warning period (warned at: whole s)
+        assert mails().count(f"job {batch}:") == 1  # mailed once
+        assert f"job {inter}:" not in mails() and f"job {inter} (" not in mails()
+        assert running().get("idle-interactive") == inter  # still running
+    finally:
+        sh(env, "scancel", batch, check=False)
+        interactive.terminate()
+        try:
+            interactive.wait(30)
+        except subprocess.TimeoutExpired:
+            interactive.kill()
+        sh(env, "scancel", "-n", "idle-interactive", check=False)
+
+
 def test_top_runs_in_tmux_and_q_quits(stack, dev_cluster, env):
     assert shutil.which("tmux"), "tmux is missing: run scripts/install-system-deps.sh"
     session = f"slurmadm-top-{dev_cluster.state_dir.name}"

@@ -237,3 +237,62 @@ def test_migrate_is_a_no_op_when_current_and_a_newer_schema_is_refused(dev_clust
     for args in (("store", "status", "--json"), ("audit", "log", "--json", "--limit", "5")):
         p = run_slurmadm(env, *args)
         assert p.returncode in (0, 1) and password not in p.stdout + p.stderr
+
+
+def test_the_head_exporter_shows_every_nodes_records_from_mariadb(dev_cluster, env):
+    """Issue 13/14: the head exporter's health, burn-in and drift metrics come from the central
+    store. A prolog on b200-001 fails a GPU check and b200-003 has a burn-in verdict, each written
+    on that node's own store; Slurm's periodic runs ship them; the head's exporter (a real
+    `slurmadm exporter --mode head` process) shows them and every node's arrival, none of which
+    the head's own store file holds. (Drift counts come from the same latest-verdict read:
+    tests/unit/monitor/test_exporter.py.)"""
+    from slurmadm.devcluster.devsite import Ports
+    from slurmadm.exporter.storefacts import LocalStoreFacts
+    from tests.unit.monitor.test_exporter import value
+
+    site = dev_cluster.site()
+    interval = site.slurm.health_check_interval
+    fault(env, "b200-001", "--gpu", "3", "--kind", "ecc-uncorrected")
+    p, _ = prolog(dev_cluster, "b200-001")
+    assert p.returncode != 0  # the node fault fails the prolog (and drains the node)
+    with Store(site.store.local_path("b200-003"), ship=True) as s, s.transaction() as db:
+        db.execute("INSERT INTO burnin_nodes (sweep_id, node, why, verdict, ts) VALUES (?, 'b200-003', 'idle', "
+                   "'fail', ?)", (f"it-{time.time():.0f}", 1_700_000_000.0))
+    port = Ports(dev_cluster.record()["port_base"]).monitor_head_exporter + 5  # beside the monitor stack's ports
+    exporter = subprocess.Popen([sys.executable, "-m", "slurmadm", "exporter", "--mode", "head", "--listen",
+                                 f"127.0.0.1:{port}"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        def scrape() -> str:
+            import urllib.request
+
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                    return r.read().decode()
+            except OSError:
+                assert exporter.poll() is None, exporter.stderr.read().decode()[-600:]
+                return ""
+
+        def shows() -> bool:
+            text = scrape()
+            try:
+                return (value(text, "slurmadm_store_check_failing", node="b200-001", check="ecc-uncorrected") == 1
+                        and value(text, "slurmadm_burnin_last_timestamp_seconds", node="b200-003",
+                                  verdict="fail") == 1_700_000_000.0
+                        and all(value(text, "slurmadm_store_host_last_arrival_timestamp_seconds", host=n) > 0
+                                for n in dev_cluster.nodes()))
+            except KeyError:
+                return False
+        # the periodic runs (HealthCheckProgram every `interval` s) ship in the background: polled
+        assert wait_for(shows, 2 * interval + 90, interval=1), scrape()[-3000:]
+        text = scrape()
+        assert value(text, "slurmadm_store_node_checks_failing", node="b200-001") >= 1
+        assert value(text, "slurmadm_store_silent_nodes") == 0
+        assert value(text, "slurmadm_exporter_source_stale", source="store") == 0
+        # none of it is in the head's own store file
+        head_store = LocalStoreFacts(site.store.local_path(socket.gethostname().split(".")[0])).read()
+        assert "b200-001" not in head_store["failing"] and "b200-003" not in head_store["burnin"]
+    finally:
+        exporter.terminate()
+        exporter.wait(10)
+        fault(env, "b200-001", "--clear")
+        sh(env, "scontrol", "update", "nodename=b200-001", "state=resume", check=False)

@@ -5,6 +5,7 @@ scrape answer stale values within the deadline instead of hanging)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from prometheus_client.parser import text_string_to_metric_families
 
 from slurmadm.devcluster import gpus
 from slurmadm.devcluster.daemons import wait_for
@@ -23,6 +25,7 @@ from slurmadm.exporter import jobmap
 from slurmadm.exporter.cache import CachedRead
 from slurmadm.exporter.head import Snapshot, aggregate, parse_squeue
 from slurmadm.exporter.sources import SysfsInfiniband
+from slurmadm.exporter.storefacts import LocalStoreFacts
 from slurmadm.site import BUILTIN_PROFILES, parse_site
 from slurmadm.slurm.parse import nodes_from_json
 
@@ -171,6 +174,43 @@ def test_squeue_rows_of_the_real_output(tmp_path):
     assert all(j.batch for j in by_id.values())
 
 
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+def test_squeue_json_of_both_releases_reads_as_the_text_rows(release):
+    """Real `squeue --json` of 22.05 (job_state a string) and 24.11 (a list, wrapped numbers):
+    every job squeue's text output lists comes out with the same fields (squeue.txt is
+    `%i|%j|%u|%a|%q|%P|%T|%r|%N|%b` captured at the same moment)."""
+    from slurmadm.exporter.head import jobs_from_squeue_json
+
+    jobs = {j.job_id: j for j in jobs_from_squeue_json((FIX / release / "squeue.json").read_text())}
+    rows = [line.split("|") for line in (FIX / release / "squeue.txt").read_text().splitlines() if line]
+    assert rows
+    for jid, name, user, account, _qos, part, state, reason, nodes, gres in rows:
+        j = jobs[jid]
+        assert (j.name, j.user, j.account, j.partition, j.state, j.reason, j.nodes) == (
+            name, user, account, part, state, reason, nodes)
+        assert j.gpus == int(gres.rsplit(":", 1)[1]) and j.batch
+    # 22.05 still lists the finished jobs 1 and 2 (squeue --json ignores the default state filter)
+    assert {j.state for j in jobs.values()} - {"RUNNING", "PENDING"} == (
+        {"COMPLETED", "FAILED"} if release == "22.05" else set())
+    agg = aggregate(Snapshot([], list(jobs.values()), {}))
+    assert agg.project_gpus == {"phys-lattice": 12, "ops-burnin": 2} and agg.pending[("gpu", "QOSGrpGRES")] == 1
+
+
+def test_squeue_json_flags_beside_the_state_and_odd_output():
+    from slurmadm.errors import UnreachableError
+    from slurmadm.exporter.head import jobs_from_squeue_json
+
+    doc = json.loads((FIX / "24.11" / "squeue.json").read_text())
+    doc["jobs"][0]["job_state"] = ["RUNNING", "COMPLETING"]  # the base state with flags
+    doc["jobs"][-1]["job_state"] = ["REQUEUED", "PENDING"]
+    got = jobs_from_squeue_json(json.dumps(doc))
+    assert got[0].state == "RUNNING" and got[-1].state == "PENDING"
+    for bad in ("not json", "[]", '{"jobs": {}}', '{"jobs": [1]}'):
+        with pytest.raises(UnreachableError) as err:
+            jobs_from_squeue_json(bad)
+        assert str(err.value).startswith("squeue --json: ")
+
+
 @pytest.mark.parametrize("release, nodes_file", [("22.05", "sinfo.json"), ("24.11", "scontrol-show-node.json")])
 def test_aggregate_real_nodes_and_jobs(release, nodes_file):
     nodes = nodes_from_json((FIX / release / nodes_file).read_text(), "fixture")
@@ -186,6 +226,25 @@ def test_aggregate_real_nodes_and_jobs(release, nodes_file):
         owner = "slurmadm" if n.reason.startswith("slurmadm:") else "admin"
         assert agg.node_state[n.name][1] == owner
     assert agg.pending[("gpu", "QOSGrpGRES")] == 3 and agg.project_gpus["ops-burnin"] == 32
+
+
+def test_aggregate_counts_gpus_of_multi_node_jobs_per_node():
+    from slurmadm.exporter.head import Job
+    from slurmadm.slurm.model import NodeInfo
+
+    nodes = [NodeInfo(name=f"b200-{i:03d}", state="MIXED", gres="gpu:b200:8", partitions=("gpu",)) for i in range(1, 5)]
+    jobs = [Job("1", "RUNNING", "None", "u", "a", "gpu", True, 16, "b200-[001-002]", "x"),  # 8 per node
+            Job("2", "RUNNING", "None", "u", "a", "gpu", True, 6, "b200-[001-002]", "x"),  # 3 per node
+            Job("3", "RUNNING", "None", "u", "b", "gpu", True, 4, "b200-003", "x"),
+            Job("4", "RUNNING", "None", "u", "b", "gpu", True, 2, "b200-003,b200-004", "x"),  # 1 per node
+            Job("5", "RUNNING", "None", "u", "b", "gpu", True, 0, "b200-004", "cpu only"),
+            Job("6", "PENDING", "Priority", "u", "b", "gpu", True, 8, "", "x")]
+    agg = aggregate(Snapshot(nodes, jobs, {}))
+    # b200-001/002: 8 + 3 = 11, capped at their 8 GPUs; b200-003: 4 + 1; b200-004: 1
+    assert agg.gpus[("gpu", "allocated")] == 8 + 8 + 5 + 1
+    assert agg.gpus[("gpu", "idle")] == 0 + 0 + 3 + 7
+    assert agg.project_gpus == {"a": 22, "b": 6} and agg.running["gpu"] == 5
+    assert agg.pending[("gpu", "Priority")] == 1
 
 
 # ---------------------------------------------------------------------- the node exporter process
@@ -324,8 +383,97 @@ def test_head_reads_last_burnin_verdicts_and_drift_from_the_store(tmp_path):
     got = c._store_read()
     assert got["burnin"] == {"b200-001": (200.0, "pass")}
     assert got["drift"] == 1  # b200-002; b200-001's latest is a pass
+    assert got["failing"] == {"b200-001": [], "b200-002": [DRIFT_CHECK], "b200-003": []}
+    assert got["arrivals"] is None  # a local store has no arrivals
     empty = HeadCollector(site=site, source=NoSlurm(), cache_s=0, deadline_s=5, store_path=str(tmp_path / "none.db"))
-    assert empty._store_read() == {"burnin": {}, "drift": None}
+    assert empty._store_read()["burnin"] == {} and empty._store_read()["drift"] is None
+    assert not (tmp_path / "none.db").exists()  # a scrape creates nothing
+
+
+def test_head_reads_every_nodes_records_from_the_central_store(tmp_path):
+    """store.url set: the head's burn-in, health and drift metrics are every node's, from the
+    central store (a central SQLite file: the code path of MariaDB but for the driver;
+    tests/integration/test_store_central.py runs it on the dev cluster's MariaDB), and not from
+    the head's own store file."""
+    from prometheus_client.core import CollectorRegistry
+
+    from slurmadm.exporter import storefacts
+    from slurmadm.exporter.exposition import render
+    from slurmadm.exporter.head import DRIFT_CHECK, HeadCollector
+    from slurmadm.store import Store, central
+    from slurmadm.store.ship import ship
+
+    data = tomllib.loads((REPO / "site.example.toml").read_text())
+    data["store"] = {"path": str(tmp_path / "stores" / "{node}.db"), "url": f"sqlite://{tmp_path}/central.db"}
+    site = parse_site(tomli_w.dumps(data), source="site.toml")
+    c = central.connect(site.store)
+    central.migrate(c)
+    c.close()
+
+    def results(node, rows):
+        with Store(site.store.local_path(node), ship=True) as s, s.transaction() as db:
+            for ts, check, status in rows:
+                db.execute("INSERT INTO check_results (ts, run_id, node, context, check_id, status, severity, "
+                           "detail, value, duration_ms) VALUES (?, 'r', ?, 'periodic', ?, ?, 'critical', '', NULL, 1)",
+                           (ts, node, check, status))
+        ship(site.store, host=node, local_path=site.store.local_path(node), audit_log=None)
+
+    results("b200-001", [(100.0, "ecc-uncorrected", "pass"), (200.0, "ecc-uncorrected", "fail"),
+                         (200.0, "gpu-count", "pass"), (150.0, DRIFT_CHECK, "warn")])
+    results("b200-002", [(300.0, "ecc-uncorrected", "pass"), (300.0, DRIFT_CHECK, "pass")])
+    with Store(site.store.local_path("b200-003"), ship=True) as s, s.transaction() as db:
+        db.execute("INSERT INTO burnin_nodes (sweep_id, node, why, verdict, ts) VALUES ('s9', 'b200-003', 'idle', "
+                   "'fail', 400.0)")
+    ship(site.store, host="b200-003", local_path=site.store.local_path("b200-003"), audit_log=None)
+
+    class NoSlurm:
+        def read(self):
+            raise AssertionError("not read here")
+
+    facts = storefacts.for_site(site)
+    assert isinstance(facts, storefacts.CentralStoreFacts)
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(HeadCollector(site=site, source=NoSlurm(), cache_s=0, deadline_s=10, store=facts))
+    text = render(reg).decode()
+    assert value(text, "slurmadm_exporter_source_stale", source="store") == 0
+    assert value(text, "slurmadm_store_node_checks_failing", node="b200-001") == 1
+    assert value(text, "slurmadm_store_check_failing", node="b200-001", check="ecc-uncorrected") == 1
+    assert value(text, "slurmadm_store_node_checks_failing", node="b200-002") == 0
+    assert value(text, "slurmadm_store_node_last_result_timestamp_seconds", node="b200-002") == 300.0
+    assert value(text, "slurmadm_store_check_nodes", check="ecc-uncorrected", status="fail") == 1
+    assert value(text, "slurmadm_store_check_nodes", check="ecc-uncorrected", status="pass") == 1
+    assert value(text, "slurmadm_fleet_drift_nodes") == 1
+    assert value(text, "slurmadm_burnin_last_timestamp_seconds", node="b200-003", verdict="fail") == 400.0
+    assert {"b200-001", "b200-002", "b200-003"} <= {
+        s.labels["host"] for f in text_string_to_metric_families(text) for s in f.samples
+        if s.name == "slurmadm_store_host_last_arrival_timestamp_seconds"}
+    # the four example nodes never shipped: reported silent
+    assert value(text, "slurmadm_store_silent_nodes") == len(site.node_names) - 3
+    # the head's own store file holds none of it
+    assert LocalStoreFacts(site.store.local_path(None)).read()["last"] == {}
+
+
+def test_an_unreadable_central_store_marks_the_store_source_stale(tmp_path):
+    from prometheus_client.core import CollectorRegistry
+
+    from slurmadm.exporter import storefacts
+    from slurmadm.exporter.exposition import render
+    from slurmadm.exporter.head import HeadCollector
+
+    data = tomllib.loads((REPO / "site.example.toml").read_text())
+    data["store"] = {"path": str(tmp_path / "{node}.db"), "url": f"sqlite://{tmp_path}/never-migrated.db"}
+    site = parse_site(tomli_w.dumps(data), source="site.toml")
+
+    class NoSlurm:
+        def read(self):
+            raise RuntimeError("no Slurm here")
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(HeadCollector(site=site, source=NoSlurm(), cache_s=0, deadline_s=10,
+                               store=storefacts.for_site(site)))
+    text = render(reg).decode()
+    assert value(text, "slurmadm_exporter_source_stale", source="store") == 1
+    assert value(text, "slurmadm_exporter_source_errors_total", source="store") >= 1
 
 
 def test_a_process_on_a_gpu_no_job_holds_is_flagged(node_exporter):
@@ -342,3 +490,28 @@ def test_a_process_on_a_gpu_no_job_holds_is_flagged(node_exporter):
     finally:
         gpus.clear(node_exporter.gdir, "b200-002")
         jobmap.record_from_env(job, "b200-002", str(node_exporter.jobs), "prolog")
+
+
+def test_utilisation_on_a_gpu_no_job_holds_is_flagged(node_exporter):
+    """No process NVML can list (a container's, another PID namespace's), yet the GPU is busy:
+    with no job holding it in the GPU->job map that is use without an allocation too."""
+    job = {"SLURM_JOB_ID": "77", "SLURM_JOB_USER": "carol", "SLURM_JOB_ACCOUNT": "ml-vision",
+           "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7"}
+    gpus.inject(node_exporter.gdir, "b200-002", 6, "busy", 85)
+    try:
+        # while job 77 holds it, a busy GPU is simply in use (and not idle)
+        assert wait_for(lambda: value(node_exporter(), "slurmadm_gpu_utilization_percent", gpu="6") == 85,
+                        20, interval=0.2)
+        text = node_exporter()
+        assert value(text, "slurmadm_gpu_unallocated_in_use", gpu="6", jobid="77") == 0
+        assert value(text, "slurmadm_gpu_job_idle_seconds", gpu="6", jobid="77") == 0
+        jobmap.record_from_env(job, "b200-002", str(node_exporter.jobs), "epilog")  # the job ended
+        assert wait_for(lambda: value(node_exporter(), "slurmadm_gpu_unallocated_in_use", gpu="6", jobid="") == 1,
+                        20, interval=0.2)
+        text = node_exporter()
+        assert value(text, "slurmadm_gpu_processes", gpu="6") == 0  # no process: the utilisation told
+        assert value(text, "slurmadm_gpu_unallocated_in_use", gpu="5", jobid="") == 0  # idle and unheld: fine
+    finally:
+        gpus.clear(node_exporter.gdir, "b200-002")
+        jobmap.record_from_env(job, "b200-002", str(node_exporter.jobs), "prolog")
+    assert wait_for(lambda: value(node_exporter(), "slurmadm_gpu_unallocated_in_use", gpu="6") == 0, 20, interval=0.2)

@@ -191,3 +191,40 @@ def test_reservations():
     assert burnin.maintenance and "IGNORE_JOBS" in burnin.flags
     assert not training.maintenance  # not a maintenance reservation, and not active yet
     assert parse_reservations("No reservations in the system\n") == []
+
+
+def test_split_state_answers_the_same_from_its_cache():
+    """Each distinct state spelling is split once; a repeat, or the same state with other flags,
+    still answers right, and an unhashable oddity is split without the cache."""
+    assert split_state("idle", ["DRAIN"]) == ("IDLE", frozenset({"DRAIN"}))
+    assert split_state("idle") == ("IDLE", frozenset())
+    assert split_state("idle", ["DRAIN"]) == ("IDLE", frozenset({"DRAIN"}))
+    assert split_state(["MIXED", "DRAIN"]) == split_state(["MIXED", "DRAIN"]) == ("MIXED", frozenset({"DRAIN"}))
+    assert split_state(["MIXED"]) == ("MIXED", frozenset())
+    base, flags = split_state([{"odd": 1}, "IDLE"])
+    assert base == "IDLE"
+
+
+@pytest.mark.parametrize("release, name", [("22.05", "sinfo.json"), ("24.11", "scontrol-show-node.json")])
+def test_a_large_listing_parses_as_a_small_one(release, name):
+    """Over 1 MiB the listing goes through orjson when installed: the same nodes, the same error."""
+    doc = json.loads((FIXTURES / release / name).read_text())
+    small = nodes_from_json(json.dumps(doc), "fixture")
+    big_doc = dict(doc, nodes=doc["nodes"] * (2 * 2**20 // len(json.dumps(doc["nodes"])) + 1))
+    text = json.dumps(big_doc)
+    assert len(text) > 2**20
+    big = nodes_from_json(text, "fixture")
+    assert big[: len(small)] == small and len(big) == len(big_doc["nodes"])
+    with pytest.raises(UnreachableError) as err:
+        nodes_from_json(text[:-10], "scontrol --json show node")
+    assert str(err.value).startswith("scontrol --json show node: output is not JSON (")
+    # the GC paused for the parse runs again after it, error or not; one paused by the caller stays so
+    import gc
+
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        nodes_from_json(text, "fixture")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -1,0 +1,109 @@
+"""What the head exporter reads from slurmadm's records: each node's latest health verdicts, its
+last burn-in, fleet drift and, with a central store, when each host's records last arrived.
+
+With `store.url` set (issue 14) the records are every node's, read from the central store (the
+head never ships or writes during a scrape); without it, this host's own SQLite file, opened
+read-only (nothing is created or migrated by a scrape). Both answer the same queries
+(slurmadm.store.read), so the metrics are the same either way.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from typing import Any, Protocol
+
+from ..store import read
+
+DRIFT_CHECK = "software-drift"  # the fleet's health check id
+FAILING = ("fail", "error")
+
+
+class StoreFacts(Protocol):
+    def read(self) -> dict[str, Any]: ...
+
+
+def empty() -> dict[str, Any]:
+    return {"burnin": {}, "drift": None, "failing": {}, "last": {}, "checks": {}, "arrivals": None, "silent": None}
+
+
+def facts(r: read.Reader, site=None, now: float | None = None) -> dict[str, Any]:
+    """burnin: node -> (ts, verdict) of its newest burn-in row; drift: nodes whose latest
+    software-drift verdict is not a pass (None: no such check recorded); failing: node -> checks
+    whose latest verdict is fail/error; last: node -> newest result time; checks: (check, status)
+    -> nodes; arrivals (central only): host -> last arrival; silent (central, with a site): site
+    nodes whose records stopped arriving (store.stale_after_minutes)."""
+    out = empty()
+    for row in r.query("SELECT b.node AS node, b.ts AS ts, b.verdict AS verdict FROM burnin_nodes b JOIN "
+                       "(SELECT node, MAX(ts) AS ts FROM burnin_nodes GROUP BY node) newest "
+                       "ON b.node = newest.node AND b.ts = newest.ts"):
+        out["burnin"][str(row["node"])] = (float(row["ts"]), str(row["verdict"]))
+    drift = None
+    for row in read.latest_results(r):
+        node, check, status = str(row["node"]), str(row["check_id"]), str(row["status"])
+        out["last"][node] = max(out["last"].get(node, 0.0), float(row["ts"]))
+        failing = out["failing"].setdefault(node, [])
+        if status in FAILING:
+            failing.append(check)
+        out["checks"][(check, status)] = out["checks"].get((check, status), 0) + 1
+        if check == DRIFT_CHECK:
+            drift = (drift or 0) + (1 if status in ("fail", "warn") else 0)
+    out["drift"] = drift
+    if r.central:
+        out["arrivals"] = {str(h["host"]): float(h["last_arrival"]) for h in read.hosts(r)
+                           if h["last_arrival"] is not None}
+        if site is not None:
+            out["silent"] = len(read.silent_nodes(r, site, now))
+    return out
+
+
+class _ReadOnlySqlite:
+    def __init__(self, path: str):
+        self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0)
+        self.db.row_factory = sqlite3.Row
+
+    def query(self, sql: str, args=()) -> list[dict[str, Any]]:
+        return [dict(row) for row in self.db.execute(sql, tuple(args))]
+
+
+class LocalStoreFacts:
+    """This host's store file, read-only; a missing file or table means no records yet."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def read(self) -> dict[str, Any]:
+        if not self.path or not os.path.exists(self.path):
+            return empty()
+        src = _ReadOnlySqlite(self.path)
+        try:
+            tables = {row["name"] for row in src.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not {"burnin_nodes", "check_results"} <= tables:
+                return empty()
+            from ..store.ship import host_name
+
+            return facts(read.Reader(src, central=False, host=host_name(None)))
+        finally:
+            src.db.close()
+
+
+class CentralStoreFacts:
+    """Every node's records in the central store (store.url); a store this slurmadm cannot read
+    (an older or newer schema) is an error of the read, shown as the source's staleness."""
+
+    def __init__(self, site):
+        self.site = site
+
+    def read(self) -> dict[str, Any]:
+        from ..store import central
+
+        with central.connected(self.site.store) as c:
+            central.require_current(c)
+            return facts(read.Reader(c, central=True, host=""), self.site, time.time())
+
+
+def for_site(site) -> StoreFacts:
+    if site.store.url is not None:
+        return CentralStoreFacts(site)
+    return LocalStoreFacts(site.store.local_path(None))
