@@ -184,8 +184,10 @@ def slurm_settings(site: Site) -> list[Section]:
         ("AuthType", "auth/munge"),
         ("CredType", "cred/munge"),
     ]
-    if s.munge_socket:
-        control.append(("AuthInfo", f"socket={s.munge_socket}"))
+    auth_info = ([f"socket={s.munge_socket}"] if s.munge_socket else []) + (
+        [f"cred_expire={s.cred_expire_s}"] if s.cred_expire_s is not None else [])
+    if auth_info:
+        control.append(("AuthInfo", ",".join(auth_info)))
     if s.configless:
         control.append(("SlurmctldParameters", "enable_configless"))
     control += [

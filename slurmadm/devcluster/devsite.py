@@ -253,6 +253,8 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "log_dir": f"{d}/log",
         "run_dir": f"{d}/run",
         "munge_socket": f"{d}/run/munge/munge.socket",  # DevCluster.munge_socket
+        # a job requeued by a failing prolog waits this long, not Slurm's 120 s, before it runs elsewhere
+        "cred_expire_s": 45,
         "slurm_user": "root",
         "release": fmt(release) if fmt(release) in RELEASES else "auto",
         "proctrack": "linuxproc",

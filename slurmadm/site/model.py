@@ -129,6 +129,9 @@ class SlurmSection(Strict):
     log_dir: AbsPath = "/var/log/slurm"
     run_dir: AbsPath = "/run/slurm"
     munge_socket: AbsPath | None = None  # AuthInfo=socket=...; None: munge's default
+    # AuthInfo=cred_expire=N: a job step credential's lifetime, which is also how long a requeued
+    # job (e.g. one whose prolog found a fault) waits before it may start again. None: Slurm's 120 s.
+    cred_expire_s: Annotated[int, Field(ge=30, le=86400)] | None = None
     slurm_user: UnixUser | None = None  # SlurmUser; default cluster.slurm_user
     proctrack: Literal["cgroup", "linuxproc"] = "cgroup"
     task_plugins: Annotated[list[Literal["task/cgroup", "task/affinity", "task/none"]], Field(min_length=1)] = [

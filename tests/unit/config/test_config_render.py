@@ -12,6 +12,7 @@ import pytest
 from slurmadm.config import golden, render
 from slurmadm.config.build import gpu_cores
 from slurmadm.config.diff import parse
+from slurmadm.errors import SiteError
 from slurmadm.hostlist import expand
 from slurmadm.resources import example_site
 from slurmadm.site import parse_site
@@ -195,6 +196,22 @@ def test_munge_socket_reaches_slurmctld_and_slurmdbd_connections():
     text = render(make_site(lambda d: d["slurm"].update(munge_socket="/run/m/sock")), (22, 5))["slurm.conf"]
     assert setting(text, "AuthInfo") == ["socket=/run/m/sock"]
     assert setting(text, "AccountingStoragePass") == ["/run/m/sock"]
+
+
+def test_cred_expire_joins_the_munge_socket_in_authinfo():
+    """slurm.conf(5): cred_expire is also how long a requeued job waits before it may start again."""
+    both = render(make_site(lambda d: d["slurm"].update(munge_socket="/run/m/sock", cred_expire_s=45)), (22, 5))
+    assert setting(both["slurm.conf"], "AuthInfo") == ["socket=/run/m/sock,cred_expire=45"]
+    alone = render(make_site(lambda d: d["slurm"].update(cred_expire_s=600)), (24, 11))["slurm.conf"]
+    assert setting(alone, "AuthInfo") == ["cred_expire=600"]
+    assert "authinfo" not in parse(render(make_site(), (22, 5))["slurm.conf"], name="t").settings
+
+
+@pytest.mark.parametrize("value", [0, 29, 86401, "120"])
+def test_cred_expire_out_of_range_is_refused(value):
+    with pytest.raises(SiteError) as err:
+        make_site(lambda d: d["slurm"].update(cred_expire_s=value))
+    assert any("slurm.cred_expire_s" in line for line in err.value.lines()), err.value.lines()
 
 
 def test_extra_values_with_blanks_are_quoted():
