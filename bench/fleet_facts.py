@@ -15,7 +15,7 @@ Runs interleaved; the median of --runs each. Goal: slurmadm no slower than clush
 
 Usage (root): .venv/bin/python bench/fleet_facts.py [--nodes 128] [--port-base 34600] [--runs 5]
               (the first free ports from --port-base up)
-              [--fanout 64] [--json]
+              [--fanout 64] [--processes N] [--profile] [--json]
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from slurmadm import fleet  # noqa: E402
 from slurmadm.devcluster import fakenode  # noqa: E402
 from slurmadm.devcluster.daemons import Daemon, wait_for  # noqa: E402
 from slurmadm.fleet import collector  # noqa: E402
+from slurmadm.fleet.ssh import ParamikoRemote, worker_processes  # noqa: E402
 from slurmadm.hostlist import compress  # noqa: E402
 from slurmadm.resources import example_site  # noqa: E402
 from slurmadm.site import parse_site  # noqa: E402
@@ -72,6 +73,10 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--fanout", type=int, default=64)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--processes", type=int, default=None,
+                    help="slurmadm's worker processes (default: its own choice, one per CPU from 32 nodes a CPU)")
+    ap.add_argument("--profile", action="store_true",
+                    help="after the runs, one more slurmadm run under cProfile: where its time goes")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/fleet_facts.py must run as root (unshare, sshd)")
@@ -131,7 +136,8 @@ def main() -> int:
 
         def run_slurmadm() -> float:
             t = time.perf_counter()
-            got = fleet.facts(site, names)
+            with ParamikoRemote(site.fleet, processes=args.processes) as remote:  # fresh connections
+                got = fleet.facts(site, names, bmc=False, remote=remote)  # SSH fan-out only, as clush does
             dt = time.perf_counter() - t
             bad = [n for n, nf in got.items() if nf.error or nf.facts.get("nccl") != site.software.nccl_version]
             assert not bad, f"slurmadm: {bad[:3]} {[got[b].error for b in bad[:3]]}"
@@ -149,7 +155,20 @@ def main() -> int:
         for _ in range(args.runs):
             ours.append(run_slurmadm())
             peer.append(run_clush())
+        if args.profile:
+            import cProfile
+            import pstats
+
+            prof = cProfile.Profile()
+            cpu = time.process_time()
+            prof.enable()
+            wall = run_slurmadm()
+            prof.disable()
+            print(f"profiled run: {wall:.2f} s wall, {time.process_time() - cpu:.2f} s CPU (all threads)",
+                  file=sys.stderr)
+            pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
         result = {"nodes": len(names), "fanout": args.fanout, "runs": args.runs,
+                  "processes": args.processes or worker_processes(len(names), args.fanout),
                   "slurmadm_median_s": round(statistics.median(ours), 3),
                   "clush_median_s": round(statistics.median(peer), 3),
                   "slurmadm_s": [round(x, 3) for x in ours], "clush_s": [round(x, 3) for x in peer],
@@ -161,7 +180,7 @@ def main() -> int:
             print(f"{len(names):>6} {args.fanout:>6} {result['slurmadm_median_s']:>8.2f}s "
                   f"{result['clush_median_s']:>8.2f}s {result['slurmadm_median_s'] / result['clush_median_s']:>6.2f}")
             print(f"slurmadm runs: {result['slurmadm_s']}  clush runs: {result['clush_s']}  "
-                  f"load average {result['load_avg']:.2f}")
+                  f"load average {result['load_avg']:.2f}  slurmadm worker processes {result['processes']}")
             ok1 = result["slurmadm_median_s"] <= result["clush_median_s"]
             ok2 = result["slurmadm_median_s"] < 3.0
             print(f"no slower than clush -b: {'PASS' if ok1 else 'FAIL'}; under 3 s: {'PASS' if ok2 else 'FAIL'}")

@@ -113,7 +113,7 @@ fi
 slurmadm dev-cluster gpu-fault b200-002 --clear
 slurmadm burnin status
 
-step "fleet: every node's software stack over SSH; b200-004 has an older NCCL than the baseline"
+step "fleet: every node's software stack over SSH (and its BMC's firmware, fw:*); b200-004 has an older NCCL than the baseline"
 slurmadm dev-cluster set-software b200-004 nccl=2.21.5 >/dev/null   # its own namespace, its own stack
 slurmadm fleet facts
 slurmadm fleet drift --drain --reason "demo" || echo "(exit $?: drift found, b200-004 drained)"

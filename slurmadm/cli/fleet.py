@@ -42,15 +42,18 @@ def _unreachable_rows(got) -> list[tuple[str, str]]:
 @click.argument("nodes", required=False)
 @click.option("--refresh/--cached", default=True, show_default=True,
               help="Collect now from every node, or use the stored facts where there are some.")
+@click.option("--bmc/--no-bmc", "bmc", default=None,
+              help="Also read each BMC's firmware inventory (fw:<component> facts) [default: when the "
+                   "site's bmc.password_file exists].")
 @site_option
 @json_option
-def facts(nodes, refresh, site_file, as_json) -> None:
+def facts(nodes, refresh, bmc, site_file, as_json) -> None:
     """Each node's software facts (OS image, kernel, driver, CUDA, NCCL, cuDNN, OFED, MPI,
-    container runtimes, fabric manager, VBIOS, file hashes, kernel command line), stored with
-    their time. Exit 3 when a node could not be reached."""
+    container runtimes, fabric manager, VBIOS, file hashes, kernel command line, and the BMC's
+    firmware inventory), stored with their time. Exit 3 when a node could not be reached."""
     site = get_site(site_file)
     names = _nodes(site, nodes)
-    got = fleetmod.facts(site, names, refresh=refresh)
+    got = fleetmod.facts(site, names, refresh=refresh, bmc=bmc)
     if as_json:
         print_json({"nodes": [nf.as_dict() for nf in got.values()]})
     else:
@@ -72,6 +75,9 @@ def facts(nodes, refresh, site_file, as_json) -> None:
                                                               f" .. {when(max(stamps))}"))
         for n, e in _unreachable_rows(got):
             console.print(f"[red]{n}: {escape(e)}[/red]")
+        for n, nf in got.items():
+            if nf.bmc_error:
+                console.print(f"[yellow]{n}: no firmware facts: {escape(nf.bmc_error)}[/yellow]")
     if _unreachable_rows(got):
         sys.exit(EXIT_UNREACHABLE)
 

@@ -81,6 +81,7 @@ def node_power(dc: "DevCluster", node: str, what: str) -> None:
     """What a fake node does when its BMC switches its power: off kills its slurmd at once
     (SIGKILL, also when it is frozen with SIGSTOP), on starts it; cycle does both."""
     d = dc.daemon(f"slurmd-{node}")
+    ssh = dc.has_ssh()  # --ssh: the whole fake node (sshd too) goes, and boots its staged stack
     if what in ("off", "cycle"):
         pid = d.pid()
         if pid is not None:
@@ -90,6 +91,11 @@ def node_power(dc: "DevCluster", node: str, what: str) -> None:
                 pass
             wait_for(lambda: start_time(pid) is None, 10, reap=getattr(d, "_popen", None))
         d.pidfile.unlink(missing_ok=True)
+        if ssh:
+            dc.daemon(f"sshd-{node}").stop()
+    if ssh and what in ("on", "cycle") and not d.alive():
+        dc.boot_node(node)
+        return
     if what in ("on", "cycle") and not d.alive():
         dc.p("spool", "d", node).mkdir(parents=True, exist_ok=True)
         d.start(["slurmd", "-D", "-N", node], env={"SLURM_CONF": str(dc.slurm_conf)})

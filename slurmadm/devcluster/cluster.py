@@ -515,8 +515,14 @@ class DevCluster:
         stack, and comes back (sshd in a fresh namespace, slurmd reporting a reboot)."""
         self.daemon(f"slurmd-{node}").stop()
         if self.has_ssh():
-            fn = self.fake_node(node)
             self.daemon(f"sshd-{node}").stop()
+        self.boot_node(node)
+
+    def boot_node(self, node: str) -> None:
+        """A stopped fake node boots (BMC power on/cycle, or the RebootProgram's second half):
+        its staged stack, sshd in a fresh namespace, slurmd reporting a reboot."""
+        if self.has_ssh():
+            fn = self.fake_node(node)
             fn.boot()
             running = fn.software()["running"]
             gpus.set_versions(self.p("gpus"), node, driver_version=running["driver"], cuda_version=running["cuda"])

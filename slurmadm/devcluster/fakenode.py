@@ -246,6 +246,12 @@ class FakeNode:
         lines = ["set -e", "mkdir -p /run/sshd"]
         for src, dst in MOUNTS:
             lines.append(f"mount --bind {shlex.quote(str(self.dir / src))} {dst}")
+        # root's ~/.bashrc is the node's own (a stock one), not the head node's: bash sources it
+        # for every command sshd runs, and a head node's (pyenv init, ...) costs 0.5 s a command
+        bashrc = self.dir / "bashrc"
+        if not bashrc.exists():  # never replaced: a running namespace has this very file bound
+            write_atomic(bashrc, "# ~/.bashrc of the fake node's root (a stock compute-node image's)\n", mode=0o644)
+        lines.append(f"if [ -f /root/.bashrc ]; then mount --bind {shlex.quote(str(bashrc))} /root/.bashrc; fi")
         lines += [f"hostname {shlex.quote(self.node)}",
                   f"exec /usr/sbin/sshd -D -e -f {shlex.quote(str(config))}"]
         return ["unshare", "--mount", "--uts", "--propagation", "private", "/bin/sh", "-c", "\n".join(lines)]

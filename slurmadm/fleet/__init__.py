@@ -13,7 +13,10 @@ The operations, importable for scripts (they return data and print nothing):
     from slurmadm.fleet import rollout                          # canary rollouts: rollout.py
 
 Facts come over SSH (`ssh.ParamikoRemote`, or any `ssh.Remote`), one command per node, and are
-stored with their time (store table fleet_facts). Drift compares each fact with the site's
+stored with their time (store table fleet_facts). When the site's BMCs can be reached (`slurmadm
+bmc`: [bmc] with its password file), each BMC's firmware inventory is read at the same time (Redfish
+FirmwareInventory, else the IPMI BMC firmware) as facts `fw:<component>` (`fw:BIOS`, `fw:BMC`,
+`fw:HGX_FW_GPU_SXM_1`, ...), compared with [bmc.firmware]. Drift compares each fact with the site's
 [software] baseline, and facts the site sets no value for with the fleet's most common value
 (confluent's `collate` idea: the odd ones out).
 """
@@ -30,8 +33,8 @@ from ..store import Store
 from . import collector as factsmod
 from .ssh import ParamikoRemote, Remote, Reply
 
-__all__ = ["Difference", "NodeFacts", "Remote", "Reply", "drift", "facts", "fold", "remote_for", "run",
-           "stored_facts"]
+__all__ = ["Difference", "NodeFacts", "Remote", "Reply", "bmc_configured", "bmc_firmware", "drift", "facts", "fold",
+           "remote_for", "run", "stored_facts"]
 
 
 @dataclass
@@ -42,10 +45,11 @@ class NodeFacts:
     error: str = ""
     kind: str = ""  # "" when collected; else the Reply kind (unreachable, hostkey, timeout, ...)
     fresh: bool = True  # collected by this call (False: read from the store)
+    bmc_error: str = ""  # why the BMC's firmware facts are missing ("" when read, or not asked)
 
     def as_dict(self) -> dict:
         return {"node": self.node, "ts": self.ts, "facts": self.facts, "error": self.error, "kind": self.kind,
-                "fresh": self.fresh}
+                "fresh": self.fresh, "bmc_error": self.bmc_error}
 
 
 def remote_for(site) -> Remote:
@@ -56,10 +60,47 @@ def _collector(site) -> str:
     return factsmod.script(site.software.hash_files, factsmod.packages_of(site.software.extra))
 
 
+FW_PREFIX = "fw:"
+
+
+def bmc_configured(site) -> bool:
+    """Whether `slurmadm bmc` has what it needs to try the BMCs: the password file [bmc] names
+    exists (a site without BMC credentials is not asked, and costs no BMC timeouts)."""
+    import os
+
+    return os.path.isfile(site.bmc.password_file)
+
+
+def bmc_firmware(site, nodes: Sequence[str]) -> dict[str, dict[str, str] | str]:
+    """Each node's BMC firmware inventory through `slurmadm bmc` ({component: version}), or a
+    one-line reason it could not be read. Never raises for a BMC or credential problem."""
+    from ..bmc.fanout import Fleet
+    from ..errors import SlurmadmError
+
+    if not nodes:
+        return {}
+    try:
+        bmcs = Fleet(site)
+    except SlurmadmError as exc:
+        return {n: f"bmc: {exc}" for n in nodes}
+
+    def read(c) -> dict[str, str]:
+        if site.bmc.redfish:
+            return dict(c.redfish.firmware())
+        inv = c.bmc.inventory()
+        return {"BMC": inv["bmc_firmware"]} if inv.get("bmc_firmware") else {}
+
+    rows = bmcs.run(list(nodes), read, deadline_s=bmcs.login_deadline + 6 * site.bmc.timeout_s)
+    return {r.node: (r.value if r.ok else f"bmc: {r.error}") for r in rows}
+
+
 def facts(site, nodes: Sequence[str], *, refresh: bool = True, remote: Remote | None = None,
-          store: Store | None = None, on_node: Callable[[NodeFacts], None] | None = None) -> dict[str, NodeFacts]:
+          store: Store | None = None, on_node: Callable[[NodeFacts], None] | None = None,
+          bmc: bool | None = None) -> dict[str, NodeFacts]:
     """Each node's facts: collected over SSH (all nodes when `refresh`, else only those with
-    nothing stored), stored with their time. Unreachable nodes are entries with `error` set."""
+    nothing stored), stored with their time. Unreachable nodes are entries with `error` set.
+    `bmc` (default: when `bmc_configured(site)`): also each BMC's firmware inventory as
+    `fw:<component>` facts, read while SSH runs; a BMC that does not answer sets `bmc_error`."""
     own_remote = remote is None and refresh
     if own_remote:
         remote = remote_for(site)  # first: a missing key or known_hosts changes nothing
@@ -73,11 +114,23 @@ def facts(site, nodes: Sequence[str], *, refresh: bool = True, remote: Remote | 
             if remote is None:
                 own_remote = True
                 remote = remote_for(site)
+            firmware: dict = {}
+            reader = None
+            if bmc if bmc is not None else bmc_configured(site):
+                import threading
+
+                def read_bmcs() -> None:
+                    try:
+                        firmware.update(bmc_firmware(site, todo))
+                    except Exception as exc:  # a library's surprise: no firmware facts, never a traceback
+                        firmware.update({n: f"bmc: {type(exc).__name__}" for n in todo})
+
+                reader = threading.Thread(target=read_bmcs, name="fleet-bmc-facts", daemon=True)
+                reader.start()
             try:
                 def done(reply: Reply) -> None:
-                    nf = _node_facts(reply)
-                    if on_node:
-                        on_node(nf)
+                    if on_node and reader is None:
+                        on_node(_node_facts(reply))
 
                 replies = remote.run(todo, "/bin/sh -s", stdin=_collector(site),
                                      timeout=site.fleet.command_timeout_s, on_reply=done)
@@ -85,7 +138,17 @@ def facts(site, nodes: Sequence[str], *, refresh: bool = True, remote: Remote | 
                 if own_remote:
                     remote.close()
                     own_remote = False
+                if reader is not None:
+                    reader.join()
             fresh = {r.node: _node_facts(r) for r in replies}
+            for n, fw in firmware.items():
+                if isinstance(fw, str):
+                    fresh[n].bmc_error = fw
+                else:
+                    fresh[n].facts.update({FW_PREFIX + k: v for k, v in fw.items()})
+            if on_node and reader is not None:
+                for nf in fresh.values():
+                    on_node(nf)
             _save(store, [nf for nf in fresh.values() if not nf.error])
             got.update(fresh)
         return {n: got[n] for n in nodes}
@@ -161,7 +224,11 @@ def _short(value: str) -> str:
 def drift(site, got: dict[str, NodeFacts]) -> list[Difference]:
     """Every fact of every node that answered, against the baseline, else the fleet's most
     common value; one Difference per (fact, value, wanted) with all its nodes."""
-    return compare({n: nf.facts for n, nf in got.items() if not nf.error}, factsmod.baseline(site.software))
+    want = factsmod.baseline(site.software)
+    by_node = {n: nf.facts for n, nf in got.items() if not nf.error}
+    if any(k.startswith(FW_PREFIX) for fs in by_node.values() for k in fs):
+        want.update({FW_PREFIX + k: v for k, v in site.bmc.firmware.items()})
+    return compare(by_node, want)
 
 
 def compare(by_node: dict[str, dict[str, str]], want: dict[str, str]) -> list[Difference]:
@@ -179,6 +246,8 @@ def compare(by_node: dict[str, dict[str, str]], want: dict[str, str]) -> list[Di
             wanted = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
             source = "fleet"
         for node, fs in by_node.items():
+            if fact.startswith(FW_PREFIX) and not any(k.startswith(FW_PREFIX) for k in fs):
+                continue  # its BMC was not read (unreachable, or not asked): not firmware drift
             have = fs.get(fact, MISSING)
             if have != wanted:
                 groups.setdefault((fact, have, wanted, source), []).append(node)

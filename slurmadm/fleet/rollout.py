@@ -15,18 +15,25 @@ A plan (TOML):
     timeout_s = 900
     [[steps]]
     packages = ["libnccl-dev=2.26.2-1+cuda12.8"]   # a package target (package_manager = apt|dnf)
+    [[steps]]                              # a firmware update through the node's BMC (Redfish,
+    firmware = { component = "BIOS", image = "http://repo/bios-2.9.0.bin", version = "2.9.0" }
+    timeout_s = 1800                       #  the `slurmadm bmc firmware update` API; push = true
+                                           #  to send the image rather than let the BMC fetch it)
 
     [expect]                               # facts the node must show afterwards
     nccl = "2.26.2"
 
 Per node: drain (`slurmadm: rollout: <name> [rollout]`; running jobs finish first, up to
-fleet.drain_timeout_s) or, with --reservation, the nodes of an active maintenance reservation;
-the steps; the reboot through Slurm, `scontrol reboot ASAP nextstate=DOWN reason=...` (with
-ReturnToService=2 Slurm returns a DOWN node to service as soon as it registers, so there the node
-stays drained across a plain `scontrol reboot reason=...` instead); wait until it registered with
-a new boot time; verify `expect`; the health command; resume. Canary nodes first (any failure
-stops the rollout), then waves of wave_fraction of the nodes; the rollout stops when more than
-max_failed_fraction of its nodes failed. Failed nodes stay drained with the reason.
+fleet.drain_timeout_s) or, with --reservation, the nodes of an active maintenance reservation; the
+steps (firmware steps through the BMC); the reboot through Slurm, `scontrol reboot ASAP
+nextstate=DOWN reason=...` (with ReturnToService=2 Slurm returns a DOWN node to service as soon as
+it registers, so there the node stays drained across a plain `scontrol reboot reason=...` instead);
+wait until it registered with a new boot time (a node whose slurmd is gone, DOWN and not responding,
+so that Slurm cannot reboot it, is power-cycled through its BMC instead when `slurmadm bmc` is set
+up); verify `expect`; the health command; resume (also a node that came back DOWN under
+--reservation). Canary nodes first (any failure stops the rollout), then waves of wave_fraction of
+the nodes; the rollout stops when more than max_failed_fraction of its nodes failed. Failed nodes
+stay drained with the reason.
 
 State is in the store (fleet_rollouts, fleet_rollout_nodes): re-running the same plan after an
 interruption skips finished nodes, picks up a node caught mid-reboot where it was, and redoes the
@@ -60,9 +67,19 @@ PKG_TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+._:~=\-]*$")
 CHECK_ID = "rollout"
 
 
+class FirmwareStep(Strict):
+    """`slurmadm bmc firmware update` of one component, as a rollout step."""
+
+    component: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
+    image: Annotated[str, Field(pattern=r"^(https?://|file://|/)[^\s'\"]+$")]
+    version: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:+\-]{1,64}$")] | None = None
+    push: bool = False  # slurmadm sends the image (multipart) instead of the BMC fetching it
+
+
 class Step(Strict):
     run: str | None = None
     packages: list[Annotated[str, Field(pattern=PKG_TOKEN.pattern)]] | None = None
+    firmware: FirmwareStep | None = None
     timeout_s: Annotated[float, Field(gt=0, le=86400)] = 900.0
 
 
@@ -83,6 +100,10 @@ class Plan(Strict):
     def command(self, step: Step) -> str:
         if step.run is not None:
             return step.run
+        if step.firmware is not None:
+            f = step.firmware
+            return (f"bmc firmware update --component {f.component} --image {f.image}"
+                    + (f" --version {f.version}" if f.version else "") + (" --push" if f.push else ""))
         pkgs = " ".join(step.packages or [])
         if self.package_manager == "apt":
             return f"DEBIAN_FRONTEND=noninteractive apt-get install -y --allow-downgrades {pkgs}"
@@ -108,8 +129,8 @@ def load_plan(path: str | Path) -> tuple[Plan, str]:
         raise SiteError(str(p), format_validation_error(exc, data)) from None
     problems = []
     for i, step in enumerate(plan.steps):
-        if (step.run is None) == (step.packages is None):
-            problems.append(f"steps[{i}]: give exactly one of run or packages")
+        if sum(x is not None for x in (step.run, step.packages, step.firmware)) != 1:
+            problems.append(f"steps[{i}]: give exactly one of run, packages or firmware")
         elif step.run is not None and (not step.run.strip() or "\n" in step.run):
             problems.append(f"steps[{i}].run: one non-empty command line")
     if "\n" in plan.health_command:
@@ -450,6 +471,9 @@ class Rollout:
             tracker.node(st, "steps")
             for i, step in enumerate(self.plan.steps):
                 cmd = self.plan.command(step)
+                if step.firmware is not None:
+                    self._firmware(node, i, step)
+                    continue
                 reply = self.remote.run([node], cmd, timeout=step.timeout_s)[0]
                 self.db.audit("fleet.rollout.step", node, f"rollout {self.plan.name}", step=i, command=cmd,
                                  exit=reply.exit, error=reply.error)
@@ -507,16 +531,22 @@ class Rollout:
     def _reboot(self, tracker: Tracker, st: NodeState) -> None:
         node = st.node
         info = self.slurm.node(node)
-        if "NOT_RESPONDING" in info.flags or info.state == "DOWN" and not info.reason.startswith(OWNER_PREFIX):
-            raise NodeFailed(f"slurmd not responding ({info.state_text}); a BMC power cycle is needed "
-                             "(slurmadm bmc)")
-        if st.phase != "rebooting" or not info.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED"}:
+        gone = "NOT_RESPONDING" in info.flags or info.state == "DOWN" and not info.reason.startswith(OWNER_PREFIX)
+        m = re.match(r"boot time before: (\S*)", st.detail) if st.phase == "rebooting" else None
+        if m and not info.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED"} and not gone \
+                and self.slurm.boot_time(node) != m.group(1):
+            return  # interrupted after the node came back: not rebooted twice
+        if gone:
+            before = self.slurm.boot_time(node)
+            tracker.node(st, "rebooting", f"boot time before: {before} (power cycle through the BMC)")
+            self._bmc_cycle(node, info)
+        elif m is None or not info.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED"}:
             before = self.slurm.boot_time(node)
             tracker.node(st, "rebooting", f"boot time before: {before}")
             self.slurm.reboot(node, self.reason, self.site.slurm.return_to_service)
-            self.db.audit("node.reboot", node, f"rollout {self.plan.name}", slurm_reason=self.reason)
+            self.db.audit("node.reboot", node, f"rollout {self.plan.name}", slurm_reason=self.reason, via="slurm")
         else:
-            before = st.detail.removeprefix("boot time before: ")
+            before = m.group(1)
         deadline = time.monotonic() + self.site.fleet.reboot_timeout_s
         while True:
             info = self.slurm.node(node)
@@ -527,6 +557,64 @@ class Rollout:
                 raise NodeFailed(f"did not come back within {self.site.fleet.reboot_timeout_s:g} s "
                                  f"({info.state_text})")
             time.sleep(self.opt.poll_s)
+
+    def _bmcs(self):
+        """`slurmadm bmc`'s fan-out over the site's BMCs (made once per rollout)."""
+        from ..errors import SlurmadmError
+        from . import bmc_configured
+
+        if getattr(self, "_bmc_fleet", None) is None:
+            if not bmc_configured(self.site):
+                raise NodeFailed(f"no BMC access (bmc.password_file {self.site.bmc.password_file} does not exist)")
+            from ..bmc.fanout import Fleet
+
+            try:
+                self._bmc_fleet = Fleet(self.site)
+            except SlurmadmError as exc:
+                raise NodeFailed(f"BMC: {exc}") from None
+        return self._bmc_fleet
+
+    def _bmc_cycle(self, node: str, info) -> None:
+        """slurmd is gone (Slurm cannot run its RebootProgram): power-cycle through the BMC."""
+        try:
+            bmcs = self._bmcs()
+        except NodeFailed as exc:
+            raise NodeFailed(f"slurmd not responding ({info.state_text}) and {exc}; a power cycle is needed") from None
+        row = bmcs.run([node], lambda c: c.bmc.power("cycle"))[0]
+        self.db.audit("bmc.power.cycle", node, f"rollout {self.plan.name}", was=info.state_text,
+                      ok=row.ok, error=row.error)
+        if not row.ok:
+            raise NodeFailed(f"slurmd not responding ({info.state_text}); BMC power cycle failed: {row.error}")
+        self.db.audit("node.reboot", node, f"rollout {self.plan.name}", slurm_reason=self.reason, via="bmc")
+
+    def _firmware(self, node: str, i: int, step: Step) -> None:
+        """A firmware step: `slurmadm bmc firmware update` of one component on this node's BMC
+        (skipped when it already runs `version`), the task followed to the end and re-read."""
+        from ..bmc import firmware as fw
+        from ..bmc.redfish import _fetch
+        from ..errors import SlurmadmError
+
+        f = step.firmware
+        bmcs = self._bmcs()
+        try:
+            image = _fetch(f.image) if f.push else None
+        except SlurmadmError as exc:
+            raise NodeFailed(f"step {i + 1} (firmware {f.component}): {exc}") from None
+
+        def update(c) -> dict:
+            have = c.redfish.firmware().get(f.component)
+            if f.version and have == f.version:
+                return {"before": have, "after": have, "ok": True, "skipped": f"already at {f.version}"}
+            return fw.update_one(c, f.component, f.image, image, step.timeout_s, f.version)
+
+        row = bmcs.run([node], update, deadline_s=bmcs.default_deadline + step.timeout_s + 30)[0]
+        res = row.value if row.ok else {"ok": False, "error": row.error}
+        self.db.audit("bmc.firmware.update", node, f"rollout {self.plan.name}", step=i, component=f.component,
+                      image=f.image, **{k: v for k, v in res.items() if k != "ok"}, ok=res["ok"])
+        if not res["ok"]:
+            why = res.get("error") or "; ".join(res.get("messages", [])) or (
+                f"task {res.get('task')}, version {res.get('before')} -> {res.get('after')}")
+            raise NodeFailed(f"step {i + 1} (firmware {f.component}) failed: {why[:160]}")
 
     def _verify(self, node: str) -> None:
         if not self.plan.expect:
@@ -542,8 +630,8 @@ class Rollout:
             raise NodeFailed("verify: " + ", ".join(wrong))
 
     def _release(self, node: str) -> None:
-        if self.opt.reservation:
-            return
+        """Back to service if the hold is ours: our drain, or (also under --reservation) the
+        DOWN state our `scontrol reboot ... nextstate=DOWN` left."""
         info = self.slurm.node(node)
         ours = info.reason.startswith(f"{OWNER_PREFIX} {CHECK_ID}: {self.plan.name}")
         if ours and (info.drained or info.state == "DOWN"):
@@ -556,8 +644,13 @@ class Rollout:
             info = self.slurm.node(node)
         except UnreachableError:
             return
-        if info.drained and info.reason.startswith(f"{OWNER_PREFIX} {CHECK_ID}: {self.plan.name}"):
-            self.backend.set_reason([node], format_reason(CHECK_ID, f"{self.plan.name}: FAILED {why}", CHECK_ID))
+        if not info.reason.startswith(f"{OWNER_PREFIX} {CHECK_ID}: {self.plan.name}"):
+            return
+        failed = format_reason(CHECK_ID, f"{self.plan.name}: FAILED {why}", CHECK_ID)
+        if info.drained:
+            self.backend.set_reason([node], failed)
+        elif info.state == "DOWN":  # back from `reboot ... nextstate=DOWN`: drained too, so it stays out
+            self.backend.drain([node], failed)
 
 
 class _Skip(NodeFailed):

@@ -7,11 +7,21 @@ and one connection per node kept for every command of one `Remote` (close() ends
 that cannot be reached is one `Reply` with `error` set; the others go on.
 
 stdout and stderr come back merged, in order, as `clush`/`pdsh` show them.
+
+Large fan-outs on a head node with CPUs to spare are split over worker processes, each with its
+own threads and connections: paramiko's handshakes and packet handling are Python under one GIL
+(~12 ms of CPU per node), so one process caps at one core while OpenSSH-based tools (clush) use
+them all. A worker costs a forkserver start and paramiko's import (a few hundred ms of CPU), so
+it pays only from PROCESS_MIN_NODES nodes at once per worker and with CPUs left for the rest:
+on 2 CPUs (the bench, 64 sshd on the same machine) one process beat two. The workers come from a
+forkserver (never a fork of this possibly threaded process) and live for that one call; nodes with
+a connection already open here stay here.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import threading
 import time
@@ -24,6 +34,7 @@ from typing import Protocol, runtime_checkable
 from ..errors import UsageError
 
 MAX_OUTPUT = 4 * 1024 * 1024  # bytes kept per node and command; more is cut (and said so)
+PROCESS_MIN_NODES = 64  # nodes at once per worker process below which threads here are cheaper
 
 
 @dataclass
@@ -75,6 +86,7 @@ class ParamikoRemote:
     _clients: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _key: object = None
+    processes: int | None = None  # worker processes for a large fan-out (None: by CPUs and nodes)
 
     def __post_init__(self) -> None:
         import paramiko  # noqa: F401  (imported here: `slurmadm site validate` does not pay for it)
@@ -113,21 +125,48 @@ class ParamikoRemote:
 
     # ---- connections
     def _connect(self, node: str, target: Target):
+        """An authenticated paramiko Transport to the node (kept for the next command). Built
+        here rather than through SSHClient so that the known_hosts file parsed once serves every
+        node (SSHClient re-reads it per connection: 128 nodes x 128 lines) and nothing is tried
+        but the one key: no agent, no ~/.ssh keys, no password."""
         import paramiko
 
         with self._lock:
-            client = self._clients.get(node)
-        if client is not None and client.get_transport() is not None and client.get_transport().is_active():
-            return client
-        client = paramiko.SSHClient()
-        client.load_system_host_keys(self.fleet.known_hosts)  # read-only: never written back
-        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            tr = self._clients.get(node)
+        if tr is not None and tr.is_active():
+            return tr
         t = self.fleet.connect_timeout_s
-        client.connect(target.host, port=target.port, username=self.fleet.user, pkey=self._key, timeout=t,
-                       banner_timeout=t, auth_timeout=t, allow_agent=False, look_for_keys=False)
+        name = target.host if target.port == 22 else f"[{target.host}]:{target.port}"
+        known = self._host_keys.lookup(name)
+        if not known:
+            raise paramiko.SSHException(f"Server {name!r} not found in known_hosts")
+        sock = socket.create_connection((target.host, target.port), timeout=t)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            tr = paramiko.Transport(sock)
+        except BaseException:
+            sock.close()
+            raise
+        try:
+            tr.banner_timeout = tr.auth_timeout = t
+            # ask for the host key type known_hosts has (as SSHClient and OpenSSH do)
+            opts = tr.get_security_options()
+            want = known.keys()[0]
+            if want == "ssh-rsa":
+                want = next((k for k in ("rsa-sha2-512", "rsa-sha2-256") if k in opts.key_types), want)
+            opts.key_types = [want] + [k for k in opts.key_types if k != want]
+            tr.start_client(timeout=t)
+            got = tr.get_remote_server_key()
+            expected = known.get(got.get_name())
+            if expected is None or expected != got:
+                raise paramiko.BadHostKeyException(name, got, expected or known[known.keys()[0]])
+            tr.auth_publickey(self.fleet.user, self._key)
+        except BaseException:
+            tr.close()
+            raise
         with self._lock:
-            self._clients[node] = client
-        return client
+            self._clients[node] = tr
+        return tr
 
     def _one(self, node: str, target: Target, command: str, timeout: float, stdin: str | None) -> Reply:
         import paramiko
@@ -136,7 +175,7 @@ class ParamikoRemote:
         reply = Reply(node)
         where = f"{target.host}:{target.port}"
         try:
-            client = self._connect(node, target)
+            transport = self._connect(node, target)
         except paramiko.BadHostKeyException:
             reply.kind, reply.error = "hostkey", (f"host key of {where} CHANGED (not the one in "
                                                   f"{self.fleet.known_hosts}); refusing to connect")
@@ -147,19 +186,17 @@ class ParamikoRemote:
                 reply.kind, reply.error = "auth", f"{where}: key not accepted for user {self.fleet.user}"
             else:
                 reply.kind, reply.error = "unreachable", f"{where}: ssh: {_one_line(exc)}"
-        except paramiko.ssh_exception.NoValidConnectionsError as exc:
-            codes = {getattr(e, "errno", None) for e in exc.errors.values()}
-            why = "connection refused (sshd down?)" if codes == {errno.ECONNREFUSED} else _one_line(exc)
-            reply.kind, reply.error = "unreachable", f"{where}: {why}"
         except (socket.timeout, TimeoutError):
             reply.kind, reply.error = "unreachable", f"{where}: no answer within {self.fleet.connect_timeout_s:g} s"
         except OSError as exc:
-            reply.kind, reply.error = "unreachable", f"{where}: {exc.strerror or _one_line(exc)}"
+            why = ("connection refused (sshd down?)" if exc.errno == errno.ECONNREFUSED
+                   else exc.strerror or _one_line(exc))
+            reply.kind, reply.error = "unreachable", f"{where}: {why}"
         if reply.kind:
             reply.duration_s = time.monotonic() - started
             return reply
         try:
-            reply.exit, reply.output, timed_out = _exec(client, command, timeout, stdin)
+            reply.exit, reply.output, timed_out = _exec(transport, command, timeout, stdin)
             if timed_out:
                 reply.kind, reply.error = "timeout", f"command ran past its {timeout:g} s limit"
         except (paramiko.SSHException, OSError, EOFError) as exc:
@@ -170,9 +207,9 @@ class ParamikoRemote:
 
     def _forget(self, node: str) -> None:
         with self._lock:
-            client = self._clients.pop(node, None)
-        if client is not None:
-            client.close()
+            transport = self._clients.pop(node, None)
+        if transport is not None:
+            transport.close()
 
     def run(self, nodes: Sequence[str], command: str, *, timeout: float, stdin: str | None = None,
             on_reply: Callable[[Reply], None] | None = None) -> list[Reply]:
@@ -186,8 +223,38 @@ class ParamikoRemote:
 
         if not nodes:
             return []
+        procs = self.processes if self.processes is not None else worker_processes(len(nodes), self.fleet.fanout)
+        with self._lock:
+            open_here = any(n in self._clients for n in nodes)
+        if procs > 1 and not open_here:
+            return self._run_processes(list(nodes), command, timeout, stdin, on_reply, procs)
         with ThreadPoolExecutor(max_workers=min(self.fleet.fanout, len(nodes))) as pool:
             return list(pool.map(one, nodes))
+
+    def _run_processes(self, nodes: list[str], command: str, timeout: float, stdin: str | None,
+                       on_reply: Callable[[Reply], None] | None, procs: int) -> list[Reply]:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["paramiko", __name__])
+        chunks = [nodes[i::procs] for i in range(procs)]
+        per = max(1, -(-self.fleet.fanout // procs))  # the fan-out limit holds across the workers
+        got: dict[str, Reply] = {}
+        with ProcessPoolExecutor(max_workers=procs, mp_context=ctx) as pool:
+            futures = {pool.submit(_worker_run, self.fleet, chunk, command, timeout, stdin, per): chunk
+                       for chunk in chunks}
+            for fut in as_completed(futures):
+                try:
+                    replies = fut.result()
+                except Exception as exc:  # a worker that died: its nodes are one row each
+                    replies = [Reply(n, error=f"slurmadm worker process failed: {_one_line(exc)}",
+                                     kind="unreachable") for n in futures[fut]]
+                for r in replies:
+                    got[r.node] = r
+                    if on_reply is not None:
+                        on_reply(r)
+        return [got[n] for n in nodes]
 
     def close(self) -> None:
         with self._lock:
@@ -202,10 +269,27 @@ class ParamikoRemote:
         self.close()
 
 
-def _exec(client, command: str, timeout: float, stdin: str | None) -> tuple[int | None, str, bool]:
+def worker_processes(nodes: int, fanout: int) -> int:
+    """How many processes a fan-out to `nodes` nodes uses: at most half the usable CPUs and one
+    per PROCESS_MIN_NODES nodes that run at once (1: threads in this process)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus // 2, min(nodes, fanout) // PROCESS_MIN_NODES))
+
+
+def _worker_run(fleet, nodes: list[str], command: str, timeout: float, stdin: str | None,
+                fanout: int) -> list[Reply]:
+    """In a worker process: the threads-and-connections fan-out over its share of the nodes."""
+    with ParamikoRemote(fleet.model_copy(update={"fanout": fanout}), processes=1) as remote:
+        return remote.run(nodes, command, timeout=timeout, stdin=stdin)
+
+
+def _exec(transport, command: str, timeout: float, stdin: str | None) -> tuple[int | None, str, bool]:
     """Run one command on an open connection: (exit code or None, merged output, timed out)."""
     deadline = time.monotonic() + timeout
-    chan = client.get_transport().open_session(timeout=min(timeout, 30.0))
+    chan = transport.open_session(timeout=min(timeout, 30.0))
     try:
         chan.set_combine_stderr(True)
         chan.exec_command(command)

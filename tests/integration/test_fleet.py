@@ -1,23 +1,34 @@
 """`slurmadm fleet` against the dev cluster's real sshd per fake node (own mount+UTS namespace,
-own software stack) and real Slurm reboots (RebootProgram restarts the node's slurmd and sshd).
+own software stack) and real Slurm reboots (RebootProgram restarts the node's slurmd and sshd),
+with the BMC emulators (`--bmc`: firmware facts, firmware steps, power cycles of a node whose
+slurmd is gone). The module's cluster runs ReturnToService=1, so the rollouts take Slurm's
+documented update path, `scontrol reboot ASAP nextstate=DOWN reason=...`, for real.
 
 Every test leaves the nodes as it found them: the baseline stack, idle, no rollout drains.
 """
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+import tomllib
 from pathlib import Path
 
 import pytest
+import tomli_w
 
 from slurmadm.devcluster.cluster import DevCluster
 from slurmadm.devcluster.daemons import wait_for
+from slurmadm.devcluster.redfish_emulator import fake_image
+from slurmadm.resources import example_site
 from slurmadm.slurm.cli_backend import CliBackend
 from slurmadm.store import Store
 from tests.integration.conftest import TEST_PORT_BASE
@@ -35,7 +46,14 @@ def dev_cluster():
     state = Path(os.environ.get("SLURMADM_TEST_STATE_DIR") or f"/tmp/slurmadm-test-{TEST_PORT_BASE}")
     dc = DevCluster(state.with_name(state.name + "-fleet"))
     dc.down(purge=True)
-    dc.up(nodes=4, port_base=TEST_PORT_BASE + 2000, timeout=180, ssh=True)
+    # the example site, but ReturnToService=1: a node rebooted with nextstate=DOWN stays DOWN
+    # until the rollout resumes it (with 2, Slurm returns it to service when it registers)
+    src = tomllib.loads(example_site().read_text())
+    src["slurm"]["return_to_service"] = 1
+    dc.state_dir.mkdir(parents=True, exist_ok=True)
+    site_file = dc.state_dir.with_name(dc.state_dir.name + "-site.toml")
+    site_file.write_text(tomli_w.dumps(src))
+    dc.up(nodes=4, port_base=TEST_PORT_BASE + 2000, timeout=180, ssh=True, bmc=True, site_file=str(site_file))
     yield dc
     dc.down(purge=True)
 
@@ -269,3 +287,158 @@ def test_node_with_a_running_job_is_not_touched_until_free(dev_cluster, env, tmp
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, out + err
     assert installs(dev_cluster, "b200-001") == 1 and facts_of(env, "b200-001")["nccl"] == "2.26.2"
+
+
+# ---------------------------------------------------------------------- with the BMCs (slurmadm bmc)
+
+
+def events(dev_cluster, action, target=None, since=0.0):
+    with Store.for_site(dev_cluster.site()) as store:
+        return [e for e in store.events(action=action, target=target, since=since)]
+
+
+def test_facts_carry_each_bmcs_firmware_inventory(dev_cluster, env):
+    p = run_slurmadm(env, "fleet", "facts", "--json")
+    assert p.returncode == 0, p.stderr
+    got = {n["node"]: n for n in json.loads(p.stdout)["nodes"]}
+    want = dev_cluster.site().bmc.firmware
+    assert want, "the dev site names a firmware baseline"
+    for n in NODES:
+        fw = {k.removeprefix("fw:"): v for k, v in got[n]["facts"].items() if k.startswith("fw:")}
+        # read from the node's own BMC (Redfish FirmwareInventory), the baseline's components
+        assert {k: fw.get(k) for k in want} == want, (n, fw)
+        assert got[n]["bmc_error"] == ""
+    # the firmware facts take part in drift (none now: every BMC runs the baseline)
+    p = run_slurmadm(env, "fleet", "drift", "--json")
+    assert not [d for d in json.loads(p.stdout)["drift"] if d["fact"].startswith("fw:")], p.stdout
+
+
+@pytest.fixture()
+def bios_images(tmp_path):
+    """BIOS images on a local HTTP server the BMC emulators fetch from (SimpleUpdate)."""
+    for v in ("2.9.0", "2.1.0"):
+        (tmp_path / f"bios-{v}.bin").write_bytes(fake_image("BIOS", v))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler.log_message = lambda *a: None
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield lambda v: f"http://127.0.0.1:{srv.server_address[1]}/bios-{v}.bin"
+    srv.shutdown()
+
+
+def test_rollout_firmware_step_goes_through_the_bmc(dev_cluster, env, tmp_path, clean_nodes, bios_images):
+    base = dev_cluster.site().bmc.firmware["BIOS"]
+    path = tmp_path / "bios.toml"
+    path.write_text(textwrap.dedent(f"""\
+        name = "bios-2.9.0"
+        nodes = "b200-001"
+        canary_nodes = 1
+        health_command = ""
+        [[steps]]
+        firmware = {{ component = "BIOS", image = "{bios_images('2.9.0')}", version = "2.9.0" }}
+        timeout_s = 120
+        [expect]
+        "fw:BIOS" = "2.9.0"
+        """))
+    dry = json.loads(run_slurmadm(env, "fleet", "rollout", str(path), "--dry-run", "--json").stdout)
+    assert dry["steps"] == [f"bmc firmware update --component BIOS --image {bios_images('2.9.0')} --version 2.9.0"]
+    try:
+        p = run_slurmadm(env, "fleet", "rollout", str(path), timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert facts_of(env, "b200-001")["fw:BIOS"] == "2.9.0"  # what its BMC now reports
+        assert facts_of(env, "b200-002")["fw:BIOS"] == base  # only the plan's node
+        ev = events(dev_cluster, "bmc.firmware.update", "b200-001")
+        assert ev and ev[-1].detail["before"] == base and ev[-1].detail["after"] == "2.9.0"
+        assert not nodeinfo(env, "b200-001").drained
+        drift = json.loads(run_slurmadm(env, "fleet", "drift", "--json").stdout)["drift"]
+        assert [(d["fact"], d["nodes"], d["have"], d["want"]) for d in drift if d["fact"] == "fw:BIOS"] == [
+            ("fw:BIOS", "b200-001", "2.9.0", base)]
+    finally:
+        r = run_slurmadm(env, "bmc", "firmware", "update", "--component", "BIOS", "--image", bios_images(base),
+                         "--version", base, "--force", "b200-001", timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_rollout_power_cycles_through_the_bmc_when_slurmd_is_gone(dev_cluster, env, tmp_path, clean_nodes):
+    dev_cluster.daemon("slurmd-b200-002").stop()  # slurmd crashed: Slurm cannot run its RebootProgram
+    assert wait_for(lambda: "NOT_RESPONDING" in nodeinfo(env, "b200-002").flags, 180, interval=1.0)
+    since = time.time()
+    ctld_log = dev_cluster.p("log", "slurmctld.log")
+    ctld_from = ctld_log.stat().st_size
+    path = plan(tmp_path, "nccl-dead-slurmd", extra='nodes = "b200-002"')
+    p = run_slurmadm(env, "fleet", "rollout", path, timeout=400)
+    assert p.returncode == 0, p.stdout + p.stderr
+    cycles = events(dev_cluster, "bmc.power.cycle", "b200-002", since)
+    assert len(cycles) == 1 and cycles[0].detail["ok"]
+    assert [e.detail.get("via") for e in events(dev_cluster, "node.reboot", "b200-002", since)] == ["bmc"]
+    # resuming a DOWN node, Slurm flags it NOT_RESPONDING until its next ping answers
+    assert wait_for(lambda: (lambda i: i.state == "IDLE" and not i.drained and "NOT_RESPONDING" not in i.flags)(
+        nodeinfo(env, "b200-002")), 60, interval=0.5), nodeinfo(env, "b200-002")
+    assert facts_of(env, "b200-002")["nccl"] == "2.26.2"  # the staged library, booted by the power cycle
+    with open(ctld_log) as fh:  # not through Slurm (it could not have worked): this rollout's log part
+        fh.seek(ctld_from)
+        assert "reboot request queued for nodes b200-002" not in fh.read()
+
+
+def test_reservation_rollout_reboots_asap_nextstate_down(dev_cluster, env, tmp_path, clean_nodes):
+    """A maintenance window instead of drains: the nodes of an active MAINT reservation made for
+    the test; Slurm's `scontrol reboot ASAP nextstate=DOWN` brings each back DOWN (seen by a
+    watcher) until the rollout verified and resumed it."""
+    rsv = "fleet-mw"
+    r = subprocess.run(["scontrol", "create", "reservation", f"ReservationName={rsv}", "StartTime=now",
+                        "Duration=60", "Nodes=b200-[003-004]", "Flags=MAINT,IGNORE_JOBS", "Users=root"],
+                       env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    seen: set[tuple[str, str, str]] = set()
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            for n in ("b200-003", "b200-004"):
+                try:
+                    i = nodeinfo(env, n)
+                    seen.add((n, i.state, i.reason))
+                except Exception:
+                    pass
+            stop.wait(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    try:
+        path = plan(tmp_path, "nccl-window", extra='nodes = "b200-[003-004]"')
+        dry = json.loads(run_slurmadm(env, "fleet", "rollout", path, "--reservation", rsv, "--dry-run", "--json").stdout)
+        assert dry["hold"] == f"reservation {rsv}" and "reboot ASAP nextstate=DOWN" in dry["reboot_command"]
+        since = time.time()
+        watcher.start()
+        p = run_slurmadm(env, "fleet", "rollout", path, "--reservation", rsv, timeout=400)
+        assert p.returncode == 0, p.stdout + p.stderr
+        stop.set()
+        watcher.join(10)
+        ctld = dev_cluster.p("log", "slurmctld.log").read_text()
+        for n in ("b200-003", "b200-004"):
+            assert f"reboot request queued for nodes {n}" in ctld
+            # back from the reboot DOWN with the rollout's reason, as nextstate=DOWN says
+            assert any(s == (n, "DOWN", s[2]) and s[2].startswith("slurmadm: rollout: nccl-window")
+                       for s in seen), sorted(seen)
+            info = nodeinfo(env, n)
+            assert info.state in ("IDLE", "MAINT") or info.state.startswith("IDLE"), info
+            assert not info.drained and facts_of(env, n)["nccl"] == "2.26.2"
+        assert not events(dev_cluster, "node.drain", None, since)  # the window held them, no drain
+        assert rsv in subprocess.run(["scontrol", "show", "reservation", rsv], env=env, capture_output=True,
+                                     text=True, timeout=30).stdout
+        assert not nodeinfo(env, "b200-001").drained and installs(dev_cluster, "b200-001") == 0
+    finally:
+        stop.set()
+        subprocess.run(["scontrol", "delete", f"reservation={rsv}"], env=env, capture_output=True, timeout=30)
+
+
+def test_worker_process_fan_out_gives_the_same_answers(dev_cluster):
+    """The multi-process fan-out (used from PROCESS_MIN_NODES nodes per CPU; forced here on
+    four nodes): every node answers from its own namespace, a down node is its own row."""
+    from slurmadm.fleet.ssh import ParamikoRemote
+
+    site = dev_cluster.site()
+    seen = []
+    with ParamikoRemote(site.fleet, processes=2) as remote:
+        replies = remote.run(NODES, "hostname; exit 7", timeout=60, on_reply=lambda r: seen.append(r.node))
+    assert [(r.node, r.exit, r.output.strip()) for r in replies] == [(n, 7, n) for n in NODES]
+    assert sorted(seen) == sorted(NODES)

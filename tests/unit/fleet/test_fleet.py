@@ -133,3 +133,75 @@ def test_local_cheap_facts_from_a_root(tmp_path):
     (tmp_path / "usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5").write_text("")
     assert F.local_facts(str(tmp_path)) == {"os_image": "ubuntu-24.04-dgx", "kernel": "6.8.0-60-generic",
                                              "driver": "565.57.01", "nccl": "2.21.5"}
+
+
+def test_bmc_firmware_facts_drift_only_where_the_bmc_was_read():
+    from slurmadm import fleet as fl
+    from slurmadm.resources import example_site
+    from slurmadm.site import parse_site
+
+    site = parse_site(example_site().read_text())
+    base = {k: v for k, v in fl.factsmod.baseline(site.software).items()}
+    fw = {f"fw:{k}": v for k, v in site.bmc.firmware.items()}
+    got = {
+        "b200-001": fl.NodeFacts("b200-001", 1.0, {**base, **fw}),
+        "b200-002": fl.NodeFacts("b200-002", 1.0, {**base, **fw, "fw:BIOS": "2.0.0"}),
+        "b200-003": fl.NodeFacts("b200-003", 1.0, dict(base), bmc_error="bmc: no answer"),  # BMC not read
+    }
+    diffs = fl.drift(site, got)
+    assert [(d.fact, d.hostlist, d.have, d.want, d.source) for d in diffs] == [
+        ("fw:BIOS", "b200-002", "2.0.0", site.bmc.firmware["BIOS"], "baseline")]
+    # no node's BMC read: no firmware baseline compared at all
+    assert fl.drift(site, {"b200-003": got["b200-003"]}) == []
+
+
+def test_worker_processes_by_cpus_and_nodes(monkeypatch):
+    from slurmadm.fleet import ssh
+
+    monkeypatch.setattr(ssh.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert ssh.worker_processes(4, 64) == 1  # a few nodes: threads here
+    assert ssh.worker_processes(1024, 512) == 1  # 2 CPUs: one process (measured faster than two)
+    monkeypatch.setattr(ssh.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert ssh.worker_processes(128, 128) == 2  # one per 64 nodes at once
+    assert ssh.worker_processes(128, 32) == 1  # the fan-out limit, not the node count, decides
+    assert ssh.worker_processes(4096, 1024) == 8  # at most half the CPUs
+
+
+def test_facts_merge_the_bmc_firmware_and_say_which_bmc_did_not_answer(tmp_path, monkeypatch):
+    import tomllib
+
+    import tomli_w
+
+    from slurmadm import fleet as fl
+    from slurmadm.resources import example_site
+    from slurmadm.site import parse_site
+    from slurmadm.store import Store
+
+    data = tomllib.loads(example_site().read_text())
+    data["store"] = {"path": str(tmp_path / "s.db")}
+    data["bmc"]["password_file"] = str(tmp_path / "no-such-bmc.password")
+    site = parse_site(tomli_w.dumps(data))
+
+    class Nodes:
+        def run(self, nodes, command, *, timeout, stdin=None, on_reply=None):
+            return [Reply(n, 0, f"@@libs\nlibnccl.so.2.25.1\n@@end\n") for n in nodes]
+
+        def close(self):
+            pass
+
+    asked = []
+
+    def firmware(site_, nodes):
+        asked.append(list(nodes))
+        return {"b200-001": {"BIOS": "2.1.0", "BMC": "1.03.10"}, "b200-002": "bmc: b200-002: no answer"}
+
+    monkeypatch.setattr(fl, "bmc_firmware", firmware)
+    with Store.for_site(site) as store:
+        got = fl.facts(site, ["b200-001", "b200-002"], remote=Nodes(), store=store, bmc=True)
+        assert got["b200-001"].facts["fw:BIOS"] == "2.1.0" and got["b200-001"].bmc_error == ""
+        assert not any(k.startswith("fw:") for k in got["b200-002"].facts)
+        assert got["b200-002"].bmc_error == "bmc: b200-002: no answer"
+        assert fl.stored_facts(store, ["b200-001"])["b200-001"].facts["fw:BMC"] == "1.03.10"  # stored too
+        # bmc=None: asked only when the site's BMC password file exists (this one does not)
+        fl.facts(site, ["b200-001"], remote=Nodes(), store=store)
+    assert asked == [["b200-001", "b200-002"]]

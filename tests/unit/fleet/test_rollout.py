@@ -52,7 +52,7 @@ def test_plan_loads_and_renders_package_targets(tmp_path):
 @pytest.mark.parametrize("text,expected", [
     ('name = "x"\n', "steps: required key is missing"),
     ('name = "x y"\n[[steps]]\nrun = "true"\n', "name:"),
-    ('name = "x"\n[[steps]]\nrun = "true"\npackages = ["a"]\n', "steps[0]: give exactly one of run or packages"),
+    ('name = "x"\n[[steps]]\nrun = "true"\npackages = ["a"]\n', "steps[0]: give exactly one of run, packages or firmware"),
     ('name = "x"\n[[steps]]\npackages = ["a; reboot"]\n', "steps[0].packages[0]"),
     ('name = "x"\n[[steps]]\nrun = "true"\nrebot = true\n', "unknown key"),
     ('name = "x"\nwave_fraction = 0\n[[steps]]\nrun = "true"\n', "wave_fraction"),

@@ -194,3 +194,50 @@ def test_reservation_mode_holds_by_the_reservation_not_a_drain(site, tmp_path):
     assert "not in the active maintenance reservation maint-dec" in res.nodes["b200-004"].detail
     assert not any(what in ("drain", "resume") for _, what in w.log)
     assert w.nccl["b200-001"] == "2.26.2" and w.nccl["b200-004"] == "2.25.1"
+
+
+def test_node_whose_slurmd_is_gone_is_power_cycled_through_the_bmc(site, tmp_path):
+    """NOT_RESPONDING: Slurm cannot run its RebootProgram there, so the BMC cycles the node;
+    without BMC access the node fails with a reason saying so, never a `scontrol reboot`."""
+    plan, sha = make_plan(tmp_path, nodes='"b200-002"', canary_nodes="0")
+    w = World()
+    w.info["b200-002"] = replace(w.info["b200-002"], state="DOWN", flags=frozenset({"NOT_RESPONDING"}),
+                                 reason="Not responding")
+    cycled = []
+
+    def cycle(self, node, info):
+        cycled.append(node)
+        w.info[node] = replace(w.info[node], flags=w.info[node].flags - {"NOT_RESPONDING"})
+        w.boots[node] += 1
+        w.nccl[node] = w.staged.get(node, w.nccl[node])
+
+    orig = ro.Rollout._bmc_cycle
+    ro.Rollout._bmc_cycle = cycle
+    try:
+        res = go(site, w, plan, sha)
+    finally:
+        ro.Rollout._bmc_cycle = orig
+    assert res.state == "done", res.detail
+    assert cycled == ["b200-002"] and (("b200-002", "reboot") not in w.log)
+    # no BMC password file (the example site's): a clear failure, not a Slurm reboot that never happens
+    plan2, sha2 = make_plan(tmp_path, name='"nccl-nobmc"', nodes='"b200-003"', canary_nodes="0")
+    w2 = World()
+    w2.info["b200-003"] = replace(w2.info["b200-003"], state="DOWN", flags=frozenset({"NOT_RESPONDING"}))
+    res = go(site, w2, plan2, sha2)
+    assert res.nodes["b200-003"].phase == "failed" and "no BMC access" in res.nodes["b200-003"].detail
+    assert ("b200-003", "reboot") not in w2.log
+
+
+def test_firmware_step_plan_and_bad_firmware_steps(tmp_path):
+    p = tmp_path / "fw.toml"
+    p.write_text('name = "bios"\n[[steps]]\nfirmware = { component = "BIOS", image = "http://repo/b.bin", '
+                 'version = "2.9.0" }\n[expect]\n"fw:BIOS" = "2.9.0"\n')
+    plan, _ = ro.load_plan(p)
+    assert plan.command(plan.steps[0]) == "bmc firmware update --component BIOS --image http://repo/b.bin --version 2.9.0"
+    for bad, where in (('firmware = { component = "BIOS", image = "http://a b" }', "image"),
+                       ('firmware = { component = "BI OS", image = "http://a" }', "component"),
+                       ('run = "x"\nfirmware = { component = "BIOS", image = "http://a" }', "exactly one")):
+        p.write_text(f'name = "bios"\n[[steps]]\n{bad}\n')
+        with pytest.raises(Exception) as err:
+            ro.load_plan(p)
+        assert where in str(getattr(err.value, "lines", lambda: [str(err.value)])()), err.value
