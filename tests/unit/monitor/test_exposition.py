@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
@@ -16,6 +17,8 @@ from slurmadm.exporter.head import HeadCollector, Snapshot, parse_squeue
 from slurmadm.site import parse_site
 from slurmadm.slurm.model import NodeInfo
 from slurmadm.slurm.parse import nodes_from_json
+
+pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[3]
 FIX = REPO / "tests" / "fixtures" / "slurm"
