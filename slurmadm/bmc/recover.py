@@ -132,6 +132,7 @@ class Recovery:
                  bar: Progress | None = None):
         self.site = site
         self.cfg = site.bmc.recover
+        self._health_cfg: dict = {}  # node -> its HealthConfig (the site's policy per check)
         self.fleet = fleet
         self.backend = backend
         self.store = store
@@ -241,9 +242,30 @@ class Recovery:
             self.store.audit("bmc.recover.failed", node, why)
             self._done(report, node, why)
 
+    def _drains(self, node: str, check_id: str, status: str) -> bool:
+        """Would this result drain the node under the site's health policy? (A warning-class
+        check, e.g. software-drift with on_fail = "warn", does not make a recovery fail.)"""
+        from ..health import checks as hc
+        from ..health.config import from_site
+        from ..health.runner import verdict
+
+        spec = hc.BY_ID.get(check_id)
+        if spec is None:
+            return status in ("fail", "error")  # a check this slurmadm does not know: be strict
+        if node not in self._health_cfg:
+            try:
+                self._health_cfg[node] = from_site(self.site, node, site_path="", site_sha256="")
+            except Exception:  # noqa: BLE001 - a node the site's health settings do not resolve: be strict
+                self._health_cfg[node] = None
+        cfg = self._health_cfg[node]
+        if cfg is None:
+            return status in ("fail", "error")
+        return verdict(hc.policy(spec, cfg), status) == "drain"
+
     def _health(self, node: str, since: float) -> tuple[bool, str] | None:
         """The first health run on `node` after `since` (None while there is none): clean when
-        no check of the configured set (default: all) failed or errored."""
+        no check of the configured set (default: all) failed or errored in a way that, under the
+        site's health policy, drains the node."""
         rows = self.store.db.execute(
             "SELECT run_id, check_id, status, detail FROM check_results WHERE node=? AND ts>=? AND context != 'bmc' ORDER BY id",
             (node, since)).fetchall()
@@ -252,7 +274,8 @@ class Recovery:
         first = rows[0]["run_id"]
         run = [r for r in rows if r["run_id"] == first]
         wanted = set(self.cfg.health_checks)
-        bad = [r for r in run if r["status"] in ("fail", "error") and (not wanted or r["check_id"] in wanted)]
+        bad = [r for r in run if r["status"] in ("fail", "error") and (not wanted or r["check_id"] in wanted)
+               and self._drains(node, r["check_id"], r["status"])]
         if bad:
             return False, f"{bad[0]['check_id']}: {bad[0]['detail']}"
         return True, f"{len(run)} checks clean"

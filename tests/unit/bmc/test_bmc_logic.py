@@ -237,3 +237,28 @@ def test_health_judge():
     assert got["bmc-psu"].status == "fail"
     assert got["bmc-fan"].status == "pass"
     assert got["bmc-sel"].status == "fail" and got["bmc-sel"].detail.startswith("1 new")  # only after `seen`
+
+
+# ---------------------------------------------------------------------- recovery's health verdict
+def test_recovery_judges_the_health_run_by_the_sites_policy(tmp_path):
+    """A power-cycled node whose first health run only warns (software-drift is on_fail = "warn":
+    e.g. a rollout's new NCCL ahead of the baseline) is recovered; a check that drains fails it."""
+    from slurmadm.store import Store
+
+    site = site_with({})
+    with Store(tmp_path / "s.db") as store:
+        rec = recover.Recovery(site, fleet=None, backend=None, store=store)
+
+        def run(run_id, ts, rows):
+            with store.transaction() as db:
+                for check_id, status in rows:
+                    db.execute("INSERT INTO check_results (ts, run_id, node, context, check_id, status, severity,"
+                               " detail, value, duration_ms) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                               (ts, run_id, "b200-001", "periodic", check_id, status, "warning", f"{check_id} x",
+                                None, 1.0))
+
+        assert rec._health("b200-001", 0.0) is None  # no run yet
+        run("r1", 10.0, [("gpu-count", "pass"), ("software-drift", "fail")])
+        assert rec._health("b200-001", 5.0) == (True, "2 checks clean")
+        run("r2", 20.0, [("software-drift", "fail"), ("ecc-uncorrected", "fail")])
+        assert rec._health("b200-001", 15.0) == (False, "ecc-uncorrected: ecc-uncorrected x")
