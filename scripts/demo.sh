@@ -49,6 +49,8 @@ grep -E '^NodeName' "$STATE-reference/gres.conf"
 grep -E '^SwitchName' "$STATE-reference/topology.conf"
 
 step "a 4-node dev cluster: munge, MariaDB, slurmdbd, slurmctld, 4 x slurmd, stand-in GPUs"
+# a fresh one: an earlier demo's cluster (left up to explore) keeps its drains, jobs and faults
+slurmadm dev-cluster down --purge --state-dir "$STATE" >/dev/null 2>&1 || true
 slurmadm dev-cluster up --nodes 4 --bmc --ssh --state-dir "$STATE" --port-base "$PORT_BASE"   # an IPMI + Redfish BMC and an sshd per node
 eval "$(slurmadm dev-cluster env --state-dir "$STATE")"
 sinfo -N -p gpu -o "%N %T %G %c %m %f"
