@@ -140,6 +140,9 @@ slurmadm fleet rollout "$STATE/nccl-2.26.toml" --reason "demo" \
   || echo "(exit $?: a node failed or was held by another owner, e.g. a burn-in drain; see the status)"
 slurmadm fleet rollout status nccl-2.26.2
 sinfo -N -p gpu -o "%N %T"
+# the rollout's target is the new baseline (else every upgraded node drifts from the old one)
+sed -i 's/^nccl_version = "2.25.1"/nccl_version = "2.26.2"/' "$STATE/site.toml"
+grep '^nccl_version' "$STATE/site.toml"
 
 step "out-of-band: the BMCs (IPMI for power/sensors/SEL, Redfish for firmware)"
 slurmadm bmc power status b200-[001-004]
