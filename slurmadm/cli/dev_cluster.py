@@ -211,16 +211,9 @@ def gpu_fault(node, gpu, kind, value, clear, help_kinds, minutes_ago, state_dir,
         if gpu is not None or value is not None:
             raise UsageError("--gpu/--value: give --kind to inject, or --clear")
         out = {"node": node, "faults": gpus.list_faults(gdir, node)}
-    if as_json:
-        print_json(out)
-    elif "injected" in out:
-        r = out["injected"]
-        console.print(f"{node} GPU{r['gpu']}: {r['kind']}" + (f" = {r['value']}" if r["value"] is not None else ""))
-    elif "cleared" in out:
-        console.print(f"{node}: cleared {len(out['cleared'])} fault(s)")
-    else:
-        console.print(table(None, ["gpu", "kind", "value", "since"],
-                            [(f["gpu"], f["kind"], f["value"], f["since"]) for f in out["faults"]]))
+    _show_faults(out, as_json, where=lambda r: f"GPU{r['gpu']}", what="fault(s)",
+                 headers=["gpu", "kind", "value", "since"],
+                 rows=lambda faults: [(f["gpu"], f["kind"], f["value"], f["since"]) for f in faults])
 
 
 @dev_cluster.command("central-store")
@@ -276,15 +269,22 @@ def bmc_fault(node, kind, value, clear, help_kinds, state_dir, as_json) -> None:
         if value is not None:
             raise UsageError("--value: give --kind to inject, or --clear")
         out = {"node": node, "faults": read_faults(bmcs.bmc_dir(dc), node)}
+    _show_faults(out, as_json, where=lambda r: "BMC", what="BMC fault(s)", headers=["kind", "value"],
+                 rows=lambda faults: sorted(faults.items()))
+
+
+def _show_faults(out: dict, as_json: bool, *, where, what: str, headers: list[str], rows) -> None:
+    """What a fault command did (gpu-fault, bmc-fault): injected, cleared, or the faults listed."""
+    node = out["node"]
     if as_json:
         print_json(out)
     elif "injected" in out:
         r = out["injected"]
-        console.print(f"{node} BMC: {r['kind']}" + (f" = {r['value']}" if r["value"] is not None else ""))
+        console.print(f"{node} {where(r)}: {r['kind']}" + (f" = {r['value']}" if r["value"] is not None else ""))
     elif "cleared" in out:
-        console.print(f"{node}: cleared {len(out['cleared'])} BMC fault(s)")
+        console.print(f"{node}: cleared {len(out['cleared'])} {what}")
     else:
-        console.print(table(None, ["kind", "value"], sorted(out["faults"].items())))
+        console.print(table(None, headers, rows(out["faults"])))
 
 
 @dev_cluster.command("set-software")
