@@ -12,13 +12,15 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
+
+from ..record import record
+
 
 _JOBID = re.compile(r"^[0-9]+(_[0-9]+)?$")
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class JobGpus:
     """Which job holds which GPUs on this node."""
 

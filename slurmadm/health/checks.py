@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import field
 
+from ..record import record
 from . import nodechecks
 from . import xid as xidmod
 from .config import HealthConfig
 from .nvml import Nvml
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (a few ms of every prolog)
+if TYPE_CHECKING:
+    from typing import Any
 
 ALL_CONTEXTS = ("prolog", "epilog", "periodic", "run")
 
@@ -30,7 +34,7 @@ class MissingTool(CannotRun):
     Reported (status "error", action "warn"), never a reason to drain, whatever on_error says."""
 
 
-@dataclass
+@record
 class Finding:
     """One problem a check found."""
 
@@ -38,7 +42,7 @@ class Finding:
     text: str
 
 
-@dataclass
+@record
 class Outcome:
     """What one check returns: its findings and what it measured."""
 
@@ -54,7 +58,7 @@ class Outcome:
         self.findings.append(Finding("warn", text))
 
 
-@dataclass
+@record
 class Ctx:
     """What a check may use. `nvml` is None for checks that do not need it."""
 
@@ -67,7 +71,7 @@ class Ctx:
     nvml_broken: str = ""  # set by the runner once NVML hung or failed: checks that only use it opportunistically skip it
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CheckSpec:
     """A registered check: id, contexts, default action and its function."""
 
@@ -505,7 +509,7 @@ SETTINGS: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Policy:
     """A check's effective action table entry for one site."""
 

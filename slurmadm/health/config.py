@@ -12,16 +12,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from .. import __version__
+from ..record import record
 from ..sitefile import site_file as _site_file
 
 ENV_CACHE_DIR = "SLURMADM_CACHE_DIR"
 DEFAULT_CACHE_DIR = "/var/cache/slurmadm"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuExpect:
     """What the node's profile says its GPUs are (count, model, memory, links)."""
 
@@ -34,7 +35,7 @@ class GpuExpect:
     power_limit_w: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Thresholds:
     """The site's limits the checks compare readings with."""
 
@@ -48,7 +49,7 @@ class Thresholds:
     ecc_uncorrected_aggregate_warn: int = 0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HealthConfig:
     """One node's resolved health settings (cached as JSON between runs)."""
 

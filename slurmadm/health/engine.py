@@ -12,8 +12,9 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from ..record import record
 from .checks import Ctx, select
 from .config import HealthConfig
 from .record import NodeState, Recorder, last_pass, open_store
@@ -22,7 +23,7 @@ from .runner import Plan, Result, first_drain, run_checks, stuck_threads
 CHECK_SHARE = 0.75
 
 
-@dataclass
+@record
 class Report:
     """One health run: its results, the plan and what was applied."""
 

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
-import signal
 import sys
 import syslog
 import time
@@ -150,6 +148,8 @@ def _supervise(cfg, context: str, limit_s: float, gave_up: str, expiry_code: int
         return
     if pid == 0:
         return
+    import signal  # the parent's alone, imported while the child runs (off the prolog's path)
+
     signal.signal(signal.SIGTERM, lambda *_: (_kill(pid), os._exit(0)))
     status = _wait(pid, max(limit_s, 0.1))
     if status is None:
@@ -167,6 +167,8 @@ def _supervise(cfg, context: str, limit_s: float, gave_up: str, expiry_code: int
 
 def _wait(pid: int, timeout_s: float) -> int | None:
     """The child's wait status, or None if it is still running after `timeout_s`."""
+    import select
+
     deadline = time.monotonic() + timeout_s
     try:
         fd = os.pidfd_open(pid)
@@ -192,6 +194,8 @@ def _wait(pid: int, timeout_s: float) -> int | None:
 
 
 def _kill(pid: int) -> None:
+    import signal
+
     try:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)

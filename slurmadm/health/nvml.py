@@ -7,15 +7,20 @@ main thread keeps its clock). Nothing here waits on its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import field
+
+from ..record import record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (a few ms of every prolog)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class NvmlUnavailable(Exception):
     """NVML cannot be used at all (library missing, driver not loaded, init failed)."""
 
 
-@dataclass
+@record
 class Gpu:
     """One GPU as NVML enumerated it."""
 
@@ -25,7 +30,7 @@ class Gpu:
     bus_id: str = ""
 
 
-@dataclass
+@record
 class Nvml:
     """An initialised NVML session with a handle per GPU."""
 

@@ -11,9 +11,12 @@ import json
 import os
 import syslog
 import time
-from typing import Any
 
 from .runner import Result
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (a few ms of every prolog)
+if TYPE_CHECKING:
+    from typing import Any
 
 SYSLOG_IDENT = "slurmadm-health"
 _PRIORITY = {"fail": syslog.LOG_ERR, "error": syslog.LOG_ERR, "warn": syslog.LOG_WARNING}

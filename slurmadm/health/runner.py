@@ -11,11 +11,15 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import asdict, replace
 
+from ..record import record
 from .checks import CannotRun, Ctx, MissingTool, Outcome, Policy
 from .nvml import Nvml, NvmlUnavailable
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (a few ms of every prolog)
+if TYPE_CHECKING:
+    from typing import Any
 
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
@@ -67,7 +71,7 @@ def call_with_deadline(fn: Callable[[], Any], timeout_s: float) -> Any:
     return box.get("value")
 
 
-@dataclass
+@record
 class Result:
     """One check's result in one run (a row of check_results)."""
 
@@ -83,7 +87,7 @@ class Result:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Plan:
     """What a run does about its results (slurmadm.health.actions.decide)."""
 

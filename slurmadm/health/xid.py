@@ -31,7 +31,10 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from ..record import record
+
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
 # The catalog's immediate-action buckets -> (our verdict, what clears it: "reset", "reboot" or "").
@@ -104,7 +107,7 @@ class XidSourceError(ValueError):
     """The XID source cannot be read as a log we understand (the message names the line)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CatalogEntry:
     """One XID of NVIDIA's catalog: its name and immediate action."""
 
@@ -117,7 +120,7 @@ class CatalogEntry:
     linkage: str  # "Xid 154 linkage": from this driver release the Xid sets the recovery action
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Nvlink5Rule:
     """The catalog's action for one NVLink5 XID (144-150) sub-code."""
 
@@ -165,7 +168,7 @@ def pci_key_from_bus_id(bus_id: str) -> str:
     return pci_key(int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class XidEvent:
     """One XID line read from the kernel log."""
 
@@ -178,7 +181,7 @@ class XidEvent:
     ci: int | None = None
 
 
-@dataclass
+@record
 class XidFinding:
     """What the XID check concludes for one GPU."""
 
@@ -196,7 +199,7 @@ class XidFinding:
     mig: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Verdict:
     """An XID's name, NVIDIA's action, our verdict and what clears it."""
 

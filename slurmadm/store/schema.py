@@ -15,12 +15,14 @@ A store whose version is newer than this slurmadm's is refused with a clear mess
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from ..record import record
 
 # ------------------------------------------------------------------------------------ tables
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Table:
     """One table of the store: its SQLite DDL and how it ships."""
 
@@ -194,7 +196,7 @@ CREATE TABLE IF NOT EXISTS fleet_rollout_nodes (
 ]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Migration:
     """Changes to existing tables at `version` (new tables need only a Table entry)."""
     version: int
@@ -269,7 +271,7 @@ ORIGIN = "origin"  # the central column naming the host a record came from
 STORE_ID = "store_id"  # the central column naming the local store file (append-only tables)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Column:
     """A column as the DDL declares it."""
 
