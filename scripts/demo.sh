@@ -167,7 +167,8 @@ slurmadm monitor rules --out "$STATE/monitor/rules-demo.yml"   # what Prometheus
 slurmadm monitor dashboard --out "$STATE/monitor/grafana-dashboard.json"
 echo "PCIe replays rising on b200-004 GPU3 (no health check drains for it: this is the alert path):"
 slurmadm dev-cluster gpu-fault b200-004 --gpu 3 --kind pcie-replay --value 1000
-wait_until 90 "the alert's drain" sh -c "sinfo -h -R -n b200-004 | grep -q alert-" && sinfo -R -o "%12N %E"
+isolated=
+wait_until 90 "the alert's drain" sh -c "sinfo -h -R -n b200-004 | grep -q alert-" && isolated=1 && sinfo -R -o "%12N %E"
 python3 -c 'import json, sys, urllib.request
 for a in json.load(urllib.request.urlopen(sys.argv[1] + "/api/v1/alerts"))["data"]["alerts"]:
     print("  Prometheus alert:", a["labels"]["alertname"], a["labels"].get("node", ""), a["state"])' "$PROM"
@@ -175,8 +176,12 @@ echo "slurmadm top (a live view, refreshing; q quits) - one frame of it, with th
 slurmadm top --once
 echo "clearing the fault: the alert resolves; the webhook resumes b200-004 after clean health runs:"
 slurmadm dev-cluster gpu-fault b200-004 --clear
-wait_until 180 "the resolved alert's resume" sh -c "! sinfo -h -R -n b200-004 | grep -q alert-" \
-  && echo "alert resolved: b200-004 resumed by the webhook"
+if [ -n "$isolated" ]; then
+  wait_until 180 "the resolved alert's resume" sh -c "! sinfo -h -R -n b200-004 | grep -q alert-" \
+    && slurmadm audit log --action node.resume --target b200-004 --limit 1
+else
+  echo "(b200-004 was not isolated: see 'slurmadm audit log --action monitor.alert' for the webhook's reason)"
+fi
 echo "a job holding 8 GPUs and using none:"
 idle=$(sbatch --parsable --gres=gpu:8 -J idle-gpus -o /dev/null --wrap 'sleep 300')
 wait_until 90 "the idle report" sh -c "slurmadm jobs idle --json | grep -q '\"job_id\": \"$idle\"'"

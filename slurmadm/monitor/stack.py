@@ -159,7 +159,20 @@ class MonitorStack:
             raise UnreachableError(f"monitoring stack not ready after {timeout:g} s (logs: {self.dc.p('log')})")
         # Prometheus reloads nothing by itself: a re-run with changed rules takes effect now
         http_post(urls["prometheus"] + "/-/reload")
-        progress(f"Prometheus {urls['prometheus']}  Alertmanager {urls['alertmanager']}")
+        # Up means watching: every exporter scraped once. A counter's first sample is its baseline,
+        # so a fault injected before that scrape would never show as an increase (no alert).
+        site = self.dc.site()
+        jobs = {site.monitor.node_job: len(self.nodes), site.monitor.head_job: 1}
+
+        def scraped() -> bool:
+            return all(len(prom_query(urls["prometheus"], f'up{{job="{job}"}} == 1')) == want
+                       for job, want in jobs.items())
+
+        if not wait_for(scraped, timeout, interval=0.3):
+            raise UnreachableError(f"Prometheus has not scraped every exporter within {timeout:g} s "
+                                   f"(targets: {urls['prometheus']}/targets)")
+        progress(f"Prometheus {urls['prometheus']}  Alertmanager {urls['alertmanager']}  "
+                 f"({len(self.nodes) + 1} exporters scraped)")
         return self.status()
 
     def down(self) -> list[str]:
