@@ -14,7 +14,7 @@ from ..errors import EXIT_PROBLEMS, EXIT_UNREACHABLE, UsageError
 from ..hostlist import compress, expand
 from ..store import Store
 from .common import Group, dry_run_option, get_site, json_option, print_json, progress, reason_option
-from .common import site_option, warn, when
+from .common import site_option, when
 from .common import markup_console as console  # this module escapes every value itself
 from .common import markup_table as table
 

@@ -30,7 +30,6 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from ..errors import UsageError
 from ..files import write_atomic
