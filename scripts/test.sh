@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh test
 scripts/install-torch-cpu.sh .venv/bin/python   # the burn-in tests run a real all-reduce (gloo, CPU)
 .venv/bin/python -m pytest -m unit -q
-.venv/bin/python -m pytest -m integration -q "$@"
+.venv/bin/python -m pytest -m integration -q --durations=25 "$@"
