@@ -94,6 +94,10 @@ def build(site: Site) -> list[Rule]:
              m.quota_for, "info", cluster, f"project {{{{ $labels.project }}}} at its GPU quota for {m.quota_for}"),
         Rule("FleetDrift", "slurmadm_fleet_drift_nodes > 0", "0s", "warning", cluster,
              "{{ $value }} nodes differ from the software baseline"),
+        # the head exporter already counts only nodes silent past store.stale_after_minutes
+        Rule("StoreNodesSilent", "slurmadm_store_silent_nodes > 0", "0s", "warning", cluster,
+             f"{{{{ $value }}}} nodes have sent the central store nothing for over "
+             f"{site.store.stale_after_minutes} min (a node down, or its shipper failing)"),
     ]
 
 

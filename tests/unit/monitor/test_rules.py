@@ -104,6 +104,9 @@ CASES: dict[str, tuple[dict[str, str], str, dict[str, str], str, str]] = {
                        "61m", {"project": "ml-llm", "severity": "info"}, "project ml-llm at its GPU quota for 1h", "30m"),
     "FleetDrift": ({"slurmadm_fleet_drift_nodes": "0 3 3"}, "2m", {"severity": "warning"},
                    "3 nodes differ from the software baseline", "0m"),
+    "StoreNodesSilent": ({"slurmadm_store_silent_nodes": "0 2 2"}, "2m", {"severity": "warning"},
+                         "2 nodes have sent the central store nothing for over 15 min (a node down, or its "
+                         "shipper failing)", "0m"),
 }
 
 
