@@ -110,6 +110,9 @@ class Plan(Strict):
         return f"dnf install -y {pkgs}"
 
 
+BMC_CYCLE = "power cycle through the BMC"  # in a node's "rebooting" detail: how it was rebooted
+
+
 def load_plan(path: str | Path) -> tuple[Plan, str]:
     """The plan and its sha256; a bad plan is a UsageError naming the key."""
     p = Path(path)
@@ -536,9 +539,17 @@ class Rollout:
         if m and not info.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED"} and not gone \
                 and self.slurm.boot_time(node) != m.group(1):
             return  # interrupted after the node came back: not rebooted twice
-        if gone:
+        limit = self.site.fleet.reboot_timeout_s
+        waited = time.time() - st.ts if m else 0.0
+        if gone and m and BMC_CYCLE in st.detail and waited < limit:
+            # interrupted while the node boots from our power cycle: wait out the rest of the
+            # reboot time rather than cut its power again (a re-run must not cycle twice)
+            before = m.group(1)
+            limit -= waited
+            self.progress(f"{node}: power-cycled {waited:.0f} s ago by this rollout; waiting for it to boot")
+        elif gone:
             before = self.slurm.boot_time(node)
-            tracker.node(st, "rebooting", f"boot time before: {before} (power cycle through the BMC)")
+            tracker.node(st, "rebooting", f"boot time before: {before} ({BMC_CYCLE})")
             self._bmc_cycle(node, info)
         elif m is None or not info.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED"}:
             before = self.slurm.boot_time(node)
@@ -547,7 +558,7 @@ class Rollout:
             self.db.audit("node.reboot", node, f"rollout {self.plan.name}", slurm_reason=self.reason, via="slurm")
         else:
             before = m.group(1)
-        deadline = time.monotonic() + self.site.fleet.reboot_timeout_s
+        deadline = time.monotonic() + limit
         while True:
             info = self.slurm.node(node)
             rebooting = info.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED"}

@@ -241,3 +241,69 @@ def test_firmware_step_plan_and_bad_firmware_steps(tmp_path):
         with pytest.raises(Exception) as err:
             ro.load_plan(p)
         assert where in str(getattr(err.value, "lines", lambda: [str(err.value)])()), err.value
+
+
+def test_a_rerun_after_an_interrupted_power_cycle_waits_for_the_boot_instead_of_cycling_again(site, tmp_path):
+    """Killed right after the BMC cut the node's power: the re-run finds the node still down from
+    that cycle and waits for it to boot; only a cycle older than fleet.reboot_timeout_s (the
+    boot failed) is tried again."""
+    plan, sha = make_plan(tmp_path, nodes='"b200-002"', canary_nodes="0")
+    w = World()
+    w.info["b200-002"] = replace(w.info["b200-002"], state="DOWN", flags=frozenset({"NOT_RESPONDING"}),
+                                 reason="Not responding")
+    cycled = []
+
+    def cycle_then_killed(self, node, info):
+        cycled.append(node)
+        raise KeyboardInterrupt  # the admin's Ctrl-C (or a lost session) right after the power cut
+
+    def cycle(self, node, info):
+        cycled.append(node)
+
+    polls = {"n": 0}
+    real_node = w.node
+
+    def node_boots_later(name):  # the cycled node registers again on the third look
+        if name == "b200-002" and "NOT_RESPONDING" in w.info[name].flags:
+            polls["n"] += 1
+            if polls["n"] >= 3:
+                w.info[name] = replace(w.info[name], state="IDLE", flags=w.info[name].flags - {"NOT_RESPONDING"})
+                w.boots[name] += 1
+                w.nccl[name] = w.staged.get(name, w.nccl[name])
+        return real_node(name)
+
+    orig = ro.Rollout._bmc_cycle
+    try:
+        ro.Rollout._bmc_cycle = cycle_then_killed
+        with pytest.raises(KeyboardInterrupt):
+            go(site, w, plan, sha)
+        assert cycled == ["b200-002"]
+        w.node = node_boots_later
+        ro.Rollout._bmc_cycle = cycle
+        res = go(site, w, plan, sha)
+        assert res.state == "done", res.detail
+        assert cycled == ["b200-002"], "the re-run cut the power of a node that was booting"
+        assert w.nccl["b200-002"] == "2.26.2"
+
+        # a cycle longer ago than the reboot timeout: the node never came back, so cycle it again
+        plan2, sha2 = make_plan(tmp_path, name='"nccl-2"', nodes='"b200-003"', canary_nodes="0")
+        w.info["b200-003"] = replace(w.info["b200-003"], state="DOWN", flags=frozenset({"NOT_RESPONDING"}),
+                                     reason="Not responding")
+        ro.Rollout._bmc_cycle = cycle_then_killed
+        with pytest.raises(KeyboardInterrupt):
+            go(site, w, plan2, sha2)
+        with Store.for_site(site) as store:
+            store.db.execute("UPDATE fleet_rollout_nodes SET ts = ts - ? WHERE rollout='nccl-2'",
+                             (site.fleet.reboot_timeout_s + 1,))
+
+        def cycle_and_boot(self, node, info):
+            cycled.append(node)
+            w.info[node] = replace(w.info[node], state="IDLE", flags=w.info[node].flags - {"NOT_RESPONDING"})
+            w.boots[node] += 1
+            w.nccl[node] = w.staged.get(node, w.nccl[node])
+        ro.Rollout._bmc_cycle = cycle_and_boot
+        w.node = real_node
+        assert go(site, w, plan2, sha2).state == "done"
+        assert cycled == ["b200-002", "b200-003", "b200-003"]
+    finally:
+        ro.Rollout._bmc_cycle = orig
