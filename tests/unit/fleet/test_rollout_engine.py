@@ -89,6 +89,17 @@ class World:
         self.nccl[name] = self.staged.get(name, self.nccl[name])
         self.log.append((name, "reboot"))
 
+    # the node itself
+    def slurmd_gone(self, name):
+        self.info[name] = replace(self.info[name], state="DOWN", flags=frozenset({"NOT_RESPONDING"}),
+                                  reason="Not responding")
+
+    def boots_up(self, name):
+        """Back from a power cycle: registered again, with what was staged."""
+        self.info[name] = replace(self.info[name], state="IDLE", flags=self.info[name].flags - {"NOT_RESPONDING"})
+        self.boots[name] += 1
+        self.nccl[name] = self.staged.get(name, self.nccl[name])
+
 
 @pytest.fixture()
 def site(tmp_path):
@@ -201,15 +212,12 @@ def test_node_whose_slurmd_is_gone_is_power_cycled_through_the_bmc(site, tmp_pat
     without BMC access the node fails with a reason saying so, never a `scontrol reboot`."""
     plan, sha = make_plan(tmp_path, nodes='"b200-002"', canary_nodes="0")
     w = World()
-    w.info["b200-002"] = replace(w.info["b200-002"], state="DOWN", flags=frozenset({"NOT_RESPONDING"}),
-                                 reason="Not responding")
+    w.slurmd_gone("b200-002")
     cycled = []
 
     def cycle(self, node, info):
         cycled.append(node)
-        w.info[node] = replace(w.info[node], flags=w.info[node].flags - {"NOT_RESPONDING"})
-        w.boots[node] += 1
-        w.nccl[node] = w.staged.get(node, w.nccl[node])
+        w.boots_up(node)
 
     orig = ro.Rollout._bmc_cycle
     ro.Rollout._bmc_cycle = cycle
@@ -249,8 +257,7 @@ def test_a_rerun_after_an_interrupted_power_cycle_waits_for_the_boot_instead_of_
     boot failed) is tried again."""
     plan, sha = make_plan(tmp_path, nodes='"b200-002"', canary_nodes="0")
     w = World()
-    w.info["b200-002"] = replace(w.info["b200-002"], state="DOWN", flags=frozenset({"NOT_RESPONDING"}),
-                                 reason="Not responding")
+    w.slurmd_gone("b200-002")
     cycled = []
 
     def cycle_then_killed(self, node, info):
@@ -267,9 +274,7 @@ def test_a_rerun_after_an_interrupted_power_cycle_waits_for_the_boot_instead_of_
         if name == "b200-002" and "NOT_RESPONDING" in w.info[name].flags:
             polls["n"] += 1
             if polls["n"] >= 3:
-                w.info[name] = replace(w.info[name], state="IDLE", flags=w.info[name].flags - {"NOT_RESPONDING"})
-                w.boots[name] += 1
-                w.nccl[name] = w.staged.get(name, w.nccl[name])
+                w.boots_up(name)
         return real_node(name)
 
     orig = ro.Rollout._bmc_cycle
@@ -287,8 +292,7 @@ def test_a_rerun_after_an_interrupted_power_cycle_waits_for_the_boot_instead_of_
 
         # a cycle longer ago than the reboot timeout: the node never came back, so cycle it again
         plan2, sha2 = make_plan(tmp_path, name='"nccl-2"', nodes='"b200-003"', canary_nodes="0")
-        w.info["b200-003"] = replace(w.info["b200-003"], state="DOWN", flags=frozenset({"NOT_RESPONDING"}),
-                                     reason="Not responding")
+        w.slurmd_gone("b200-003")
         ro.Rollout._bmc_cycle = cycle_then_killed
         with pytest.raises(KeyboardInterrupt):
             go(site, w, plan2, sha2)
@@ -298,9 +302,7 @@ def test_a_rerun_after_an_interrupted_power_cycle_waits_for_the_boot_instead_of_
 
         def cycle_and_boot(self, node, info):
             cycled.append(node)
-            w.info[node] = replace(w.info[node], state="IDLE", flags=w.info[node].flags - {"NOT_RESPONDING"})
-            w.boots[node] += 1
-            w.nccl[node] = w.staged.get(node, w.nccl[node])
+            w.boots_up(node)
         ro.Rollout._bmc_cycle = cycle_and_boot
         w.node = real_node
         assert go(site, w, plan2, sha2).state == "done"
