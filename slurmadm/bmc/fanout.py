@@ -1,7 +1,13 @@
 """Talk to many BMCs at once: bounded concurrency (`bmc.fanout`), one session per BMC for the
 whole command (opened on first use, always logged out at the end), a retry policy for the
-login (`bmc.retries`), and a per-BMC deadline: a dead BMC becomes one row with its error after
-its deadline and never holds up the others (its thread is abandoned, not waited for)."""
+login (`bmc.retries`), and per-BMC deadlines: a dead BMC becomes one row with its error after
+its deadline and never holds up the others (its thread is abandoned, not waited for).
+
+The deadlines follow progress, not the clock alone: a BMC not logged in after its login deadline
+did not answer; a logged-in BMC is given up on when no call to it has returned for the
+operation's deadline (by default login + 10 x `bmc.timeout_s`), or at a hard cap of six of those
+whatever it does. A busy head (a loaded CPU, 128 BMCs at once) makes every operation slower, but
+a BMC that keeps answering is waited for; one that stops answering costs one deadline."""
 
 from __future__ import annotations
 
@@ -49,13 +55,35 @@ def targets(site: Site, nodes: Iterable[str]) -> list[Target]:
     return out
 
 
+class _Watched:
+    """A BMC client whose every method call that returns counts as the BMC answering."""
+
+    def __init__(self, client: Any, answered: Callable[[], None]):
+        self._client = client
+        self._answered = answered
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = attr(*args, **kwargs)
+            self._answered()
+            return result
+
+        return call
+
+
 class Conn:
     """The sessions of one node's BMC for one command: `bmc` speaks the site's protocol,
     `redfish` is for inventory and firmware. Both opened lazily, with the login retried."""
 
-    def __init__(self, target: Target, creds: Credentials, site: Site, tls, on_login=lambda: None):
+    def __init__(self, target: Target, creds: Credentials, site: Site, tls, on_login=lambda: None,
+                 on_answer=lambda: None):
         self.target = target
         self._on_login = on_login
+        self._on_answer = on_answer
         self.node = target.node
         self._creds = creds
         self._site = site
@@ -69,7 +97,7 @@ class Conn:
             try:
                 client = make()
                 self._on_login()
-                return client
+                return _Watched(client, self._on_answer)
             except UnreachableError:
                 if attempt == retries:
                     raise
@@ -126,18 +154,23 @@ class Fleet:
 
     @property
     def default_deadline(self) -> float:
-        """What an answering BMC may take for the whole operation (many calls: sensors, SEL)."""
+        """How long a logged-in BMC may go without answering a call (one call may be many
+        round trips: a sensor sweep, an SEL read) before the operation gives up on it."""
         return self.login_deadline + 10 * self.site.bmc.timeout_s
 
     def run(self, nodes: list[str], fn: Callable[[Conn], Any], *, deadline_s: float | None = None,
             progress: Callable[[Row], None] | None = None) -> list[Row]:
         """fn(conn) on every node's BMC, at most bmc.fanout at once; rows in `nodes` order. A BMC
-        not logged in after login_deadline, or not done after deadline_s, becomes an error row."""
+        not logged in after login_deadline, or logged in but with no call answered for deadline_s
+        (or busy past CAP x deadline_s), becomes an error row."""
         deadline_s = self.default_deadline if deadline_s is None else deadline_s
         login_s = min(self.login_deadline, deadline_s)
+        cap_s = CAP * deadline_s
         pending = list(targets(self.site, nodes))
         rows: dict[str, Row] = {}
         running: dict[str, float] = {}
+        answered: dict[str, float] = {}  # when a logged-in BMC last answered (its login, then calls)
+        called: set[str] = set()  # BMCs that answered a call after their login
         logged_in: set[str] = set()
         cond = threading.Condition()
         shown: set[str] = set()
@@ -150,8 +183,13 @@ class Fleet:
             def mark() -> None:
                 with cond:
                     logged_in.add(target.node)
+                    answered[target.node] = time.monotonic()
 
-            conn = Conn(target, self.creds, self.site, self.tls, on_login=mark)
+            def answer() -> None:
+                answered[target.node] = time.monotonic()  # one writer per key; read under cond
+                called.add(target.node)
+
+            conn = Conn(target, self.creds, self.site, self.tls, on_login=mark, on_answer=answer)
             start = time.monotonic()
             try:
                 row = Row(target.node, True, fn(conn))
@@ -185,16 +223,32 @@ class Fleet:
                     threading.Thread(target=work, args=(target,), daemon=True, name=f"bmc-{target.node}").start()
                 now = time.monotonic()
                 for node, started in list(running.items()):
-                    limit = deadline_s if node in logged_in else login_s
-                    if now - started >= limit:
+                    why = _given_up(node, now - started, now - answered.get(node, started), node in logged_in,
+                                    node in called, login_s, deadline_s, cap_s)
+                    if why:
                         del running[node]
-                        what = "did not finish" if node in logged_in else "did not answer"
-                        rows[node] = Row(node, False, error=f"{node}: BMC {what} within {limit:g} s",
-                                         seconds=round(now - started, 3))
+                        rows[node] = Row(node, False, error=why, seconds=round(now - started, 3))
                 report()
                 if not running and not pending:
                     break
-                soonest = min(running.values()) + login_s - now if running else 0.05
-                cond.wait(timeout=max(0.005, min(soonest, 0.5)))
+                cond.wait(timeout=0.05 if running else 0.005)
             report()  # the rows that came in after the last report, before the loop saw none running
         return [rows[n] for n in nodes if n in rows]
+
+
+CAP = 6  # a logged-in BMC that keeps answering is still given up on after CAP x its deadline
+
+
+def _given_up(node: str, elapsed: float, idle: float, logged_in: bool, called: bool, login_s: float,
+              deadline_s: float, cap_s: float) -> str:
+    """Why the fan-out gives up on a running BMC now ('' to keep waiting). `idle`: since its login
+    or its last answered call; `called`: a call after the login was answered."""
+    if not logged_in:
+        return f"{node}: BMC did not answer within {login_s:g} s" if elapsed >= login_s else ""
+    if idle >= deadline_s:
+        if not called:
+            return f"{node}: BMC did not finish within {deadline_s:g} s"
+        return f"{node}: BMC stopped answering: no answer for {deadline_s:g} s (after {elapsed:.0f} s)"
+    if elapsed >= cap_s:
+        return f"{node}: BMC did not finish within {cap_s:g} s (answering, but too slow)"
+    return ""

@@ -110,6 +110,71 @@ def test_dead_bmc_is_one_row_at_its_deadline_and_others_finish(tmp_path):
     assert "did not answer within 0.3 s" in rows[1].error
 
 
+class _FakeClient:
+    """A logged-in BMC: `sensors()` answers after `gap` s, until `stall` is set (then it hangs)."""
+
+    def __init__(self, gap: float):
+        self.gap, self.stall, self.calls = gap, threading.Event(), 0
+
+    def sensors(self):
+        if self.stall.is_set():
+            threading.Event().wait(30)  # answers nothing any more
+        time.sleep(self.gap)
+        self.calls += 1
+        return self.calls
+
+
+def test_a_bmc_that_keeps_answering_is_waited_for_past_its_deadline_and_one_that_stops_is_not(tmp_path):
+    """The deadline follows progress: an operation of many answered calls may take longer than
+    the deadline (a busy head); a BMC silent for the deadline after answering, or right after its
+    login, is given up on; one that answers forever stops at the cap."""
+    fleet = _fleet(tmp_path, timeout_s=0.2, retries=0, fanout=8)
+    deadline = fleet.default_deadline  # 0.2 login + 10 x 0.2
+    hangs = threading.Event()
+
+    def fn(conn):
+        client = conn._login(lambda: _FakeClient(gap=0.01))  # the real login path: a watched client
+        start = time.monotonic()
+        if conn.node == "b200-001":  # steady: keeps answering until well past the deadline
+            while time.monotonic() - start < 1.5 * deadline:
+                client.sensors()
+            return "done"
+        if conn.node == "b200-002":  # answers a few calls, then stops
+            for _ in range(3):
+                client.sensors()
+            client._client.stall.set()
+            return client.sensors()
+        hangs.wait(30)  # b200-003: logged in, then never answers a call
+
+    rows = fleet.run(["b200-001", "b200-002", "b200-003"], fn)
+    hangs.set()
+    assert rows[0].ok and rows[0].value == "done" and rows[0].seconds >= 1.5 * deadline, rows[0]
+    assert not rows[1].ok and f"stopped answering: no answer for {deadline:g} s" in rows[1].error, rows[1]
+    assert not rows[2].ok and rows[2].error == f"b200-003: BMC did not finish within {deadline:g} s", rows[2]
+
+    def forever(conn):
+        client = conn._login(lambda: _FakeClient(gap=0.01))
+        while True:
+            client.sensors()
+
+    row = fleet.run(["b200-004"], forever, deadline_s=0.5)[0]
+    assert not row.ok and "did not finish within 3 s (answering, but too slow)" in row.error, row
+    assert row.seconds >= 3
+
+
+def test_a_failing_call_is_no_answer(tmp_path):
+    """Only calls that return count as answers (a timeout raised by the client does not)."""
+    from slurmadm.bmc.fanout import _Watched
+
+    seen = []
+    client = _Watched(_FakeClient(gap=0.0), lambda: seen.append(1))
+    assert client.sensors() == 1 and seen == [1]
+    broken = _Watched(type("B", (), {"power": lambda self: 1 / 0, "name": "x"})(), lambda: seen.append(2))
+    with pytest.raises(ZeroDivisionError):
+        broken.power()
+    assert seen == [1] and broken.name == "x"
+
+
 def test_fanout_bounds_concurrency_and_scrubs_errors(tmp_path):
     fleet = _fleet(tmp_path, fanout=2, timeout_s=30.0)
     active, peak, lock = [0], [0], threading.Lock()
