@@ -6,4 +6,4 @@ defer("inspect")  # see deferred.py: a fifth of a healthy prolog's imports, used
 
 from .hook import main  # noqa: E402
 
-main()
+main(exit_now=True)

@@ -266,10 +266,12 @@ def summary_line(report: Report) -> str:
     return " | ".join(parts)
 
 
-def leave(code: int) -> None:
-    """Exit now; with os._exit when a worker thread is stuck in a hung call (so nothing waits)."""
+def leave(code: int, *, now: bool = False) -> None:
+    """Exit; with os._exit when a worker thread is stuck in a hung call (so nothing waits) or
+    when `now` (the hook's own process: everything is written and closed, and the interpreter's
+    teardown of every module would only add to the job's wait)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    if any(t.is_alive() for t in stuck_threads):
+    if now or any(t.is_alive() for t in stuck_threads):
         os._exit(code)
     sys.exit(code)

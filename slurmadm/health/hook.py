@@ -83,7 +83,8 @@ def _parse(argv: list[str] | None):
     return ap.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, *, exit_now: bool = False) -> None:
+    """`exit_now`: leave with os._exit once the run is recorded (`python -m slurmadm.health`)."""
     started = time.monotonic()
     args = _as_slurm_runs_it(sys.argv[1:] if argv is None else argv) or _parse(argv)
     hook = args.context in HOOK_CONTEXTS
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
         report = engine.execute(cfg, args.context, only=only, act=not args.dry_run, started=started)
     except SlurmadmError as exc:
         print(f"slurmadm: error: {exc}", file=sys.stderr)
-        engine.leave(exc.exit_code if not hook else 0)
+        engine.leave(exc.exit_code if not hook else 0, now=exit_now)
         return
     if args.context == "epilog" or (args.context == "prolog" and report.exit_code == 0):
         _record_job_gpus(cfg, node, args.context)
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str))
     print(engine.summary_line(report), file=sys.stderr)
     code = report.exit_code
-    engine.leave(refuse if code == 1 and args.context in ("prolog", "epilog") else code)
+    engine.leave(refuse if code == 1 and args.context in ("prolog", "epilog") else code, now=exit_now)
 
 
 def _supervise(cfg, context: str, limit_s: float, gave_up: str, expiry_code: int) -> None:

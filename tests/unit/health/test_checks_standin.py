@@ -65,10 +65,17 @@ def test_a_healthy_prolog_imports_only_what_it_needs(node):
     cut from its path may come back through a new import (bench/prolog_vs_gcm.py has the times)."""
     node()  # the first run parses the site (pydantic) and caches the node's settings; a prolog reads the cache
     listing = node.tmp / "modules.txt"
-    probe = ("import atexit, runpy, sys\n"
+    # the health run leaves with os._exit: the listing is written on the way out, by the run's
+    # process (the supervising parent, which leaves after it, finds the file there)
+    probe = ("import os, runpy, sys\n"
              "out = sys.argv[1]\n"
-             "atexit.register(lambda: open(out, 'w').write('\\n'.join(\n"
-             "    sorted(k for k, m in sys.modules.items() if type(m).__name__ != 'DeferredModule'))))\n"
+             "real_exit = os._exit\n"
+             "def listing_then_exit(code):\n"
+             "    if not os.path.exists(out):\n"
+             "        open(out, 'w').write('\\n'.join(\n"
+             "            sorted(k for k, m in sys.modules.items() if type(m).__name__ != 'DeferredModule')))\n"
+             "    real_exit(code)\n"
+             "os._exit = listing_then_exit\n"
              "sys.argv = ['slurmadm.health', 'prolog']\n"
              "runpy.run_module('slurmadm.health', run_name='__main__', alter_sys=True)\n")
     p = subprocess.run([sys.executable, "-I", "-c", probe, str(listing)], env={**node.env, "SLURMD_NODENAME": NODE},
