@@ -127,7 +127,7 @@ def main() -> None:
         shutil.rmtree(tmp / "cache", ignore_errors=True)  # cold: the site parsed again, the cache rewritten
         cold = timed(ours_argv, ours_env)
         assert cold[2] == 0, cold[3]
-        ours, theirs = [], []
+        ours, theirs, bare = [], [], []
         for _ in range(args.runs):
             wall, rss, rc, out = timed(ours_argv, ours_env)
             assert rc == 0, out
@@ -135,6 +135,9 @@ def main() -> None:
             wall, rss, rc, out = timed(gcm_argv, gcm_env)
             assert rc == 0 and out.startswith("OK"), out
             theirs.append((wall, rss, CPU[-1]))
+            # the machine's speed in this run: a bare interpreter start (`python -I -c pass`)
+            wall, rss, rc, out = timed([sys.executable, "-I", "-c", "pass"], {})
+            bare.append((wall, rss, CPU[-1]))
         rows = [json.loads(line) for line in open(tmp / "health.jsonl")]
         checks = sum(1 for r in rows if r.get("run_id") == rows[-1].get("run_id"))  # the last run's
 
@@ -142,6 +145,7 @@ def main() -> None:
         "runs": args.runs,
         "slurmadm_prolog": {**summary(ours), "checks": checks, "cold_ms": round(cold[0] * 1000, 1)},
         "gcm_check_nvidia_smi": {**summary(theirs), "checks": 2},
+        "python_start": summary(bare),
     }
     result["speedup_median"] = round(result["gcm_check_nvidia_smi"]["median_ms"]
                                      / result["slurmadm_prolog"]["median_ms"], 2)
@@ -151,6 +155,7 @@ def main() -> None:
         print(f"{name:28} {r['median_ms']:>10} {r['min_ms']:>8} {r['p90_ms']:>8} {r['cpu_median_ms']:>8} "
               f"{r['peak_rss_mib']:>13} {r['checks']:>7}")
     print(f"slurmadm cold run (site parsed, cache written): {result['slurmadm_prolog']['cold_ms']} ms")
+    print(f"machine speed in this run: `python -I -c pass` median {result['python_start']['median_ms']} ms")
     print(f"speed-up (median): {result['speedup_median']}x")
     print(json.dumps(result))
 
