@@ -207,24 +207,27 @@ def test_reservation_mode_holds_by_the_reservation_not_a_drain(site, tmp_path):
     assert w.nccl["b200-001"] == "2.26.2" and w.nccl["b200-004"] == "2.25.1"
 
 
-def test_node_whose_slurmd_is_gone_is_power_cycled_through_the_bmc(site, tmp_path):
-    """NOT_RESPONDING: Slurm cannot run its RebootProgram there, so the BMC cycles the node;
-    without BMC access the node fails with a reason saying so, never a `scontrol reboot`."""
+def slurmd_gone_on_002(tmp_path):
+    """A plan for b200-002 alone, in a world where its slurmd is gone (Slurm: NOT_RESPONDING)."""
     plan, sha = make_plan(tmp_path, nodes='"b200-002"', canary_nodes="0")
     w = World()
     w.slurmd_gone("b200-002")
+    return plan, sha, w
+
+
+def test_node_whose_slurmd_is_gone_is_power_cycled_through_the_bmc(site, tmp_path, monkeypatch):
+    """NOT_RESPONDING: Slurm cannot run its RebootProgram there, so the BMC cycles the node;
+    without BMC access the node fails with a reason saying so, never a `scontrol reboot`."""
+    plan, sha, w = slurmd_gone_on_002(tmp_path)
     cycled = []
 
     def cycle(self, node, info):
         cycled.append(node)
         w.boots_up(node)
 
-    orig = ro.Rollout._bmc_cycle
-    ro.Rollout._bmc_cycle = cycle
-    try:
+    with monkeypatch.context() as m:
+        m.setattr(ro.Rollout, "_bmc_cycle", cycle)
         res = go(site, w, plan, sha)
-    finally:
-        ro.Rollout._bmc_cycle = orig
     assert res.state == "done", res.detail
     assert cycled == ["b200-002"] and (("b200-002", "reboot") not in w.log)
     # no BMC password file (the example site's): a clear failure, not a Slurm reboot that never happens
@@ -255,9 +258,7 @@ def test_a_rerun_after_an_interrupted_power_cycle_waits_for_the_boot_instead_of_
     """Killed right after the BMC cut the node's power: the re-run finds the node still down from
     that cycle and waits for it to boot; only a cycle older than fleet.reboot_timeout_s (the
     boot failed) is tried again."""
-    plan, sha = make_plan(tmp_path, nodes='"b200-002"', canary_nodes="0")
-    w = World()
-    w.slurmd_gone("b200-002")
+    plan, sha, w = slurmd_gone_on_002(tmp_path)
     cycled = []
 
     def cycle_then_killed(self, node, info):
