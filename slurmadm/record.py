@@ -11,8 +11,8 @@ and `replace` keep working) and adds the methods as closures over the field list
 class. The methods behave as dataclass's do for what this package uses: positional or keyword
 arguments in field order, defaults and `default_factory`, `__post_init__`, `frozen` (assignment
 raises `FrozenInstanceError`, instances hash by value), `eq` by value between instances of the
-same class, `repr`/`compare` per field. Not supported (refused at decoration): `InitVar`,
-`field(init=False)`, keyword-only fields.
+same class, `repr`/`compare` per field. Refused at decoration: `field(init=False)` and
+keyword-only fields. Not supported: `InitVar` (none of these records has one).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def _build(cls: type, frozen: bool) -> type:
     cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False)
     fields = dataclasses.fields(cls)
     for f in fields:
-        if not f.init or f.kw_only or isinstance(f.type, dataclasses.InitVar):
-            raise TypeError(f"@record {cls.__qualname__}.{f.name}: init=False, kw_only and InitVar are not supported")
+        if not f.init or f.kw_only:
+            raise TypeError(f"@record {cls.__qualname__}.{f.name}: init=False and kw_only are not supported")
     names = tuple(f.name for f in fields)
     defaults = [(f.name, f.default, f.default_factory) for f in fields]
     post_init = getattr(cls, "__post_init__", None)

@@ -169,9 +169,8 @@ class Fleet:
         pending = list(targets(self.site, nodes))
         rows: dict[str, Row] = {}
         running: dict[str, float] = {}
-        answered: dict[str, float] = {}  # when a logged-in BMC last answered (its login, then calls)
-        called: set[str] = set()  # BMCs that answered a call after their login
-        logged_in: set[str] = set()
+        logged_in: dict[str, float] = {}  # node -> when its login succeeded
+        answered: dict[str, float] = {}  # node -> when it last answered a call after its login
         cond = threading.Condition()
         shown: set[str] = set()
         fanout = self.site.bmc.fanout
@@ -182,12 +181,10 @@ class Fleet:
         def work(target: Target) -> None:
             def mark() -> None:
                 with cond:
-                    logged_in.add(target.node)
-                    answered[target.node] = time.monotonic()
+                    logged_in[target.node] = time.monotonic()
 
             def answer() -> None:
                 answered[target.node] = time.monotonic()  # one writer per key; read under cond
-                called.add(target.node)
 
             conn = Conn(target, self.creds, self.site, self.tls, on_login=mark, on_answer=answer)
             start = time.monotonic()
@@ -223,8 +220,9 @@ class Fleet:
                     threading.Thread(target=work, args=(target,), daemon=True, name=f"bmc-{target.node}").start()
                 now = time.monotonic()
                 for node, started in list(running.items()):
-                    why = _given_up(node, now - started, now - answered.get(node, started), node in logged_in,
-                                    node in called, login_s, deadline_s, cap_s)
+                    last = answered.get(node, logged_in.get(node, started))
+                    why = _given_up(node, now - started, now - last, node in logged_in, node in answered,
+                                    login_s, deadline_s, cap_s)
                     if why:
                         del running[node]
                         rows[node] = Row(node, False, error=why, seconds=round(now - started, 3))
