@@ -59,3 +59,28 @@ def wait_until(cond, timeout: float = 90.0, what: str = "condition", interval: f
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")
+
+
+def health_runs(dc, name: str, since: float) -> str:
+    """What the node's health runs did since `since` (epoch s), one line per run, plus the tail
+    of its slurmd log: the evidence a failed wait-for-a-drain prints."""
+    import json
+    from pathlib import Path
+
+    runs: dict[str, list] = {}
+    log = Path(dc.site().health.results_log or "")
+    for line in (log.read_text(errors="replace").splitlines() if log.is_file() else []):
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if r.get("node") == name and r.get("ts", 0) >= since:
+            runs.setdefault(r["run_id"], []).append(r)
+    out = []
+    for rs in runs.values():
+        bad = [f"{r.get('check_id')}={r['status']}/{r.get('action')}" if "status" in r else
+               f"{r.get('event')}: {r.get('reason')}" for r in rs if r.get("status") != "pass"]
+        out.append(f"{rs[0]['ts'] - since:+.1f}s {rs[0]['context']}: {', '.join(bad) or 'all pass'}")
+    slurmd = dc.state_dir / "log" / f"slurmd-{name}.log"
+    tail = slurmd.read_text(errors="replace").splitlines()[-8:] if slurmd.is_file() else []
+    return "\n".join([f"{len(runs)} health run(s) of {name}:", *out, "slurmd log:", *tail])

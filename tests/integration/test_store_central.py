@@ -21,7 +21,7 @@ import pytest
 
 from slurmadm.devcluster.daemons import wait_for
 from slurmadm.store import Store, central
-from tests.integration.helpers import run_slurmadm, sh
+from tests.integration.helpers import health_runs, run_slurmadm, sh
 from tests.integration.helpers import slurm_node as node
 
 pytestmark = pytest.mark.integration
@@ -139,10 +139,11 @@ def test_mariadb_down_prologs_unaffected_and_every_record_arrives_once(dev_clust
                  "--wrap", "true", timeout=120)
         assert out.strip()
         # a fault meanwhile drains as always (Slurm is up) and is recorded locally
+        injected = time.time()
         fault(env, "b200-003", "--gpu", "2", "--kind", "row-remap-failed")
         interval = dev_cluster.site().slurm.health_check_interval
         assert wait_for(lambda: node(env, "b200-003").reason.startswith("slurmadm: row-remap"), 2 * interval + 60,
-                        interval=1), node(env, "b200-003")
+                        interval=1), (node(env, "b200-003"), health_runs(dev_cluster, "b200-003", injected))
         # what the nodes recorded meanwhile waits in their queues
         assert wait_for(lambda: all(local_rows(dev_cluster, n)[2] for n in ("b200-001", "b200-003")),
                         2 * interval + 60, interval=1)
