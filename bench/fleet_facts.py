@@ -110,7 +110,7 @@ def main() -> int:
                 assert wait_for(lambda: port_open(port), 30), d.tail()
                 first = d.pid()
             else:
-                d.start(["nsenter", f"--target={first}", "--mount", "--uts", "--",
+                d.start(["nsenter", f"--target={first}", "--mount", "--uts", "--root", "--wd", "--",
                          "/usr/sbin/sshd", "-D", "-e", "-f", str(cfg_i)])
             daemons.append(d)
         if not wait_for(lambda: all(port_open(p) for p in ports.values()), 120, interval=0.5):

@@ -141,6 +141,12 @@ create() {
 
 do_mount() {
   [ -e "$DONE" ] || die "$ROOT: not created yet (run: $0 create)"
+  # the chroot's / a mount point of its own: `unshare --propagation private` inside (the dev
+  # cluster's sshd per fake node) changes the propagation of /, which needs / to be a mount
+  if ! mountpoint -q "$ROOT"; then
+    [ -z "$(mounted_under_root)" ] || die "mounted under $ROOT before $ROOT itself: run '$0 umount' first"
+    mount --bind "$ROOT" "$ROOT"
+  fi
   mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc"
   mountpoint -q "$ROOT/sys" || mount -t sysfs sysfs "$ROOT/sys"
   mountpoint -q "$ROOT/dev" || mount --bind /dev "$ROOT/dev"

@@ -448,7 +448,9 @@ class DevCluster:
             pid = self.daemon(f"sshd-{node}").pid()
             if pid is None:
                 raise UnreachableError(f"sshd of {node} is not running; its slurmd joins that namespace")
-            argv = ["nsenter", f"--target={pid}", "--mount", "--uts", "--", *argv]
+            # --root/--wd: the sshd's own root and directory (joining a mount namespace resets
+            # both to the namespace's root, which is not / when the dev cluster runs in a chroot)
+            argv = ["nsenter", f"--target={pid}", "--mount", "--uts", "--root", "--wd", "--", *argv]
         self.daemon(f"slurmd-{node}").start(argv, env={**env, "SLURMADM_DEV_NODE": node})
 
     # ------------------------------------------------------------------ fake nodes over SSH

@@ -85,9 +85,13 @@ class MysqlCentral:
         try:
             self.db = pymysql.connect(
                 host=url.host, port=url.port, user=url.user, password=password, database=url.database,
-                unix_socket=url.unix_socket, connect_timeout=timeout_s, read_timeout=max(30.0, timeout_s),
+                unix_socket=url.unix_socket, connect_timeout=timeout_s, read_timeout=timeout_s,
                 write_timeout=max(30.0, timeout_s), charset="utf8mb4", autocommit=False,
                 cursorclass=pymysql.cursors.DictCursor)
+            # connect_timeout bounds only the TCP connect: the server's greeting is read with
+            # read_timeout, so a port that accepts and never speaks costs timeout_s here; a query
+            # then gets longer (PyMySQL has no public setter for it)
+            self.db._read_timeout = max(30.0, timeout_s)
         except pymysql.err.OperationalError as exc:
             code = exc.args[0] if exc.args else 0
             msg = _clean(exc.args[1] if len(exc.args) > 1 else str(exc), password)

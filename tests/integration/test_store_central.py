@@ -40,6 +40,12 @@ def prolog(dc, name):
     return p, time.monotonic() - started
 
 
+def healthcheck(dc, name):
+    """The node's HealthCheckProgram as slurmd runs it: no PATH, SLURMD_NODENAME only."""
+    return subprocess.run([dc.site().slurm.prolog_dir + "/healthcheck.sh"], env={"SLURMD_NODENAME": name},
+                          capture_output=True, text=True, timeout=120, cwd="/")
+
+
 def local_rows(dc, name, table="check_results"):
     with Store(dc.site().store.local_path(name)) as s:
         store_id = s.query("SELECT value FROM store_info WHERE name = 'store_id'")[0]["value"]
@@ -138,15 +144,17 @@ def test_mariadb_down_prologs_unaffected_and_every_record_arrives_once(dev_clust
         out = sh(env, "sbatch", "--parsable", "--wait", "-o", "/dev/null", "-w", "b200-001", "--gres=gpu:8",
                  "--wrap", "true", timeout=120)
         assert out.strip()
-        # a fault meanwhile drains as always (Slurm is up) and is recorded locally
+        # a fault meanwhile drains as always (Slurm is up) and is recorded locally: the node's
+        # HealthCheckProgram run as slurmd runs it (the first test and test_health.py cover Slurm
+        # starting it every HealthCheckInterval; its own runs go on meanwhile, harmlessly)
         injected = time.time()
         fault(env, "b200-003", "--gpu", "2", "--kind", "row-remap-failed")
-        interval = dev_cluster.site().slurm.health_check_interval
-        assert wait_for(lambda: node(env, "b200-003").reason.startswith("slurmadm: row-remap"), 2 * interval + 60,
-                        interval=1), (node(env, "b200-003"), health_runs(dev_cluster, "b200-003", injected))
+        hc = healthcheck(dev_cluster, "b200-003")
+        assert hc.returncode == 0, hc.stderr
+        assert node(env, "b200-003").reason.startswith("slurmadm: row-remap"), \
+            (node(env, "b200-003"), hc.stdout, hc.stderr, health_runs(dev_cluster, "b200-003", injected))
         # what the nodes recorded meanwhile waits in their queues
-        assert wait_for(lambda: all(local_rows(dev_cluster, n)[2] for n in ("b200-001", "b200-003")),
-                        2 * interval + 60, interval=1)
+        assert all(local_rows(dev_cluster, n)[2] for n in ("b200-001", "b200-003"))
         p = run_slurmadm(env, "audit", "log")
         assert p.returncode == 3 and "central store" in p.stderr  # the head says where the problem is
     finally:
@@ -157,11 +165,16 @@ def test_mariadb_down_prologs_unaffected_and_every_record_arrives_once(dev_clust
     # a prolog that touched the network would wait connect_timeout_s (5 s) here; the margin is load
     assert med_down <= 2 * med_up + 1.0, (med_up, med_down)
 
-    # Slurm's periodic runs ship the backlog in the background; then every record is there once
+    # the periodic runs ship the backlog in the background: each node's, run here as slurmd runs
+    # it (a shipper still stuck on the hole holds its node's lock until it fails: then Slurm's
+    # next periodic run starts the one that ships); then every record is there once
+    for n in dev_cluster.nodes():
+        assert healthcheck(dev_cluster, n).returncode == 0
+
     def drained_queues():
         return all(local_rows(dev_cluster, n)[2] == 0 for n in dev_cluster.nodes())
 
-    assert wait_for(drained_queues, 2 * dev_cluster.site().slurm.health_check_interval + 90, interval=1)
+    assert wait_for(drained_queues, 2 * dev_cluster.site().slurm.health_check_interval + 90, interval=0.5)
     for n in dev_cluster.nodes():
         for table in ("check_results", "events"):
             store_id, ids, _ = local_rows(dev_cluster, n, table)
@@ -283,8 +296,11 @@ def test_the_head_exporter_shows_every_nodes_records_from_mariadb(dev_cluster, e
                                 for n in dev_cluster.nodes()))
             except KeyError:
                 return False
-        # the periodic runs (HealthCheckProgram every `interval` s) ship in the background: polled
-        assert wait_for(shows, 2 * interval + 90, interval=1), scrape()[-3000:]
+        # the periodic runs ship in the background: the two nodes' run here as slurmd runs them
+        # (Slurm's own, every `interval` s, would do as well, later), then polled
+        for n in ("b200-001", "b200-003"):
+            assert healthcheck(dev_cluster, n).returncode == 0
+        assert wait_for(shows, 2 * interval + 90, interval=0.5), scrape()[-3000:]
         text = scrape()
         assert value(text, "slurmadm_store_node_checks_failing", node="b200-001") >= 1
         assert value(text, "slurmadm_store_silent_nodes") == 0

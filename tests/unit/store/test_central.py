@@ -242,6 +242,30 @@ def test_central_store_down_keeps_records_queued_and_bounded(tmp_path):
     assert queued <= 1001 and dropped and dropped[0].detail["dropped"] == 200
 
 
+def test_a_server_that_accepts_and_never_speaks_costs_the_connect_timeout(tmp_path):
+    """A hung MariaDB (or a firewall that accepts): the greeting is waited for connect_timeout_s,
+    not the 30 s a query may take, so `slurmadm audit log` on the head fails within it."""
+    import socket
+    import time
+
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(8)
+    sec = StoreSection(path=str(tmp_path / "n1.db"), url=f"mysql://slurmadm@127.0.0.1:{hole.getsockname()[1]}/slurmadm",
+                       connect_timeout_s=1)
+    os.environ["SLURMADM_STORE_PASSWORD"] = "pw-very-secret"
+    started = time.monotonic()
+    try:
+        with pytest.raises(UnreachableError) as exc:
+            central.connect(sec)
+    finally:
+        del os.environ["SLURMADM_STORE_PASSWORD"]
+        hole.close()
+    # the old wait was the 30 s read timeout: 20 s leaves a loaded machine 19 s of slack
+    assert time.monotonic() - started < 20
+    assert "timed out" in str(exc.value) and "pw-very-secret" not in str(exc.value)
+
+
 def test_shipped_rows_past_keep_days_are_pruned_unshipped_ones_stay(tmp_path):
     sec = section(tmp_path, keep_days=1)
     c = migrated(sec)
