@@ -134,23 +134,47 @@ def main() -> int:
         hostlist = compress(names)
         clush = ["clush", "-b", "-f", str(args.fanout), "-o", f"-F {ssh_cfg}", "-w", hostlist, "/bin/sh -s"]
 
+        sshd_pids = [d.pid() for d in daemons]
+        tick = os.sysconf("SC_CLK_TCK")
+
+        def server_cpu() -> float:
+            """CPU seconds the 128 sshd spent on finished connections: each listener's reaped
+            children (the connection's sshd, the shell, the collector's processes)."""
+            total = 0
+            for pid in sshd_pids:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[13]) + int(fields[14])  # cutime, cstime
+            return total / tick
+
+        cpu: dict[str, list[tuple[float, float]]] = {"slurmadm": [], "clush": []}  # (client, server) s
+
         def run_slurmadm() -> float:
+            s0, c0 = server_cpu(), time.process_time()
             t = time.perf_counter()
             with ParamikoRemote(site.fleet, processes=args.processes) as remote:  # fresh connections
                 got = fleet.facts(site, names, bmc=False, remote=remote)  # SSH fan-out only, as clush does
             dt = time.perf_counter() - t
+            cpu["slurmadm"].append((time.process_time() - c0, server_cpu() - s0))
             bad = [n for n, nf in got.items() if nf.error or nf.facts.get("nccl") != site.software.nccl_version]
             assert not bad, f"slurmadm: {bad[:3]} {[got[b].error for b in bad[:3]]}"
             return dt
 
         def run_clush() -> float:
+            import resource
+
+            s0 = server_cpu()
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
             p = subprocess.run(clush, input=script, capture_output=True, text=True, timeout=300)
             dt = time.perf_counter() - t
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu["clush"].append((r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, server_cpu() - s0))
             assert p.returncode == 0 and f"libnccl.so.{site.software.nccl_version}" in p.stdout, p.stderr[-500:]
             return dt
 
         run_slurmadm(), run_clush()  # warm both (page cache, sshd first forks)
+        for rows in cpu.values():
+            rows.clear()
         ours, peer = [], []
         for _ in range(args.runs):
             ours.append(run_slurmadm())
@@ -173,12 +197,20 @@ def main() -> int:
                   "clush_median_s": round(statistics.median(peer), 3),
                   "slurmadm_s": [round(x, 3) for x in ours], "clush_s": [round(x, 3) for x in peer],
                   "load_avg": os.getloadavg()[0]}
+        for tool, rows in cpu.items():  # medians of the measured runs: the head's CPU, the nodes' CPU
+            rows = rows[: args.runs]  # (not the profiled run)
+            result[f"{tool}_client_cpu_s"] = round(statistics.median(c for c, _ in rows), 3)
+            result[f"{tool}_server_cpu_s"] = round(statistics.median(s for _, s in rows), 3)
         if args.json:
             print(json.dumps(result, indent=2))
         else:
             print(f"{'nodes':>6} {'fanout':>6} {'slurmadm':>9} {'clush -b':>9} {'ratio':>6}")
             print(f"{len(names):>6} {args.fanout:>6} {result['slurmadm_median_s']:>8.2f}s "
                   f"{result['clush_median_s']:>8.2f}s {result['slurmadm_median_s'] / result['clush_median_s']:>6.2f}")
+            for tool in ("slurmadm", "clush"):
+                print(f"{tool}: CPU on the head {result[f'{tool}_client_cpu_s']:.2f} s, on the nodes' sshd "
+                      f"{result[f'{tool}_server_cpu_s']:.2f} s ({result[f'{tool}_server_cpu_s'] / len(names) * 1000:.1f} "
+                      "ms a node)")
             print(f"slurmadm runs: {result['slurmadm_s']}  clush runs: {result['clush_s']}  "
                   f"load average {result['load_avg']:.2f}  slurmadm worker processes {result['processes']}")
             ok1 = result["slurmadm_median_s"] <= result["clush_median_s"]

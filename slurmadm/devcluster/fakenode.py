@@ -257,7 +257,10 @@ class FakeNode:
 
 
 def _script(text: str) -> str:
-    return "#!/bin/sh\ncat <<EOF\n" + text.rstrip("\n") + "\nEOF\n"
+    """A fake tool that prints `text`: printf is the shell's own, so it costs one process, as the
+    real binary does (a `cat` here-document cost two, and expanded any `$` in a site's versions)."""
+    lines = text.rstrip("\n").split("\n")
+    return "#!/bin/sh\nprintf '%s\\n' " + " ".join(shlex.quote(line) for line in lines) + "\n"
 
 
 def _write_in_place(path: Path, text: str) -> None:
