@@ -92,6 +92,7 @@ class StoreSection(Strict):
     url: str | None = None
     # The central store's password: a root-only file (or $SLURMADM_STORE_PASSWORD); never in the URL.
     password_file: AbsPath = "/etc/slurmadm/store.password"
+    # Connecting, up to the server's greeting (a port that accepts and never answers costs this).
     connect_timeout_s: Annotated[float, Field(gt=0, le=60)] = 5.0
     # A site node whose records have not arrived for longer than this is reported.
     stale_after_minutes: Annotated[int, Field(ge=1, le=10080)] = 15
