@@ -137,9 +137,14 @@ def main() -> int:
         sshd_pids = [d.pid() for d in daemons]
         tick = os.sysconf("SC_CLK_TCK")
 
+        def children(pid: int) -> bool:
+            return any(Path(t, "children").read_text().strip() for t in Path(f"/proc/{pid}/task").iterdir())
+
         def server_cpu() -> float:
             """CPU seconds the 128 sshd spent on finished connections: each listener's reaped
-            children (the connection's sshd, the shell, the collector's processes)."""
+            children (the connection's sshd, the shell, the collector's processes), once every
+            connection's sshd has exited and been reaped (they outlive the client's close)."""
+            wait_for(lambda: not any(children(pid) for pid in sshd_pids), 60, interval=0.05)
             total = 0
             for pid in sshd_pids:
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
