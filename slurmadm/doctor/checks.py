@@ -247,7 +247,9 @@ def _slurm_config(ctx: Context) -> dict[str, str]:
                 for line in proc.stdout.splitlines():
                     if "=" in line:
                         key, _, value = line.partition("=")
-                        out[key.strip()] = value.strip()
+                        # 24.11 lists Prolog/Epilog (several allowed) as `Prolog[0] = ...`: the first
+                        key = key.strip().removesuffix("[0]")
+                        out[key] = value.strip()
                 out["_source"] = "scontrol show config"
                 return out
         except SlurmadmError:

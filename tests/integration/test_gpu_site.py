@@ -61,7 +61,8 @@ def job(cluster_env, accounts_applied):
 
 
 def tres(record: dict[str, str]) -> dict[str, str]:
-    return dict(item.split("=", 1) for item in record["TRES"].split(",") if "=" in item)
+    text = record["TRES"] if "TRES" in record else record["AllocTRES"]  # 24.11: ReqTRES and AllocTRES
+    return dict(item.split("=", 1) for item in text.split(",") if "=" in item)
 
 
 def mib(text: str) -> float:

@@ -327,3 +327,15 @@ def test_recovery_judges_the_health_run_by_the_sites_policy(tmp_path):
         assert rec._health("b200-001", 5.0) == (True, "2 checks clean")
         run("r2", 20.0, [("software-drift", "fail"), ("ecc-uncorrected", "fail")])
         assert rec._health("b200-001", 15.0) == (False, "ecc-uncorrected: ecc-uncorrected x")
+
+
+def test_a_ca_file_policy_is_not_x509_strict():
+    """Python 3.13's default context is VERIFY_X509_STRICT, which refuses BMC certificates without
+    an Authority Key Identifier (the emulator's, and many vendors'): the CA chain is what counts."""
+    import ssl
+
+    from slurmadm.bmc.redfish import TlsPolicy
+
+    ctx = TlsPolicy(ca_file="/etc/ssl/certs/ca-certificates.crt", fingerprint=None, insecure=False).context
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+    assert not ctx.verify_flags & ssl.VERIFY_X509_STRICT

@@ -5,6 +5,7 @@ server (pyghmi's, the BMC emulators' base) and a real TCP listener on loopback."
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import tomllib
@@ -98,6 +99,33 @@ def test_hooks_check_reads_slurm_conf_and_names_the_fix(site, tmp_path):
     doctor.run(ctx, ["site"])
     f = checks.hooks(ctx)
     assert f.status == "ok", f.summary
+
+
+@pytest.mark.parametrize("index", ["", "[0]"])
+def test_hooks_check_reads_scontrol_show_config_of_22_05_and_24_11(site, tmp_path, monkeypatch, index):
+    """24.11 prints `Prolog[0] = ...` (several Prologs allowed; seen on Debian 13's 24.11.5),
+    22.05 `Prolog = ...`."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    for name in ("prolog.sh", "epilog.sh", "healthcheck.sh"):
+        (hooks / name).write_text("#!/bin/sh\n")
+        (hooks / name).chmod(0o755)
+    (hooks / "slurmadm.env").write_text(f"SLURMADM_SITE={site}\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/sh\ncat <<'EOF'\n"
+        f"Epilog{index}               = {hooks}/epilog.sh\nEpilogMsgTime           = 2000 usec\n"
+        f"HealthCheckProgram      = {hooks}/healthcheck.sh\n"
+        f"Prolog{index}               = {hooks}/prolog.sh\nPrologEpilogTimeout     = 65534\n"
+        "PrologFlags             = Alloc\nEOF\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    ctx = doctor.Context(site_file=str(site))
+    doctor.run(ctx, ["site"])
+    f = checks.hooks(ctx)
+    assert f.status == "ok", f.summary
+    assert f.data["config_source"] == "scontrol show config"
 
 
 def test_ipmi_probe_gets_an_answer_from_a_real_ipmi_server_and_none_from_a_closed_port():
