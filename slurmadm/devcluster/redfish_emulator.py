@@ -513,6 +513,11 @@ def make_certificate(cert_path, key_path, ca_path) -> str:
           .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(days=1))
           .not_valid_after(now + dt.timedelta(days=3650))
           .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          # what Python 3.13's X509-strict default asks of a CA (the DMTF client runs with it)
+          .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
+                                       data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                       crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
           .sign(ca_key, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (x509.CertificateBuilder()
@@ -522,6 +527,8 @@ def make_certificate(cert_path, key_path, ca_path) -> str:
             .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
                                                         x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
                            critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256()))
     import os
 
