@@ -84,3 +84,17 @@ def health_runs(dc, name: str, since: float) -> str:
     slurmd = dc.state_dir / "log" / f"slurmd-{name}.log"
     tail = slurmd.read_text(errors="replace").splitlines()[-8:] if slurmd.is_file() else []
     return "\n".join([f"{len(runs)} health run(s) of {name}:", *out, "slurmd log:", *tail])
+
+
+def hook(dc, script, node_name, timeout=60):
+    """Run a hook script exactly as slurmd does: no PATH, SLURMD_NODENAME, and SLURM_CONF for the
+    prolog/epilog only (slurmd gives HealthCheckProgram none). Returns (process, seconds)."""
+    import time
+
+    env = {"SLURMD_NODENAME": node_name}
+    if script != "healthcheck.sh":
+        env["SLURM_CONF"] = str(dc.slurm_conf)
+    started = time.monotonic()
+    p = subprocess.run([str(dc.site().slurm.prolog_dir + f"/{script}")], env=env, capture_output=True,
+                       text=True, timeout=timeout, cwd="/")
+    return p, time.monotonic() - started

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from contextlib import contextmanager
 
@@ -20,7 +19,7 @@ from slurmadm.devcluster import gpus
 from slurmadm.devcluster.daemons import wait_for
 from slurmadm.slurm.cli_backend import CliBackend
 from slurmadm.store import Store
-from tests.integration.helpers import run_slurmadm, sh
+from tests.integration.helpers import hook, run_slurmadm, sh
 
 pytestmark = pytest.mark.integration
 
@@ -30,18 +29,6 @@ ADMIN_REASON = "admin: replace PSU 2"
 def node(env, name):
     """Slurm's view through slurmadm's own adapter (sinfo/scontrol JSON)."""
     return CliBackend(env={"SLURM_CONF": env["SLURM_CONF"]}).nodes([name])[0]
-
-
-def hook(dc, script, node_name, timeout=60):
-    """Run a hook script exactly as slurmd does: no PATH, SLURMD_NODENAME, and SLURM_CONF for the
-    prolog/epilog only (slurmd gives HealthCheckProgram none)."""
-    env = {"SLURMD_NODENAME": node_name}
-    if script != "healthcheck.sh":
-        env["SLURM_CONF"] = str(dc.slurm_conf)
-    started = time.monotonic()
-    p = subprocess.run([str(dc.site().slurm.prolog_dir + f"/{script}")], env=env, capture_output=True,
-                       text=True, timeout=timeout, cwd="/")
-    return p, time.monotonic() - started
 
 
 @contextmanager

@@ -16,7 +16,8 @@ import pytest
 
 from slurmadm.devcluster.daemons import wait_for
 from tests.integration.helpers import run_slurmadm
-from tests.integration.test_health import events_since, hook, node, restore, results_since, sh
+from tests.integration.helpers import hook
+from tests.integration.test_health import events_since, node, restore, results_since, sh
 
 pytestmark = pytest.mark.integration
 

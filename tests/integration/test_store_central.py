@@ -21,7 +21,7 @@ import pytest
 
 from slurmadm.devcluster.daemons import wait_for
 from slurmadm.store import Store, central
-from tests.integration.helpers import health_runs, run_slurmadm, sh
+from tests.integration.helpers import health_runs, hook, run_slurmadm, sh
 from tests.integration.helpers import slurm_node as node
 
 pytestmark = pytest.mark.integration
@@ -30,20 +30,6 @@ pytestmark = pytest.mark.integration
 def fault(env, name, *args):
     p = run_slurmadm(env, "dev-cluster", "gpu-fault", name, *args)
     assert p.returncode == 0, p.stderr
-
-
-def prolog(dc, name):
-    """The prolog script as slurmd runs it: no PATH, SLURMD_NODENAME and SLURM_CONF only."""
-    started = time.monotonic()
-    p = subprocess.run([dc.site().slurm.prolog_dir + "/prolog.sh"], env={"SLURMD_NODENAME": name,
-                       "SLURM_CONF": str(dc.slurm_conf)}, capture_output=True, text=True, timeout=60, cwd="/")
-    return p, time.monotonic() - started
-
-
-def healthcheck(dc, name):
-    """The node's HealthCheckProgram as slurmd runs it: no PATH, SLURMD_NODENAME only."""
-    return subprocess.run([dc.site().slurm.prolog_dir + "/healthcheck.sh"], env={"SLURMD_NODENAME": name},
-                          capture_output=True, text=True, timeout=120, cwd="/")
 
 
 def local_rows(dc, name, table="check_results"):
@@ -128,7 +114,7 @@ def test_a_prolog_drain_reaches_the_heads_audit_log_and_health_status(dev_cluste
 
 
 def test_mariadb_down_prologs_unaffected_and_every_record_arrives_once(dev_cluster, env):
-    up = [prolog(dev_cluster, "b200-001") for _ in range(7)]
+    up = [hook(dev_cluster, "prolog.sh", "b200-001") for _ in range(7)]
     assert all(p.returncode == 0 for p, _ in up), [p.stderr for p, _ in up]
     assert dev_cluster.daemon("mariadbd").stop()
     # the worst network: the database port answers TCP but never speaks (a hung server, a
@@ -138,7 +124,7 @@ def test_mariadb_down_prologs_unaffected_and_every_record_arrives_once(dev_clust
     hole.bind(("127.0.0.1", dev_cluster.site().store.central().port))
     hole.listen(128)
     try:
-        down = [prolog(dev_cluster, "b200-001") for _ in range(7)]
+        down = [hook(dev_cluster, "prolog.sh", "b200-001") for _ in range(7)]
         assert all(p.returncode == 0 for p, _ in down), [p.stderr for p, _ in down]
         # a job on a healthy node runs while the central store is gone
         out = sh(env, "sbatch", "--parsable", "--wait", "-o", "/dev/null", "-w", "b200-001", "--gres=gpu:8",
@@ -149,7 +135,7 @@ def test_mariadb_down_prologs_unaffected_and_every_record_arrives_once(dev_clust
         # starting it every HealthCheckInterval; its own runs go on meanwhile, harmlessly)
         injected = time.time()
         fault(env, "b200-003", "--gpu", "2", "--kind", "row-remap-failed")
-        hc = healthcheck(dev_cluster, "b200-003")
+        hc = hook(dev_cluster, "healthcheck.sh", "b200-003")[0]
         assert hc.returncode == 0, hc.stderr
         assert node(env, "b200-003").reason.startswith("slurmadm: row-remap"), \
             (node(env, "b200-003"), hc.stdout, hc.stderr, health_runs(dev_cluster, "b200-003", injected))
@@ -169,7 +155,7 @@ def test_mariadb_down_prologs_unaffected_and_every_record_arrives_once(dev_clust
     # it (a shipper still stuck on the hole holds its node's lock until it fails: then Slurm's
     # next periodic run starts the one that ships); then every record is there once
     for n in dev_cluster.nodes():
-        assert healthcheck(dev_cluster, n).returncode == 0
+        assert hook(dev_cluster, "healthcheck.sh", n)[0].returncode == 0
 
     def drained_queues():
         return all(local_rows(dev_cluster, n)[2] == 0 for n in dev_cluster.nodes())
@@ -267,7 +253,7 @@ def test_the_head_exporter_shows_every_nodes_records_from_mariadb(dev_cluster, e
     site = dev_cluster.site()
     interval = site.slurm.health_check_interval
     fault(env, "b200-001", "--gpu", "3", "--kind", "ecc-uncorrected")
-    p, _ = prolog(dev_cluster, "b200-001")
+    p, _ = hook(dev_cluster, "prolog.sh", "b200-001")
     assert p.returncode != 0  # the node fault fails the prolog (and drains the node)
     with Store(site.store.local_path("b200-003"), ship=True) as s, s.transaction() as db:
         db.execute("INSERT INTO burnin_nodes (sweep_id, node, why, verdict, ts) VALUES (?, 'b200-003', 'idle', "
@@ -299,7 +285,7 @@ def test_the_head_exporter_shows_every_nodes_records_from_mariadb(dev_cluster, e
         # the periodic runs ship in the background: the two nodes' run here as slurmd runs them
         # (Slurm's own, every `interval` s, would do as well, later), then polled
         for n in ("b200-001", "b200-003"):
-            assert healthcheck(dev_cluster, n).returncode == 0
+            assert hook(dev_cluster, "healthcheck.sh", n)[0].returncode == 0
         assert wait_for(shows, 2 * interval + 90, interval=0.5), scrape()[-3000:]
         text = scrape()
         assert value(text, "slurmadm_store_node_checks_failing", node="b200-001") >= 1
