@@ -290,6 +290,7 @@ class HeadCollector:
         """`store`: where the records come from (storefacts.for_site: the central store when the
         site has one); default: the SQLite file at `store_path`."""
         self.site = site
+        self.mode = "head"
         self.read = CachedRead("slurm", source.read, max_age_s=cache_s, deadline_s=deadline_s)
         self.store = store if store is not None else LocalStoreFacts(store_path)
         self.extra = CachedRead("store", self._store_read, max_age_s=cache_s, deadline_s=deadline_s)
@@ -355,18 +356,19 @@ class HeadCollector:
                                    labels=["project"])
         quota = GaugeMetricFamily("slurmadm_project_gpu_quota", "The project's concurrent GPU quota (site)",
                                   labels=["project"])
-        used = GaugeMetricFamily("slurmadm_project_gpu_hours_used", "GPU-hours charged to the budget (sshare)",
-                                 labels=["project"])
-        budget = GaugeMetricFamily("slurmadm_project_gpu_hours_budget", "The project's GPU-hour budget (site)",
-                                   labels=["project"])
+        # GPU time in seconds (Prometheus base units: `promtool check metrics` refuses `_hours`)
+        used = GaugeMetricFamily("slurmadm_project_gpu_used_seconds", "GPU time charged to the budget (sshare), "
+                                 "in GPU-seconds", labels=["project"])
+        budget = GaugeMetricFamily("slurmadm_project_gpu_budget_seconds", "The project's GPU-time budget (site "
+                                   "gpu_hours), in GPU-seconds", labels=["project"])
         for proj in self.site.projects:
             in_use.add_metric([proj.name], agg.project_gpus.get(proj.name, 0))
             if proj.gpu_quota is not None:
                 quota.add_metric([proj.name], proj.gpu_quota)
             if proj.name in snap.gpu_minutes_used:
-                used.add_metric([proj.name], snap.gpu_minutes_used[proj.name] / 60.0)
+                used.add_metric([proj.name], snap.gpu_minutes_used[proj.name] * 60.0)
             if proj.gpu_hours is not None:
-                budget.add_metric([proj.name], proj.gpu_hours)
+                budget.add_metric([proj.name], proj.gpu_hours * 3600.0)
         yield from (in_use, quota, used, budget)
 
     def _extra(self, extra: dict) -> Iterator[Metric]:

@@ -63,6 +63,7 @@ class NodeCollector:
     def __init__(self, *, node: str, gpus: GpuSource, ib: IbSource, host: HostSource, health: HealthSource,
                  xids: XidSource, job_map_dir: str, cache_s: float, deadline_s: float, idle_util_percent: float):
         self.node = node
+        self.mode = "node"
         self.job_map_dir = job_map_dir
         mk = lambda name, fn: CachedRead(name, fn, max_age_s=cache_s, deadline_s=deadline_s)  # noqa: E731
         self.reads = {

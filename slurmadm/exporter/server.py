@@ -62,8 +62,11 @@ def listen_http(handler: type[BaseHTTPRequestHandler], listen: str, what: str = 
 
 
 def make_server(collector, listen: str) -> ThreadingHTTPServer:
+    from .selfinfo import register_self
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    register_self(registry, getattr(collector, "mode", ""))
     return listen_http(type("Handler", (_Handler,), {"registry": registry}), listen)
 
 

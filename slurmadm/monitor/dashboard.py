@@ -30,8 +30,8 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
     ("Projects: GPUs in use vs quota", "bargauge",
      [("slurmadm_project_gpus_in_use / on (project) slurmadm_project_gpu_quota", "{{project}}")], 12),
     ("Projects: GPU-hours used vs budget", "bargauge",
-     [("(slurmadm_project_gpu_hours_used or on (project) (slurmadm_project_gpu_hours_budget * 0)) "
-       "/ on (project) slurmadm_project_gpu_hours_budget", "{{project}}")], 12),
+     [("(slurmadm_project_gpu_used_seconds or on (project) (slurmadm_project_gpu_budget_seconds * 0)) "
+       "/ on (project) slurmadm_project_gpu_budget_seconds", "{{project}}")], 12),
     ("GPU power (W)", "timeseries", [("sum by (node) (slurmadm_gpu_power_watts)", "{{node}}")], 12),
     ("XIDs in the health window", "table", [("max by (node, gpu) (slurmadm_gpu_last_xid)", "{{node}} GPU{{gpu}}")], 6),
     ("ECC errors (uncorrected, volatile)", "timeseries",

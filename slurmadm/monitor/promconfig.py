@@ -27,7 +27,9 @@ def prometheus_config(site: Site, *, rules_file: str, alertmanager: str,
         "rule_files": [rules_file],
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]},
         "scrape_configs": [
-            {"job_name": m.node_job, "static_configs": [
+            # honor_labels: the exporter sets `node` itself; the target's `node` label (which `up`
+            # carries) would otherwise rename the exporter's to `exported_node` on every series
+            {"job_name": m.node_job, "honor_labels": True, "static_configs": [
                 {"targets": [node_target(i, n)], "labels": {"node": n}} for i, n in enumerate(site.node_names)]},
             {"job_name": m.head_job, "static_configs": [{"targets": [head_target]}]},
         ],

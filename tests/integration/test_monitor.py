@@ -66,6 +66,20 @@ def test_prometheus_scrapes_every_exporter(stack, dev_cluster):
     assert prom(stack, 'slurmadm_nodes{partition="gpu"}')
 
 
+def test_promtool_check_metrics_is_clean_on_every_live_exporter_and_no_label_is_renamed(stack, dev_cluster):
+    """Each running exporter's /metrics through `promtool check metrics`; Prometheus stored no
+    `exported_node` (the node job honours the exporter's own `node` label)."""
+    urls = stack.urls()
+    for key in ["head_exporter", *[f"exporter_{n}" for n in dev_cluster.nodes()]]:
+        code, body = http_get(urls[key], timeout=30)
+        assert code == 200, key
+        assert b"slurmadm_build_info{" in body and b"process_cpu_seconds_total" in body, key
+        p = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=60)
+        assert p.returncode == 0 and not (p.stdout + p.stderr).strip(), (key, p.stdout + p.stderr)
+    assert prom(stack, 'count(slurmadm_gpus{node!=""})')
+    assert not prom(stack, 'count({exported_node!=""})')
+
+
 def test_gpu_fault_becomes_an_alert_and_an_isolated_node_then_resumes(stack, dev_cluster, env):
     target = "b200-003"
     assert wait_for(lambda: len(prom(stack, "slurmadm_gpu_pcie_replay_total")) == 8 * len(dev_cluster.nodes()), 60)
