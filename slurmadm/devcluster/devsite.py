@@ -343,6 +343,9 @@ def monitor_settings(src: dict[str, Any], d: str, ports: Ports) -> dict[str, Any
         "webhook_token_file": f"{d}/monitor/webhook.token",
         "resume_check_s": 2.0,
         "gpu_temp_for": "30s", "error_rise_window": "20s", "absent_for": "30s", "quota_for": "1m",
+        "flap_for": "3s",  # debounce the flappy alerts, a few 1 s evaluations here
+        "host_port": 0,  # no node_exporter on the fake nodes (the host alerts have promtool tests)
+        "dcgm_job_map_dir": f"{d}/run/dcgm-jobs/{{node}}",
         "actions": {**MonitorSection().actions, **src.get("actions", {}), "GpuPcieReplayRising": "drain"},
         "idle_minutes": 0.25,
         "idle_action": "report",

@@ -6,6 +6,12 @@ node takes with /sys. Values as the kernel prints them (Documentation/ABI/stable
 Faults (`ib_fault`): `down` (state 1: DOWN, phys_state 3: Disabled), `rate` (200 Gb/sec HDR),
 `errors` (adds to symbol_error and link_downed), `missing` (the HCA's directory is gone),
 `flap` (two "mlx5_core ... Link down" lines in the node's kernel log).
+
+Beside the profile's compute HCAs each node has one RoCE port (`ROCE_HCA`, link_layer
+"Ethernet", as a BlueField/ConnectX front-end NIC shows), which the `infiniband` check (profile
+HCAs only) does not look at and the exporter does. Data, packet and transmit-wait counters start
+at 0; `traffic` (run by the monitoring dev stack as one process) moves them every second, the
+data counters past 32 bits as a kernel with PortCountersExtended shows them.
 """
 
 from __future__ import annotations
@@ -22,6 +28,11 @@ IB_FAULTS = ("down", "rate", "errors", "missing", "flap")
 _RATE = {400: "400 Gb/sec (4X NDR)", 200: "200 Gb/sec (4X HDR)", 100: "100 Gb/sec (4X EDR)", 800: "800 Gb/sec (4X XDR)"}
 COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors", "port_xmit_discards",
             "local_link_integrity_errors", "excessive_buffer_overrun_errors")
+TRAFFIC = ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets", "port_xmit_wait")
+ROCE_HCA = "mlx5_bond_0"
+# per second and port: 4-byte words (~2.5 GB/s), packets (4 KiB MTU), transmit-wait ticks
+_STEP = {"port_xmit_data": 625_000_000, "port_rcv_data": 600_000_000, "port_xmit_packets": 610_000,
+         "port_rcv_packets": 585_000, "port_xmit_wait": 1_000}
 
 
 def root_of(state_dir: str | Path, node: str) -> Path:
@@ -43,9 +54,54 @@ def write_healthy(state_dir: str | Path, node: str, profile) -> list[str]:
                  "link_layer": "InfiniBand" if nics.kind == "infiniband" else "Ethernet"}
         for name, text in files.items():
             (port / name).write_text(text + "\n")
-        for c in COUNTERS:
+        for c in (*COUNTERS, *TRAFFIC):
             (port / "counters" / c).write_text("0\n")
+    roce = base / ROCE_HCA / "ports" / "1"
+    (roce / "counters").mkdir(parents=True, exist_ok=True)
+    for name, text in {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "200 Gb/sec (4X HDR)",
+                       "link_layer": "Ethernet"}.items():
+        (roce / name).write_text(text + "\n")
+    for c in (*COUNTERS, *TRAFFIC):
+        (roce / "counters" / c).write_text("0\n")
     return hcas
+
+
+def tick(state_dir: str | Path, nodes: list[str], seconds: float = 1.0) -> int:
+    """Move every ACTIVE port's data, packet and wait counters by `seconds` of traffic. Returns
+    the ports moved (a port that is down or missing moves nothing)."""
+    moved = 0
+    for node in nodes:
+        base = root_of(state_dir, node) / "class" / "infiniband"
+        for pdir in sorted(base.glob("*/ports/*")):
+            try:
+                if not (pdir / "state").read_text().startswith("4"):
+                    continue
+                for i, c in enumerate(TRAFFIC):
+                    f = pdir / "counters" / c
+                    step = int(_STEP[c] * seconds * (1 + 0.1 * ((moved + i) % 3)))
+                    write_atomic(f, f"{int(f.read_text().strip() or 0) + step}\n")
+                moved += 1
+            except (OSError, ValueError):
+                continue
+    return moved
+
+
+def traffic_forever(state_dir: str, nodes: list[str], interval: float = 1.0) -> None:
+    """`python -m slurmadm.devcluster.ibsysfs STATE_DIR NODE...`: tick until killed."""
+    import time
+
+    last = time.monotonic()
+    while True:
+        time.sleep(interval)
+        now = time.monotonic()
+        tick(state_dir, nodes, now - last)
+        last = now
+
+
+if __name__ == "__main__":
+    import sys
+
+    traffic_forever(sys.argv[1], sys.argv[2:])
 
 
 def ib_fault(state_dir: str | Path, node: str, hca: str, kind: str, *, port: int = 1, kmsg: Path | None = None,

@@ -19,7 +19,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from . import jobmap
 from .cache import CachedRead
-from .sources import (GpuSource, HealthSource, HostSource, IbSource, IB_DATA, IB_ERRORS, IB_PACKETS, XidSource)
+from .sources import (GpuSource, HealthSource, HostSource, IbSource, IB_DATA, IB_ERRORS, IB_PACKETS, IB_WAIT, XidSource,
+                      saturated)
 
 GPU_LABELS = ["node", "gpu", "uuid", "jobid", "user", "account"]
 
@@ -29,6 +30,12 @@ CLOCK_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_p
                  0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
 
 HEALTH_STATUS = ("pass", "warn", "fail", "error", "skip")
+
+# slurmadm_gpu_xid_class_last's classes: the verdicts health.xid gives from NVIDIA's Xid catalog
+# (fail: RESET_GPU/RESTART_BM/workflows; warn: IGNORE-class events with a hardware note, and XIDs
+# the catalog lacks; info: RESTART_APP/IGNORE, e.g. 13, 31, 43). A site's health.xid_actions
+# override moves an XID between classes; "ignore" puts it in none.
+XID_CLASSES = {"drain": ("fail",), "hardware": ("warn",), "application": ("info",)}
 
 
 @dataclass
@@ -61,8 +68,15 @@ class IdleTracker:
 
 class NodeCollector:
     def __init__(self, *, node: str, gpus: GpuSource, ib: IbSource, host: HostSource, health: HealthSource,
-                 xids: XidSource, job_map_dir: str, cache_s: float, deadline_s: float, idle_util_percent: float):
+                 xids: XidSource, job_map_dir: str, cache_s: float, deadline_s: float, idle_util_percent: float,
+                 gpu_source: str = "slurmadm"):
+        """gpu_source "dcgm": leave out what dcgm-exporter's default counters have (dcgm.LEFT_OUT)."""
         self.node = node
+        self.left_out: frozenset[str] = frozenset()
+        if gpu_source == "dcgm":
+            from .dcgm import LEFT_OUT
+
+            self.left_out = LEFT_OUT
         self.mode = "node"
         self.job_map_dir = job_map_dir
         mk = lambda name, fn: CachedRead(name, fn, max_age_s=cache_s, deadline_s=deadline_s)  # noqa: E731
@@ -178,13 +192,19 @@ class NodeCollector:
               ).add_metric(base, last.xid if last else 0)
             g("slurmadm_gpu_xid_fatal", "1 when an XID in the window calls for draining (NVIDIA's catalog)"
               ).add_metric(base, 1 if any(x.verdict == "fail" for x in found) else 0)
+            fam = g("slurmadm_gpu_xid_class_last", "Last XID of each class in the health window, 0 if none: drain "
+                    "(the catalog's reset/reboot/workflow actions), hardware (a hardware note, no drain), application "
+                    "(RESTART_APP/IGNORE: the job's own fault)", ("class",))
+            for klass, verdicts in XID_CLASSES.items():
+                of = [x for x in found if x.verdict in verdicts]
+                fam.add_metric([*base, klass], max(of, key=lambda x: x.last_ts).xid if of else 0)
             idle = self.idle.update(s.index, job.job_id if job else "", s.util_percent, now)
             if idle is not None:
                 g("slurmadm_gpu_job_idle_seconds", "How long the job holding the GPU has kept it idle").add_metric(
                     base, idle)
         yield info
         yield count
-        yield from fams.values()
+        yield from (f for name, f in fams.items() if name not in self.left_out)
 
     def _in_use(self, s) -> bool:
         """Someone uses the GPU: NVML lists a process on it, or it is busy (a process in another
@@ -199,18 +219,25 @@ class NodeCollector:
         state = GaugeMetricFamily("slurmadm_ib_port_state", "Port state (4 = ACTIVE)", labels=labels)
         phys = GaugeMetricFamily("slurmadm_ib_port_phys_state", "Physical state (5 = LinkUp)", labels=labels)
         up = GaugeMetricFamily("slurmadm_ib_port_up", "1 when ACTIVE and LinkUp", labels=labels)
+        info = GaugeMetricFamily("slurmadm_ib_port_info", "One series per port, value 1: its link layer "
+                                 "(InfiniBand, or Ethernet for RoCE)", labels=[*labels, "link_layer"])
         rate = GaugeMetricFamily("slurmadm_ib_port_rate_bytes_per_second", "Link rate", labels=labels)
-        data = CounterMetricFamily("slurmadm_ib_port_data_bytes", "Data bytes", labels=[*labels, "direction"])
+        data = CounterMetricFamily("slurmadm_ib_port_data_bytes", "Data bytes (64-bit counters where the kernel "
+                                   "has them)", labels=[*labels, "direction"])
         pkts = CounterMetricFamily("slurmadm_ib_port_packets", "Packets", labels=[*labels, "direction"])
+        wait = CounterMetricFamily("slurmadm_ib_port_transmit_wait", "Ticks the port had data to send but no "
+                                   "flow-control credits (port_xmit_wait: congestion)", labels=labels)
         errs = CounterMetricFamily("slurmadm_ib_port_errors", "Error counters (narrow ones saturate)",
                                    labels=[*labels, "counter"])
+        sat = GaugeMetricFamily("slurmadm_ib_port_saturated", "1 when a counter sits at the maximum of its "
+                                "width (IBA PortCounters): it no longer counts, so it cannot rise",
+                                labels=[*labels, "counter"])
         for p in ports:
-            if p.link_layer and p.link_layer != "InfiniBand":
-                continue
             base = [self.node, p.hca, p.port]
             state.add_metric(base, p.state)
             phys.add_metric(base, p.phys_state)
             up.add_metric(base, 1 if p.state == 4 and p.phys_state == 5 else 0)
+            info.add_metric([*base, p.link_layer or "InfiniBand"], 1)
             rate.add_metric(base, p.rate_gbps * 1e9 / 8)
             for key, direction in IB_DATA.items():
                 if key in p.counters:
@@ -218,10 +245,14 @@ class NodeCollector:
             for key, direction in IB_PACKETS.items():
                 if key in p.counters:
                     pkts.add_metric([*base, direction], p.counters[key])
+            if IB_WAIT in p.counters:
+                wait.add_metric(base, p.counters[IB_WAIT])
             for key in IB_ERRORS:
                 if key in p.counters:
                     errs.add_metric([*base, key], p.counters[key])
-        yield from (state, phys, up, rate, data, pkts, errs)
+            for key, v in p.counters.items():
+                sat.add_metric([*base, key], 1 if saturated(key, v, key in p.wide) else 0)
+        yield from (state, phys, up, info, rate, data, pkts, wait, errs, sat)
 
     # ------------------------------------------------------------------ host
     def _host(self, h) -> Iterator[Metric]:

@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..health.nodechecks import COUNTER_BITS
+
 # ---------------------------------------------------------------------------------------- GPUs
 
 
@@ -168,18 +170,36 @@ class IbPort:
     rate_gbps: float
     link_layer: str
     counters: dict[str, float]
+    wide: frozenset[str] = frozenset()  # counters read 64 bits wide (counters_ext/*_64)
 
 
 class IbSource(Protocol):
     def read(self) -> list[IbPort]: ...
 
 
-# counters/ files worth exporting: data counters (4-byte words) and error counters
+# counters/ files worth exporting: data counters (4-byte words), packets, transmit wait (ticks
+# the port had data to send and no credits: congestion) and error counters
 IB_DATA = {"port_xmit_data": "transmit", "port_rcv_data": "receive"}
 IB_PACKETS = {"port_xmit_packets": "transmit", "port_rcv_packets": "receive"}
+IB_WAIT = "port_xmit_wait"
 IB_ERRORS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors", "port_xmit_discards",
              "local_link_integrity_errors", "excessive_buffer_overrun_errors", "port_rcv_remote_physical_errors",
              "port_xmit_constraint_errors", "port_rcv_constraint_errors", "VL15_dropped")
+# Widths of the PortCounters attribute (IBA vol. 1, PortCounters; the kernel's
+# drivers/infiniband/core/sysfs.c PORT_PMA_ATTR widths): a PMA counter stops at its maximum
+# instead of wrapping. Where the HCA has PortCountersExtended the kernel shows the data and packet
+# counters 64 bits wide in the same files; older OFED stacks put those in counters_ext/<name>_64.
+IB_COUNTER_BITS = {**COUNTER_BITS, "port_xmit_data": 32, "port_rcv_data": 32, "port_xmit_packets": 32,
+                   "port_rcv_packets": 32, "port_xmit_wait": 32}
+IB_EXT_NAMES = {"port_xmit_data": "port_xmit_data_64", "port_rcv_data": "port_rcv_data_64",
+                "port_xmit_packets": "port_xmit_packets_64", "port_rcv_packets": "port_rcv_packets_64"}
+
+
+def saturated(name: str, value: float, wide: bool = False) -> bool:
+    """The counter sits exactly at its width's maximum (it stopped counting). A value past that
+    maximum shows the kernel reads the counter wider (PortCountersExtended), so it is not."""
+    bits = 64 if wide else IB_COUNTER_BITS.get(name)
+    return bits is not None and bits < 64 and value == (1 << bits) - 1
 
 
 def _leading_number(text: str) -> float:
@@ -191,7 +211,9 @@ def _leading_number(text: str) -> float:
 
 
 class SysfsInfiniband:
-    """/sys/class/infiniband/<hca>/ports/<n>/{state,phys_state,rate,link_layer,counters/*}."""
+    """/sys/class/infiniband/<hca>/ports/<n>/{state,phys_state,rate,link_layer,counters/*} and,
+    where present, counters_ext/*_64 (the 64-bit data and packet counters). Ports of either link
+    layer: InfiniBand and Ethernet (RoCE) alike."""
 
     def __init__(self, root: str = "/sys"):
         self.base = os.path.join(root, "class", "infiniband")
@@ -219,13 +241,21 @@ class SysfsInfiniband:
                         return ""
 
                 counters: dict[str, float] = {}
-                cdir = os.path.join(d, "counters")
-                for name in (*IB_DATA, *IB_PACKETS, *IB_ERRORS):
-                    text = rd(os.path.join("counters", name)) if os.path.isdir(cdir) else ""
+                wide: set[str] = set()
+                has_counters = os.path.isdir(os.path.join(d, "counters"))
+                has_ext = os.path.isdir(os.path.join(d, "counters_ext"))
+                for name in (*IB_DATA, *IB_PACKETS, IB_WAIT, *IB_ERRORS):
+                    if has_ext and name in IB_EXT_NAMES:
+                        text = rd(os.path.join("counters_ext", IB_EXT_NAMES[name]))
+                        if text.strip():
+                            counters[name] = _leading_number(text)
+                            wide.add(name)
+                            continue
+                    text = rd(os.path.join("counters", name)) if has_counters else ""
                     if text.strip():
                         counters[name] = _leading_number(text)
                 out.append(IbPort(hca, port, int(_leading_number(rd("state"))), int(_leading_number(rd("phys_state"))),
-                                  _leading_number(rd("rate")), rd("link_layer").strip(), counters))
+                                  _leading_number(rd("rate")), rd("link_layer").strip(), counters, frozenset(wide)))
         return out
 
 

@@ -67,3 +67,27 @@ class MonitorSection(Strict):
     idle_exempt_interactive: bool = True
     idle_exempt_partitions: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_\-.]+$")]] = []
     mail_command: Annotated[str, Field(pattern=r"^/")] = "/usr/bin/mail"
+    # Where GPU telemetry comes from. "slurmadm": slurmadm's node exporter (NVML). "dcgm": NVIDIA's
+    # dcgm-exporter, which the site already runs: rules, dashboard, `top` and `jobs idle` read its
+    # names and labels (DCGM_FI_DEV_*, gpu, UUID, Hostname, modelName, hpc_job), and slurmadm's
+    # node exporter keeps only what dcgm-exporter's default counters lack (health verdicts, XID
+    # classes, ECC, NVLink errors and links, clock events, InfiniBand, host). README "Monitoring".
+    gpu_source: Literal["slurmadm", "dcgm"] = "slurmadm"
+    dcgm_job: JobName = "dcgm-exporter"   # Prometheus job of the dcgm-exporter scrape
+    dcgm_port: Annotated[int, Field(ge=1, le=65535)] = 9400
+    # dcgm-exporter's --hpc-job-mapping-dir: the prolog writes one file per GPU index holding the
+    # ids of the jobs on it ({node}: the node's name, for the dev cluster's fake nodes).
+    dcgm_job_map_dir: Annotated[str, Field(pattern=r"^/[A-Za-z0-9._/{}\-]*$")] = "/run/slurmadm/dcgm-jobs"
+    # Prometheus' node_exporter (host alerts: OOM kills, EDAC, filesystems, required mounts):
+    # its scrape job (one target per node at host_port, labelled node=<name>); 0: not scraped.
+    host_job: JobName = "node-exporter"
+    host_port: Annotated[int, Field(ge=0, le=65535)] = 9100
+    fs_full_percent: Annotated[float, Field(gt=0, lt=100)] = 90.0
+    # `for:` of the alerts a single sample could flap (error counters rising, an XID seen, a
+    # failing check, node state, throttling).
+    flap_for: Annotated[str, Field(pattern=r"^\d+[smh]$")] = "2m"
+    # Every alert's runbook_url is <runbook_base_url>/<Alert>.md (the runbooks are docs/runbooks
+    # in slurmadm's source: point this at where the site serves them, a wiki or a web view).
+    runbook_base_url: Annotated[str, Field(pattern=r"^(https?://|file:///|/)[A-Za-z0-9._~:/?#@!$&'()*+,;=%-]*$")] = (
+        "file:///usr/share/doc/slurmadm/runbooks"
+    )
