@@ -4,8 +4,11 @@ stack uses the same builders with its own loopback targets)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from pathlib import Path
 
+from ..errors import UsageError
 from ..site import Site
 
 
@@ -36,15 +39,63 @@ def prometheus_config(site: Site, *, rules_file: str, alertmanager: str,
     }
 
 
+# While a node is down (Slurm) its GPU, fabric, health and exporter alerts say nothing new.
+NODE_DOWN_SILENCES = ("Gpu.*|Infiniband.*|HealthCheckFailing|ExporterSourceStale|NodeExporterDown|DcgmExporterDown|"
+                      "Host.*")
+CHAT_URL = re.compile(r"^https?://[A-Za-z0-9.\-]+(:\d{1,5})?(/[A-Za-z0-9._~%/+\-]*)?$")
+
+
+def check_chat_url_file(path: str) -> None:
+    """The chat webhook URL file holds one http(s) URL: a UsageError naming the file (never the
+    URL, a secret) otherwise."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"monitor.people_chat_url_file {path}: cannot read ({exc.strerror or exc})") from None
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if len(lines) != 1 or not CHAT_URL.match(lines[0].strip()):
+        raise UsageError(f"monitor.people_chat_url_file {path}: not one http(s) URL on one line")
+
+
 def alertmanager_config(site: Site, *, webhook_url: str, token_file: str | None = None,
-                        group_wait: str = "30s", group_interval: str = "1m") -> dict:
-    """A route and receiver that send every slurmadm alert to the webhook (send_resolved, Bearer
-    token from a file: it never appears in the configuration itself)."""
+                        group_wait: str = "30s", group_interval: str = "1m", check_files: bool = True) -> dict:
+    """Every alert to the webhook (send_resolved, Bearer token from a file: it never appears in
+    the configuration itself); the severities in monitor.people_severities also to people (mail,
+    a Slack-compatible chat webhook whose URL stays in its file), critical re-sent hourly;
+    inhibit rules: a node Slurm has down silences that node's GPU, fabric, health and exporter
+    alerts, and a GPU's drain-class XID its lesser XID alerts."""
+    m = site.monitor
+    group_by = ["alertname", "cluster", "node"]
+    receivers: list[dict] = [{"name": "slurmadm", "webhook_configs": [{
+        "url": webhook_url, "send_resolved": True,
+        "http_config": {"authorization": {"type": "Bearer",
+                                          "credentials_file": token_file or m.webhook_token_file}}}]}]
+    routes: list[dict] = [{"receiver": "slurmadm", "continue": True}]
+    people: dict = {"name": "people"}
+    if m.people_email_to:
+        people["email_configs"] = [{"to": ", ".join(m.people_email_to), "from": m.people_email_from,
+                                    "smarthost": m.people_smarthost, "send_resolved": True}]
+    if m.people_chat_url_file:
+        if check_files:
+            check_chat_url_file(m.people_chat_url_file)
+        people["slack_configs"] = [{"api_url_file": m.people_chat_url_file, "send_resolved": True,
+                                    "title": '[{{ .Status | toUpper }}] {{ .CommonLabels.alertname }} '
+                                             '{{ .CommonLabels.cluster }} {{ .CommonLabels.node }}',
+                                    "text": "{{ range .Alerts }}{{ .Annotations.summary }}\n"
+                                            "{{ .Annotations.runbook_url }}\n{{ end }}"}]
+    if len(people) > 1:
+        receivers.append(people)
+        repeat = {"critical": "1h", "warning": "4h", "info": "24h"}
+        for sev in m.people_severities:
+            routes.append({"receiver": "people", "matchers": [f'severity="{sev}"'], "repeat_interval": repeat[sev]})
     return {
-        "route": {"receiver": "slurmadm", "group_by": ["alertname", "node"], "group_wait": group_wait,
-                  "group_interval": group_interval, "repeat_interval": "4h"},
-        "receivers": [{"name": "slurmadm", "webhook_configs": [{
-            "url": webhook_url, "send_resolved": True,
-            "http_config": {"authorization": {"type": "Bearer",
-                                              "credentials_file": token_file or site.monitor.webhook_token_file}}}]}],
+        "route": {"receiver": "slurmadm", "group_by": group_by, "group_wait": group_wait,
+                  "group_interval": group_interval, "repeat_interval": "4h", "routes": routes},
+        "inhibit_rules": [
+            {"source_matchers": ['alertname="SlurmNodeDown"'],
+             "target_matchers": [f'alertname=~"{NODE_DOWN_SILENCES}"'], "equal": ["cluster", "node"]},
+            {"source_matchers": ['alertname="GpuXidFatal"'],
+             "target_matchers": ['alertname=~"GpuXidSeen|GpuXidApplication"'], "equal": ["cluster", "node", "gpu"]},
+        ],
+        "receivers": receivers,
     }

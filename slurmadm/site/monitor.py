@@ -8,6 +8,7 @@ from pydantic import Field
 
 from .profiles import Strict
 
+Email = Annotated[str, Field(pattern=r"^[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}$")]
 AlertName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$")]
 JobName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$")]
 ListenAddr = Annotated[str, Field(pattern=r"^[0-9A-Za-z.\-:\[\]]+:\d{1,5}$")]
@@ -83,6 +84,15 @@ class MonitorSection(Strict):
     host_job: JobName = "node-exporter"
     host_port: Annotated[int, Field(ge=0, le=65535)] = 9100
     fs_full_percent: Annotated[float, Field(gt=0, lt=100)] = 90.0
+    # Alertmanager's receiver for people (beside the webhook, which gets every alert): mail to
+    # people_email_to through people_smarthost (HOST:PORT), and/or a Slack-compatible chat
+    # webhook (Slack, Mattermost, Rocket.Chat) whose URL is in a root-only file (it holds a
+    # secret: the configuration names only the file). Only people_severities reach people.
+    people_email_to: list[Email] = []
+    people_email_from: Email = "slurmadm@localhost.localdomain"
+    people_smarthost: Annotated[str, Field(pattern=r"^[0-9A-Za-z.\-\[\]:]+:\d{1,5}$")] = "localhost:25"
+    people_chat_url_file: Annotated[str, Field(pattern=r"^/[^\x00\n]*$")] | None = None
+    people_severities: list[Literal["critical", "warning", "info"]] = ["critical", "warning"]
     # `for:` of the alerts a single sample could flap (error counters rising, an XID seen, a
     # failing check, node state, throttling).
     flap_for: Annotated[str, Field(pattern=r"^\d+[smh]$")] = "2m"

@@ -80,6 +80,30 @@ def test_promtool_check_metrics_is_clean_on_every_live_exporter_and_no_label_is_
     assert not prom(stack, 'count({exported_node!=""})')
 
 
+def test_a_down_node_inhibits_its_gpu_alerts_in_the_running_alertmanager(stack, dev_cluster):
+    """Debian's Alertmanager with the generated inhibit rules: SlurmNodeDown on a node marks that
+    node's GPU alert inhibited, not another node's. (A node name no Slurm node has: the webhook
+    acts on neither alert.)"""
+    from datetime import datetime, timedelta, timezone
+
+    from slurmadm.monitor.stack import http_post
+
+    cluster = dev_cluster.site().cluster.name
+    end = (datetime.now(timezone.utc) + timedelta(minutes=3)).isoformat()
+    alerts = [{"labels": {"alertname": "SlurmNodeDown", "node": "probe-1", "cluster": cluster,
+                          "severity": "critical"}, "endsAt": end},
+              *[{"labels": {"alertname": "GpuXidSeen", "node": n, "gpu": "0", "cluster": cluster,
+                            "severity": "warning"}, "endsAt": end} for n in ("probe-1", "probe-2")]]
+    am = stack.urls()["alertmanager"]
+    code, body = http_post(am + "/api/v2/alerts", json.dumps(alerts).encode(), {"Content-Type": "application/json"})
+    assert code == 200, body
+
+    def inhibited() -> dict:
+        _c, got = http_get(am + "/api/v2/alerts?filter=alertname%3D%22GpuXidSeen%22")
+        return {a["labels"]["node"]: bool(a["status"]["inhibitedBy"]) for a in json.loads(got or b"[]")}
+    assert wait_for(lambda: inhibited() == {"probe-1": True, "probe-2": False}, 60, interval=0.5), inhibited()
+
+
 def test_gpu_fault_becomes_an_alert_and_an_isolated_node_then_resumes(stack, dev_cluster, env):
     target = "b200-003"
     assert wait_for(lambda: len(prom(stack, "slurmadm_gpu_pcie_replay_total")) == 8 * len(dev_cluster.nodes()), 60)
