@@ -145,11 +145,11 @@ def dev_stack() -> None:
     """Prometheus, Alertmanager, the exporters and the webhook on a dev cluster (ports from its port base)."""
 
 
-def _stack(state_dir: str | None):
+def _stack(state_dir: str | None, gpu_source: str | None = None):
     from ..devcluster.cluster import DevCluster, default_state_dir
     from ..monitor.stack import MonitorStack
 
-    return MonitorStack(DevCluster(state_dir or default_state_dir()))
+    return MonitorStack(DevCluster(state_dir or default_state_dir()), gpu_source=gpu_source)
 
 
 _state = click.option("--state-dir", metavar="DIR", help="The dev cluster's state directory.")
@@ -157,9 +157,12 @@ _state = click.option("--state-dir", metavar="DIR", help="The dev cluster's stat
 
 @dev_stack.command("up")
 @_state
+@click.option("--gpu-source", type=click.Choice(["slurmadm", "dcgm"]),
+              help="GPU telemetry from slurmadm's exporter or a stand-in dcgm-exporter (a real capture); "
+                   "default: the dev site's monitor.gpu_source.")
 @json_option
-def stack_up(state_dir: str | None, as_json: bool) -> None:
-    status = _stack(state_dir).up(progress=progress)
+def stack_up(state_dir: str | None, gpu_source: str | None, as_json: bool) -> None:
+    status = _stack(state_dir, gpu_source).up(progress=progress)
     if as_json:
         print_json(status)
     else:

@@ -93,6 +93,10 @@ class Ports:
     def monitor_node_exporter(self, index: int) -> int:
         return self.base + 700 + index
 
+    def monitor_dcgm_exporter(self, index: int) -> int:
+        """The stand-in dcgm-exporter of node `index` (gpu_source "dcgm"): base+600.."""
+        return self.base + 600 + index
+
     @property
     def burnin_rendezvous(self) -> int:
         """All fake nodes share 127.0.0.1: burn-in all-reduces listen on base+400..base+499."""

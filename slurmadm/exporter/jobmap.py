@@ -114,3 +114,51 @@ def read(directory: str, node: str) -> dict[int, JobGpus]:
         for g in job.gpus:
             out[g] = job
     return out
+
+
+def record_dcgm(env: dict[str, str], directory: str, context: str) -> str:
+    """dcgm-exporter's --hpc-job-mapping-dir format (its transformation/hpc.go): one file per GPU
+    index (`<directory>/0` ... `/7`), one job id a line; dcgm-exporter adds `hpc_job="<id>"` to
+    that GPU's series, once per id. prolog: add the job to each of its GPUs' files; epilog: take
+    it out of every file (a file left empty is removed). One small file per GPU under a lock
+    (several jobs may share a GPU), renamed into place: a scrape never reads half a file."""
+    import fcntl
+
+    job = env.get("SLURM_JOB_ID", "")
+    if not _JOBID.match(job):
+        return "no job"
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    gpus = parse_gpu_list(env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES") or "")
+    lock = os.open(os.path.join(directory, ".lock"), os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if context == "epilog":
+            names = [n for n in os.listdir(directory) if n.isdigit()]
+        else:
+            names = [str(g) for g in gpus]
+        for name in names:
+            path = os.path.join(directory, name)
+            try:
+                with open(path) as fh:
+                    jobs = [ln.strip() for ln in fh if ln.strip()]
+            except FileNotFoundError:
+                jobs = []
+            if context == "epilog":
+                if job not in jobs:
+                    continue
+                jobs = [j for j in jobs if j != job]
+            elif job in jobs:
+                continue
+            else:
+                jobs.append(job)
+            if not jobs:
+                os.unlink(path)
+                continue
+            tmp = os.path.join(directory, f".gpu-{name}-{os.getpid()}")
+            with open(tmp, "w") as fh:
+                fh.write("".join(f"{j}\n" for j in jobs))
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+    finally:
+        os.close(lock)
+    return f"dcgm map: job {job} {'removed' if context == 'epilog' else f'on GPUs {list(gpus)}'}"

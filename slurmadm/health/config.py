@@ -78,6 +78,7 @@ class HealthConfig:
     policies: dict[str, dict] = field(default_factory=dict)  # check id -> overrides given
     alert_repeat_minutes: int = 60
     job_map_dir: str = "/run/slurmadm/jobs"  # monitor.job_map_dir: the prolog's GPU -> job records
+    dcgm_job_map_dir: str = ""  # monitor.gpu_source "dcgm": dcgm-exporter's --hpc-job-mapping-dir
     # node checks beyond the GPUs (fabric, clock events, InfiniBand, host basics): plain data
     host: dict = field(default_factory=dict)
     ship: bool = False  # store.url set: queue records for the central store; the periodic run ships them
@@ -131,6 +132,9 @@ def from_site(site, node: str, *, site_path: str, site_sha256: str) -> "HealthCo
         policies={cid: p.model_dump(exclude_none=True) for cid, p in h.checks.items()},
         alert_repeat_minutes=h.alert_repeat_minutes,
         job_map_dir=site.monitor.job_map_dir,
+        dcgm_job_map_dir=(site.monitor.dcgm_job_map_dir.replace("{node}", node)
+                          if site.monitor.gpu_source == "dcgm" or "dcgm_job_map_dir" in site.monitor.model_fields_set
+                          else ""),
         host=host_settings(site, node),
         ship=site.store.url is not None,
         software_baseline=_software_baseline(site),

@@ -227,5 +227,9 @@ def _record_job_gpus(cfg, node: str, context: str) -> None:
         from ..exporter.jobmap import record_from_env
 
         record_from_env(dict(os.environ), node, cfg.job_map_dir, context)
+        if getattr(cfg, "dcgm_job_map_dir", ""):
+            from ..exporter.jobmap import record_dcgm
+
+            record_dcgm(dict(os.environ), cfg.dcgm_job_map_dir, context)
     except Exception as exc:  # noqa: BLE001
         print(f"slurmadm: warning: GPU->job map: {exc}", file=sys.stderr)

@@ -57,7 +57,8 @@ class Metrics(Protocol):
 
 
 class JobFacts(Protocol):
-    def facts(self, job_ids: list[str]) -> dict[str, tuple[bool, str, str]]: ...  # id -> (batch, partition, state)
+    # id -> (batch, partition, state[, user, account])
+    def facts(self, job_ids: list[str]) -> dict[str, tuple]: ...
 
 
 class PrometheusMetrics:
@@ -79,22 +80,55 @@ class SqueueFacts:
 
         if not job_ids:
             return {}
-        out = run(["squeue", "-h", "-a", "-j", ",".join(job_ids), "-O", "JobID:|,BatchFlag:|,Partition:|,State:"],
+        out = run(["squeue", "-h", "-a", "-j", ",".join(job_ids), "-O",
+                   "JobID:|,BatchFlag:|,Partition:|,State:|,UserName:|,Account:"],
                   env=self.env, timeout=self.timeout, check=False).stdout
         got = {}
         for line in out.splitlines():
             parts = [p.strip() for p in line.split("|")]
-            if len(parts) == 4:
-                got[parts[0]] = (parts[1] == "1", parts[2], parts[3].upper())
+            if len(parts) == 6:  # (batch, partition, state, user, account)
+                got[parts[0]] = (parts[1] == "1", parts[2], parts[3].upper(), parts[4], parts[5])
         return got
+
+
+def dcgm_queries(site, metrics: Metrics) -> tuple[list[dict], list[dict], list[dict]]:
+    """With monitor.gpu_source "dcgm": the idle clock, GPU count and mean utilisation of each job
+    from dcgm-exporter's DCGM_FI_DEV_GPU_UTIL and its `hpc_job` label (the prolog's per-GPU job
+    files), in the shapes find() reads. A job's GPUs on a node are idle since the later of its
+    first sample and its last sample above monitor.idle_util_percent (a subquery over a lookback
+    long enough for the idle period plus the cancel warning)."""
+    m = site.monitor
+    thr = f"{m.idle_util_percent:g}"
+    sel = 'DCGM_FI_DEV_GPU_UTIL{hpc_job!=""}'
+    look = f"{int(m.idle_minutes + m.idle_cancel_after_minutes) + 60}m"
+    by = "by (Hostname, hpc_job)"
+    now = time.time()
+    first = {(r["metric"].get("Hostname", ""), r["metric"].get("hpc_job", "")): float(r["value"][1]) for r in
+             metrics.query(f"min {by} (min_over_time(timestamp({sel})[{look}:15s]))")}
+    busy = {(r["metric"].get("Hostname", ""), r["metric"].get("hpc_job", "")): float(r["value"][1]) for r in
+            metrics.query(f"max {by} (max_over_time(timestamp({sel} > {thr})[{look}:15s]))")}
+    idle, count = [], []
+    for r in metrics.query(f"count {by} ({sel})"):
+        key = (r["metric"].get("Hostname", ""), r["metric"].get("hpc_job", ""))
+        since = max(first.get(key, now), busy.get(key, 0.0))
+        lab = {"jobid": key[1], "node": key[0], "user": "", "account": ""}
+        idle.append({"metric": lab, "value": [now, str(max(0.0, now - since))]})
+        count.append({"metric": lab, "value": r["value"]})
+    window = max(1, int(m.idle_minutes))
+    util = [{"metric": {"jobid": r["metric"].get("hpc_job", "")}, "value": r["value"]} for r in
+            metrics.query(f"avg by (hpc_job) (avg_over_time({sel}[{window}m]))")]
+    return idle, count, util
 
 
 def find(site, metrics: Metrics, jobs: JobFacts) -> Findings:
     m = site.monitor
     window = max(1, int(m.idle_minutes))
-    idle = metrics.query("min by (jobid, user, account, node) (slurmadm_gpu_job_idle_seconds)")
-    count = metrics.query("count by (jobid, node) (slurmadm_gpu_job_idle_seconds)")
-    util = metrics.query(f'avg by (jobid) (avg_over_time(slurmadm_gpu_utilization_percent{{jobid!=""}}[{window}m]))')
+    if m.gpu_source == "dcgm":
+        idle, count, util = dcgm_queries(site, metrics)
+    else:
+        idle = metrics.query("min by (jobid, user, account, node) (slurmadm_gpu_job_idle_seconds)")
+        count = metrics.query("count by (jobid, node) (slurmadm_gpu_job_idle_seconds)")
+        util = metrics.query(f'avg by (jobid) (avg_over_time(slurmadm_gpu_utilization_percent{{jobid!=""}}[{window}m]))')
     gpus_of = {(r["metric"].get("jobid", ""), r["metric"].get("node", "")): int(float(r["value"][1])) for r in count}
     util_of = {r["metric"].get("jobid", ""): float(r["value"][1]) for r in util}
     by_job: dict[str, IdleJob] = {}
@@ -116,9 +150,11 @@ def find(site, metrics: Metrics, jobs: JobFacts) -> Findings:
     out = Findings()
     for j in sorted(found, key=lambda j: -j.idle_minutes):
         j.nodes.sort()
-        batch, part, state = facts.get(j.job_id, (True, "", ""))
+        batch, part, state, *who = facts.get(j.job_id, (True, "", ""))
         if facts and state and state != "RUNNING":
             continue  # ended since the last scrape
+        if who and not j.user:  # dcgm-exporter labels carry the job id only
+            j.user, j.account = who[0], who[1]
         j.partition, j.interactive = part, not batch
         if m.idle_exempt_interactive and j.interactive:
             j.exempt = "interactive job"

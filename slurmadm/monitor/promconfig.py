@@ -18,9 +18,11 @@ def _port(listen: str) -> str:
 
 def prometheus_config(site: Site, *, rules_file: str, alertmanager: str,
                       node_target: Callable[[int, str], str] | None = None, head_target: str | None = None,
-                      interval: str = "15s") -> dict:
+                      interval: str = "15s", dcgm_target: Callable[[int, str], str] | None = None) -> dict:
     """Scrape jobs monitor.node_job (one target per site node, labelled node=<name>) and
-    monitor.head_job, the rules file, and where alerts go."""
+    monitor.head_job, the rules file, and where alerts go; node_exporter (monitor.host_job, when
+    monitor.host_port) and dcgm-exporter (monitor.dcgm_job, gpu_source "dcgm") per node, each
+    target labelled node=<name> (dcgm-exporter's series keep their own Hostname)."""
     m = site.monitor
     node_target = node_target or (lambda _i, name: f"{name}:{_port(m.node_listen)}")
     head_target = head_target or f"{site.cluster.controllers[0]}:{_port(m.head_listen)}"
@@ -35,6 +37,12 @@ def prometheus_config(site: Site, *, rules_file: str, alertmanager: str,
             {"job_name": m.node_job, "honor_labels": True, "static_configs": [
                 {"targets": [node_target(i, n)], "labels": {"node": n}} for i, n in enumerate(site.node_names)]},
             {"job_name": m.head_job, "static_configs": [{"targets": [head_target]}]},
+            *([{"job_name": m.host_job, "static_configs": [
+                {"targets": [f"{n}:{m.host_port}"], "labels": {"node": n}} for n in site.node_names]}]
+              if m.host_port else []),
+            *([{"job_name": m.dcgm_job, "static_configs": [
+                {"targets": [(dcgm_target or (lambda _i, name: f"{name}:{m.dcgm_port}"))(i, n)], "labels": {"node": n}}
+                for i, n in enumerate(site.node_names)]}] if m.gpu_source == "dcgm" else []),
         ],
     }
 

@@ -50,7 +50,10 @@ def http_get(url: str, timeout: float = 5.0, headers: dict[str, str] | None = No
 
 
 class MonitorStack:
-    def __init__(self, dc: DevCluster):
+    def __init__(self, dc: DevCluster, gpu_source: str | None = None):
+        """gpu_source: "slurmadm" or "dcgm" (default: the dev site's monitor.gpu_source). With
+        "dcgm" a stand-in dcgm-exporter per node (devcluster/dcgmfake: a real capture) is scraped,
+        and the stack's rules, exporters and webhook read a copy of the dev site that says so."""
         self.dc = dc
         rec = dc.record()
         if rec is None:
@@ -58,6 +61,35 @@ class MonitorStack:
         self.ports = Ports(int(rec["port_base"]))
         self.nodes = list(rec["node_names"])
         self.dir = dc.p("monitor")
+        if gpu_source not in (None, "slurmadm", "dcgm"):
+            raise UsageError(f"--gpu-source: {gpu_source!r} is not slurmadm or dcgm")
+        self.gpu_source = gpu_source or dc.site().monitor.gpu_source
+
+    @property
+    def site_path(self) -> Path:
+        """The dev site, or (another GPU source than it says) a copy under monitor/ that differs
+        in monitor.gpu_source only."""
+        if self.gpu_source == self.dc.site().monitor.gpu_source:
+            return Path(self.dc.site_path)
+        return self.dir / f"site-{self.gpu_source}.toml"
+
+    def site(self):
+        from ..site import parse_site
+
+        return parse_site(self.site_path.read_text(), source=str(self.site_path)) if self.site_path.exists() \
+            else self.dc.site()
+
+    def _write_site(self) -> None:
+        if self.site_path == Path(self.dc.site_path):
+            return
+        import tomllib
+
+        import tomli_w
+
+        data = tomllib.loads(Path(self.dc.site_path).read_text())
+        data.setdefault("monitor", {})["gpu_source"] = self.gpu_source
+        write_atomic(self.site_path, f"# the dev site with monitor.gpu_source = {self.gpu_source!r} "
+                                     "(slurmadm monitor dev-stack)\n" + tomli_w.dumps(data))
 
     # ---------------------------------------------------------------- files
     @property
@@ -65,7 +97,8 @@ class MonitorStack:
         return self.dir / "webhook.token"
 
     def daemons(self) -> list[Daemon]:
-        names = [f"exporter-{n}" for n in self.nodes] + ["exporter-head", "webhook", "prometheus", "alertmanager"]
+        names = [f"exporter-{n}" for n in self.nodes] + ["exporter-head", "webhook", "prometheus", "alertmanager",
+                                                         "ib-traffic", "dcgm-exporter"]
         return [self.dc.daemon(f"monitor-{n}") for n in names]
 
     def urls(self) -> dict[str, str]:
@@ -74,23 +107,27 @@ class MonitorStack:
                 "webhook": f"http://127.0.0.1:{self.ports.monitor_webhook}/alerts",
                 "head_exporter": f"http://127.0.0.1:{self.ports.monitor_head_exporter}/metrics",
                 **{f"exporter_{n}": f"http://127.0.0.1:{self.ports.monitor_node_exporter(i)}/metrics"
-                   for i, n in enumerate(self.nodes)}}
+                   for i, n in enumerate(self.nodes)},
+                **({f"dcgm_{n}": f"http://127.0.0.1:{self.ports.monitor_dcgm_exporter(i)}/metrics"
+                    for i, n in enumerate(self.nodes)} if self.gpu_source == "dcgm" else {})}
 
     def prometheus_config(self, site) -> dict:
         cfg = promconfig.prometheus_config(
             site, rules_file=str(self.dir / "rules.yml"), alertmanager=f"127.0.0.1:{self.ports.monitor_alertmanager}",
             node_target=lambda i, _n: f"127.0.0.1:{self.ports.monitor_node_exporter(i)}",
-            head_target=f"127.0.0.1:{self.ports.monitor_head_exporter}", interval="1s")
+            head_target=f"127.0.0.1:{self.ports.monitor_head_exporter}", interval="1s",
+            dcgm_target=lambda i, _n: f"127.0.0.1:{self.ports.monitor_dcgm_exporter(i)}")
         cfg["global"]["scrape_timeout"] = "1s"
         return cfg
 
     def alertmanager_config(self) -> dict:
-        return promconfig.alertmanager_config(self.dc.site(), webhook_url=self.urls()["webhook"],
+        return promconfig.alertmanager_config(self.site(), webhook_url=self.urls()["webhook"],
                                               token_file=str(self.token_file), group_wait="1s", group_interval="1s")
 
     def write_files(self) -> None:
-        site = self.dc.site()
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._write_site()
+        site = self.site()
         if not self.token_file.exists():
             fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as fh:
@@ -111,7 +148,7 @@ class MonitorStack:
         self.write_files()
         env = {**self.dc.env()}
         me = [sys.executable, "-m", "slurmadm"]
-        site = str(self.dc.site_path)
+        site = str(self.site_path)
         starts: list[tuple[str, list[str], dict[str, str]]] = [
             (f"monitor-exporter-{n}", [*me, "exporter", "--mode", "node", "--node", n, "--site", site,
                                        "--listen", f"127.0.0.1:{self.ports.monitor_node_exporter(i)}"],
@@ -121,6 +158,9 @@ class MonitorStack:
         starts += [
             ("monitor-exporter-head", [*me, "exporter", "--mode", "head", "--site", site], env),
             ("monitor-webhook", [*me, "monitor", "webhook", "--site", site], env),
+            # the stand-in InfiniBand ports' data, packet and wait counters move (devcluster/ibsysfs)
+            ("monitor-ib-traffic", [sys.executable, "-m", "slurmadm.devcluster.ibsysfs", str(self.dc.p("gpus")),
+                                    *self.nodes], env),
             ("monitor-alertmanager", [_binary(ALERTMANAGER_NAMES), f"--config.file={self.dir / 'alertmanager.yml'}",
                                       f"--storage.path={self.dir / 'alertmanager-data'}",
                                       f"--web.listen-address=127.0.0.1:{self.ports.monitor_alertmanager}",
@@ -130,6 +170,11 @@ class MonitorStack:
                                     f"--web.listen-address=127.0.0.1:{self.ports.monitor_prometheus}",
                                     "--web.enable-lifecycle", "--log.level=warn"], env),
         ]
+        if self.gpu_source == "dcgm":
+            m = self.site().monitor
+            starts.append(("monitor-dcgm-exporter", [
+                sys.executable, "-m", "slurmadm.devcluster.dcgmfake", m.dcgm_job_map_dir,
+                *[f"127.0.0.1:{self.ports.monitor_dcgm_exporter(i)}={n}" for i, n in enumerate(self.nodes)]], env))
         progress(f"starting {len(self.nodes)} node exporters, the head exporter, the webhook, "
                  "Alertmanager and Prometheus")
         for name, argv, e in starts:
@@ -139,7 +184,8 @@ class MonitorStack:
         retries = {name: 0 for name, _a, _e in starts}
         urls = self.urls()
         checks = [urls["prometheus"] + "/-/ready", urls["alertmanager"] + "/-/ready", urls["head_exporter"],
-                  *[urls[f"exporter_{n}"] for n in self.nodes]]
+                  *[urls[f"exporter_{n}"] for n in self.nodes],
+                  *[urls[f"dcgm_{n}"] for n in self.nodes if f"dcgm_{n}" in urls]]
 
         def ready() -> bool:
             for name, argv, e in starts:
@@ -161,8 +207,10 @@ class MonitorStack:
         http_post(urls["prometheus"] + "/-/reload")
         # Up means watching: every exporter scraped once. A counter's first sample is its baseline,
         # so a fault injected before that scrape would never show as an increase (no alert).
-        site = self.dc.site()
+        site = self.site()
         jobs = {site.monitor.node_job: len(self.nodes), site.monitor.head_job: 1}
+        if self.gpu_source == "dcgm":
+            jobs[site.monitor.dcgm_job] = len(self.nodes)
 
         def scraped() -> bool:
             return all(len(prom_query(urls["prometheus"], f'up{{job="{job}"}} == 1')) == want
@@ -172,14 +220,14 @@ class MonitorStack:
             raise UnreachableError(f"Prometheus has not scraped every exporter within {timeout:g} s "
                                    f"(targets: {urls['prometheus']}/targets)")
         progress(f"Prometheus {urls['prometheus']}  Alertmanager {urls['alertmanager']}  "
-                 f"({len(self.nodes) + 1} exporters scraped)")
+                 f"({len(self.nodes) + 1} exporters scraped; GPU source {self.gpu_source})")
         return self.status()
 
     def down(self) -> list[str]:
         return [d.name for d in reversed(self.daemons()) if d.stop()]
 
     def status(self) -> dict:
-        return {"urls": self.urls(), "daemons": [{"name": d.name, "pid": d.pid(), "alive": d.alive()}
+        return {"gpu_source": self.gpu_source, "urls": self.urls(), "daemons": [{"name": d.name, "pid": d.pid(), "alive": d.alive()}
                                                  for d in self.daemons()]}
 
 

@@ -77,7 +77,8 @@ class MonitorSection(Strict):
     dcgm_job: JobName = "dcgm-exporter"   # Prometheus job of the dcgm-exporter scrape
     dcgm_port: Annotated[int, Field(ge=1, le=65535)] = 9400
     # dcgm-exporter's --hpc-job-mapping-dir: the prolog writes one file per GPU index holding the
-    # ids of the jobs on it ({node}: the node's name, for the dev cluster's fake nodes).
+    # ids of the jobs on it ({node}: the node's name, for the dev cluster's fake nodes). Written
+    # when gpu_source is "dcgm" or this key is set.
     dcgm_job_map_dir: Annotated[str, Field(pattern=r"^/[A-Za-z0-9._/{}\-]*$")] = "/run/slurmadm/dcgm-jobs"
     # Prometheus' node_exporter (host alerts: OOM kills, EDAC, filesystems, required mounts):
     # its scrape job (one target per node at host_port, labelled node=<name>); 0: not scraped.

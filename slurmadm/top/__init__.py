@@ -31,10 +31,24 @@ class Frame:
     at: float = 0.0
 
 
-def _util_style(u: float | None) -> str:
-    if u is None:
+# Utilisation is coloured only where jobs hold the node: an idle or drained node at 0 % is as it
+# should be, not an alarm.
+BUSY_STATES = frozenset({"allocated", "mixed", "completing"})
+LEGEND = ("node name: state colour (idle green, mixed cyan, allocated blue, draining/drained yellow, down red, "
+          "reserved magenta); GPU %: on allocated nodes red < 15, yellow < 50, green; dim elsewhere")
+
+
+def _util_style(u: float | None, state: str = "allocated") -> str:
+    if u is None or state not in BUSY_STATES:
         return "dim"
     return "red" if u < 15 else ("yellow" if u < 50 else "green")
+
+
+def util_query(site) -> tuple[str, str]:
+    """(PromQL, node label) of each node's mean GPU utilisation for the site's GPU source."""
+    if site.monitor.gpu_source == "dcgm":
+        return "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)", "Hostname"
+    return "avg by (node) (slurmadm_gpu_utilization_percent)", "node"
 
 
 def build_frame(site, frame: Frame, width: int = 120):
@@ -57,7 +71,7 @@ def build_frame(site, frame: Frame, width: int = 120):
         st, owner, _reason = agg.node_state[name]
         u = frame.util.get(name)
         cell = Text(f"{name:<9}", style=STATE_STYLE.get(st, "white"))
-        cell.append(" --" if u is None else f"{u:4.0f}%", style=_util_style(u))
+        cell.append(" --" if u is None else f"{u:4.0f}%", style=_util_style(u, st))
         cells.append(cell)
     for i in range(0, len(cells), cols):
         grid.add_row(*cells[i:i + cols])
@@ -87,9 +101,11 @@ def build_frame(site, frame: Frame, width: int = 120):
         if frac >= 0.8:
             projects.add_row(escape(proj.name), str(used), str(proj.gpu_quota),
                              Text(f"{frac:.0%}", style="red" if frac >= 1 else "yellow"))
-    parts = [title, summary, Panel(grid, title="nodes (state colour, mean GPU utilisation)", expand=False)]
-    if not drains.row_count:
-        drains.add_row("-", "", "", "no drains")
+    parts = [title, summary, Panel(grid, title="nodes (state colour, mean GPU utilisation)", expand=False),
+             Text(LEGEND, style="dim")]
+    for table in (drains, queue, projects):  # an empty table says so
+        if not table.row_count:
+            table.add_row("none", *[""] * (len(table.columns) - 1))
     if width >= 150:
         side = Table.grid(padding=(0, 3))
         side.add_row(drains, queue, projects)
@@ -111,8 +127,9 @@ def read_frame(site, source, prometheus_url: str | None) -> Frame:
         from ..monitor.stack import prom_query
 
         try:
-            for r in prom_query(prometheus_url, "avg by (node) (slurmadm_gpu_utilization_percent)", timeout=2.0):
-                util[r["metric"].get("node", "")] = float(r["value"][1])
+            expr, label = util_query(site)
+            for r in prom_query(prometheus_url, expr, timeout=2.0):
+                util[r["metric"].get(label, "")] = float(r["value"][1])
         except SlurmadmError as exc:
             error = f"no GPU utilisation ({exc})"
     return Frame(snap, util, error, time.time())
