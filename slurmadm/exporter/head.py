@@ -336,6 +336,12 @@ class HeadCollector:
         for name, (st, owner, reason) in sorted(agg.node_state.items()):
             f.add_metric([name, st, owner, reason], 1)
         yield f
+        f = GaugeMetricFamily("slurmadm_node_partition_info", "One series per node and partition it is in, "
+                              "value 1 (join on node for per-partition sums)", labels=["node", "partition"])
+        for node in sorted(snap.nodes, key=lambda n: n.name):
+            for part in node.partitions:
+                f.add_metric([node.name, part], 1)
+        yield f
         f = GaugeMetricFamily("slurmadm_partition_gpus", "GPUs per partition: allocated, idle, drained, down",
                               labels=["partition", "status"])
         parts = sorted({p for p, _ in agg.gpus} | {p.name for p in self.site.partitions})

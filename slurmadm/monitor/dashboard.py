@@ -1,109 +1,247 @@
-"""`slurmadm monitor dashboard`: a Grafana dashboard (JSON model) over the slurmadm exporters.
+"""`slurmadm monitor dashboard`: a Grafana dashboard over the slurmadm exporters (and, with
+monitor.gpu_source = "dcgm", NVIDIA's dcgm-exporter), built with Grafana Labs' typed builders
+(grafana-foundation-sdk) rather than hand-written JSON.
 
-Panels: a fleet heatmap of GPU utilisation and of temperature (node x GPU), node states, drains
-by owner and reason, the queue by reason, per-project GPUs in use vs quota and GPU-hours vs
-budget, and error panels (XIDs, ECC, row remaps, NVLink, PCIe replays, InfiniBand, failing
-health checks, idle GPUs in jobs, stale exporter sources). Every panel's query is run against a
-real Prometheus in the integration tests (`PANEL_QUERIES`).
+Variables: datasource, cluster (every scrape target carries cluster=<name>), partition (the head
+exporter's slurmadm_node_partition_info) and node (the partition's nodes). Rows drill down:
+fleet (GPUs by status, nodes by state, the utilisation distribution, queue, projects, and CPU,
+memory, GPU memory, power and InfiniBand throughput per partition) -> partition (the same per
+node of $partition) -> node (per GPU and per port of $node, errors, health checks). Every panel
+has a unit and thresholds (fieldConfig); the heatmap is calculated by Grafana from time series
+(no `format: heatmap`, a histogram-bucket format, on gauges). Every query is run against a real
+Prometheus in the integration tests (`panel_queries`), and the SDK's models read the JSON back
+(tests/unit/monitor/test_dashboard.py).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from ..site import Site
 
-# (title, kind, [(query, legend)], width) ; kind: heatmap | timeseries | table | stat | bargauge
-PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
-    ("GPU utilisation by node and GPU", "heatmap",
-     [("avg by (node, gpu) (slurmadm_gpu_utilization_percent)", "{{node}} GPU{{gpu}}")], 12),
-    ("GPU temperature by node and GPU", "heatmap",
-     [("max by (node, gpu) (slurmadm_gpu_temperature_celsius)", "{{node}} GPU{{gpu}}")], 12),
-    ("Nodes by state", "bargauge", [("sum by (state) (slurmadm_node_state)", "{{state}}")], 8),
-    ("Drained nodes by owner and reason", "table",
-     [("sum by (owner, reason) (slurmadm_node_state{owner!=\"\"})", "{{owner}}: {{reason}}")], 8),
-    ("GPUs per partition", "timeseries",
-     [("sum by (partition, status) (slurmadm_partition_gpus)", "{{partition}} {{status}}")], 8),
-    ("Queue: pending jobs by reason", "timeseries",
-     [("sum by (reason) (slurmadm_jobs_pending) or vector(0)", "{{reason}}"),
-      ("sum(slurmadm_jobs_running) or vector(0)", "running")], 12),
-    ("Projects: GPUs in use vs quota", "bargauge",
-     [("slurmadm_project_gpus_in_use / on (project) slurmadm_project_gpu_quota", "{{project}}")], 12),
-    ("Projects: GPU-hours used vs budget", "bargauge",
-     [("(slurmadm_project_gpu_used_seconds or on (project) (slurmadm_project_gpu_budget_seconds * 0)) "
-       "/ on (project) slurmadm_project_gpu_budget_seconds", "{{project}}")], 12),
-    ("GPU power (W)", "timeseries", [("sum by (node) (slurmadm_gpu_power_watts)", "{{node}}")], 12),
-    ("XIDs in the health window", "table", [("max by (node, gpu) (slurmadm_gpu_last_xid)", "{{node}} GPU{{gpu}}")], 6),
-    ("ECC errors (uncorrected, volatile)", "timeseries",
-     [("sum by (node) (slurmadm_gpu_ecc_errors_total{type=\"uncorrected\", scope=\"volatile\"})", "{{node}}")], 6),
-    ("Row remap failures / pending", "stat",
-     [("sum(slurmadm_gpu_row_remap_failure)", "failed"), ("sum(slurmadm_gpu_row_remap_pending)", "pending")], 6),
-    ("NVLink and PCIe errors (rate)", "timeseries",
-     [("sum by (node) (rate(slurmadm_gpu_nvlink_errors_total[5m]))", "{{node}} NVLink"),
-      ("sum by (node) (rate(slurmadm_gpu_pcie_replay_total[5m]))", "{{node}} PCIe replay")], 6),
-    ("InfiniBand ports up / errors", "timeseries",
-     [("sum by (node) (slurmadm_ib_port_up) or sum by (node) (slurmadm_gpus * 0)", "{{node}} ports up"),
-      ("sum by (node) (rate(slurmadm_ib_port_errors_total[5m])) or sum by (node) (slurmadm_gpus * 0)",
-       "{{node}} errors/s")], 12),
-    ("Failing health checks", "table",
-     [("sum by (node, check) (slurmadm_health_check_failing)", "{{node}} {{check}}")], 12),
-    ("Idle GPUs in running jobs (minutes)", "table",
-     [("max by (jobid, user, account, node) (slurmadm_gpu_job_idle_seconds) / 60 or vector(0)",
-       "{{jobid}} {{user}}")], 12),
-    ("Exporters: up and stale sources", "table",
-     [("up{job=~\"$node_job|$head_job\"}", "{{job}} {{instance}}"),
-      ("sum by (job, source) (slurmadm_exporter_source_stale)", "{{job}} {{source}}")], 12),
-]
+# (value, colour) steps; the first value is None (-Infinity)
+GOOD_HIGH = [(None, "red"), (15, "orange"), (50, "green")]  # utilisation: low is waste
+BAD_HIGH = [(None, "green"), (1, "red")]  # errors: any is bad
+TEMP = [(None, "green"), (75, "orange"), (85, "red")]
+FRACTION = [(None, "green"), (0.8, "orange"), (1, "red")]
+NEUTRAL = [(None, "blue")]
+
+
+@dataclass(frozen=True)
+class P:
+    """One panel: its kind, unit, thresholds and [(PromQL, legend)]."""
+
+    title: str
+    kind: str  # timeseries | stat | bargauge | table | heatmap
+    unit: str
+    steps: list
+    targets: list[tuple[str, str]]
+    width: int = 8
+    instant: bool = False
+    description: str = ""
+
+
+class Names:
+    """The GPU series of the site's GPU source, with `node` as the node label either way."""
+
+    def __init__(self, site: Site):
+        self.dcgm = site.monitor.gpu_source == "dcgm"
+
+    def gpu(self, what: str, sel: str = "", rate: str = "") -> str:
+        """A per-GPU series (labels node, gpu), filtered by the node selector `sel` (without braces);
+        rate: the rate over this window (of a counter)."""
+        slurmadm = {"util": "slurmadm_gpu_utilization_percent", "temp": "slurmadm_gpu_temperature_celsius",
+                    "power": "slurmadm_gpu_power_watts", "fb_used": "slurmadm_gpu_memory_used_bytes",
+                    "pcie": "slurmadm_gpu_pcie_replay_total"}
+        dcgm = {"util": "DCGM_FI_DEV_GPU_UTIL", "temp": "DCGM_FI_DEV_GPU_TEMP", "power": "DCGM_FI_DEV_POWER_USAGE",
+                "fb_used": "DCGM_FI_DEV_FB_USED", "pcie": "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"}
+        def r(series: str) -> str:
+            return f"rate({series}[{rate}])" if rate else series
+
+        if not self.dcgm:
+            return r(f"{slurmadm[what]}{{{sel}}}")
+        # dcgm-exporter names the node `Hostname`; FB_USED is in MiB
+        s = sel.replace("node=~", "Hostname=~")
+        expr = f'label_replace({r(f"{dcgm[what]}{{{s}}}")}, "node", "$1", "Hostname", "(.*)")'
+        return f"({expr} * 1048576)" if what == "fb_used" else expr
+
+
+def _panels(site: Site) -> list[tuple[str, list[P]]]:
+    n = Names(site)
+    c = 'cluster=~"$cluster"'
+    nodes = f'{c}, node=~"$node"'
+    part_info = f'slurmadm_node_partition_info{{{c}, partition=~"$partition"}}'
+    node_info = f'slurmadm_node_partition_info{{{c}, partition=~"$partition", node=~"$node"}}'
+
+    def per_part(node_expr: str) -> str:
+        """A per-node value summed per partition (a node in two partitions counts in both)."""
+        return f"sum by (partition) ({part_info} * on (node) group_left () ({node_expr}))"
+
+    def per_node(node_expr: str) -> str:
+        """A per-node value for the nodes of $partition."""
+        return f"max by (node) ({node_info} * on (node) group_left () ({node_expr}))"
+
+    cpu_busy = (f'sum by (node) (rate(slurmadm_node_cpu_seconds_total{{{c}, mode!~"idle|iowait"}}[$__rate_interval]))'
+                f" / sum by (node) (slurmadm_node_cpus{{{c}}})")
+    mem_used = (f"sum by (node) (slurmadm_node_memory_total_bytes{{{c}}} - "
+                f"slurmadm_node_memory_available_bytes{{{c}}})")
+    gpu_mem = f"sum by (node) ({n.gpu('fb_used', c)})"
+    power = f"sum by (node) ({n.gpu('power', c)})"
+    ib = f"sum by (node) (rate(slurmadm_ib_port_data_bytes_total{{{c}}}[$__rate_interval]))"
+    util = f"avg by (node) ({n.gpu('util', c)})"
+    fleet = [
+        P("GPUs by status", "bargauge", "short", NEUTRAL,
+          [(f"sum by (status) (slurmadm_partition_gpus{{{c}}})", "{{status}}")], 6, True),
+        P("Nodes by state", "bargauge", "short", NEUTRAL,
+          [(f"sum by (state) (slurmadm_node_state{{{c}}})", "{{state}}")], 6, True),
+        P("Fleet GPU utilisation (distribution over nodes)", "heatmap", "percent", GOOD_HIGH,
+          [(util, "{{node}}")], 12, description="Each node's mean GPU utilisation; Grafana buckets the series."),
+        P("Queue: pending jobs by reason", "timeseries", "short", NEUTRAL,
+          [(f"sum by (reason) (slurmadm_jobs_pending{{{c}}}) or vector(0)", "{{reason}}"),
+           (f"sum(slurmadm_jobs_running{{{c}}}) or vector(0)", "running")], 8),
+        P("Projects: GPUs in use / quota", "bargauge", "percentunit", FRACTION,
+          [(f"slurmadm_project_gpus_in_use{{{c}}} / on (project) slurmadm_project_gpu_quota{{{c}}}", "{{project}}")],
+          8, True),
+        P("Projects: GPU time used / budget", "bargauge", "percentunit", FRACTION,
+          [(f"(slurmadm_project_gpu_used_seconds{{{c}}} or on (project) "
+            f"(slurmadm_project_gpu_budget_seconds{{{c}}} * 0)) / on (project) slurmadm_project_gpu_budget_seconds"
+            f"{{{c}}}", "{{project}}")], 8, True),
+        P("GPU utilisation per partition", "timeseries", "percent", GOOD_HIGH,
+          [(f"avg by (partition) ({part_info} * on (node) group_left () ({util}))", "{{partition}}")], 8),
+        P("CPU busy per partition", "timeseries", "percentunit", NEUTRAL,
+          [(f"avg by (partition) ({part_info} * on (node) group_left () ({cpu_busy}))", "{{partition}}")], 8),
+        P("Memory used per partition", "timeseries", "bytes", NEUTRAL, [(per_part(mem_used), "{{partition}}")], 8),
+        P("GPU memory used per partition", "timeseries", "bytes", NEUTRAL, [(per_part(gpu_mem), "{{partition}}")], 8),
+        P("GPU power per partition", "timeseries", "watt", NEUTRAL, [(per_part(power), "{{partition}}")], 8),
+        P("InfiniBand throughput per partition", "timeseries", "Bps", NEUTRAL, [(per_part(ib), "{{partition}}")], 8),
+    ]
+    partition = [
+        P("GPU utilisation by node ($partition)", "timeseries", "percent", GOOD_HIGH,
+          [(per_node(util), "{{node}}")], 8),
+        P("GPU memory used by node", "timeseries", "bytes", NEUTRAL, [(per_node(gpu_mem), "{{node}}")], 8),
+        P("GPU power by node", "timeseries", "watt", NEUTRAL, [(per_node(power), "{{node}}")], 8),
+        P("CPU busy by node", "timeseries", "percentunit", NEUTRAL, [(per_node(cpu_busy), "{{node}}")], 8),
+        P("Memory used by node", "timeseries", "bytes", NEUTRAL, [(per_node(mem_used), "{{node}}")], 8),
+        P("InfiniBand throughput by node", "timeseries", "Bps", NEUTRAL, [(per_node(ib), "{{node}}")], 8),
+        P("Drained nodes by owner and reason", "table", "short", NEUTRAL,
+          [(f'sum by (owner, reason) (slurmadm_node_state{{{c}, owner!=""}}) or vector(0)', "{{owner}}: {{reason}}")],
+          12, True),
+        P("Failing health checks", "table", "short", BAD_HIGH,
+          [(f"sum by (node, check) (slurmadm_health_check_failing{{{nodes}}})", "{{node}} {{check}}")], 12, True),
+    ]
+    node = [
+        P("GPU utilisation ($node)", "timeseries", "percent", GOOD_HIGH,
+          [(f"max by (node, gpu) ({n.gpu('util', nodes)})", "{{node}} GPU{{gpu}}")], 8),
+        P("GPU temperature", "timeseries", "celsius", TEMP,
+          [(f"max by (node, gpu) ({n.gpu('temp', nodes)})", "{{node}} GPU{{gpu}}")], 8),
+        P("GPU power", "timeseries", "watt", NEUTRAL,
+          [(f"max by (node, gpu) ({n.gpu('power', nodes)})", "{{node}} GPU{{gpu}}")], 8),
+        P("GPU memory used", "timeseries", "bytes", NEUTRAL,
+          [(f"max by (node, gpu) ({n.gpu('fb_used', nodes)})", "{{node}} GPU{{gpu}}")], 8),
+        P("InfiniBand / RoCE port throughput", "timeseries", "Bps", NEUTRAL,
+          [(f"sum by (node, hca, port, direction) (rate(slurmadm_ib_port_data_bytes_total{{{nodes}}}"
+            f"[$__rate_interval]))", "{{node}} {{hca}}:{{port}} {{direction}}")], 8),
+        P("InfiniBand transmit wait (congestion)", "timeseries", "short", NEUTRAL,
+          [(f"sum by (node, hca, port) (rate(slurmadm_ib_port_transmit_wait_total{{{nodes}}}[$__rate_interval]))",
+            "{{node}} {{hca}}:{{port}}")], 8),
+        P("XIDs in the health window (by class)", "table", "short", BAD_HIGH,
+          [(f"max by (node, gpu, class) (slurmadm_gpu_xid_class_last{{{nodes}}})", "{{node}} GPU{{gpu}} {{class}}")],
+          8, True),
+        P("ECC errors (uncorrected, volatile)", "timeseries", "short", BAD_HIGH,
+          [(f'sum by (node) (slurmadm_gpu_ecc_errors_total{{{nodes}, type="uncorrected", scope="volatile"}})',
+            "{{node}}")], 8),
+        P("NVLink and PCIe errors", "timeseries", "short", BAD_HIGH,
+          [(f"sum by (node) (rate(slurmadm_gpu_nvlink_errors_total{{{nodes}}}[$__rate_interval]))", "{{node}} NVLink"),
+           (f"sum by (node) ({n.gpu('pcie', nodes, '$__rate_interval')})", "{{node}} PCIe replay")], 8),
+        P("InfiniBand ports up / errors", "timeseries", "short", NEUTRAL,
+          [(f"sum by (node) (slurmadm_ib_port_up{{{nodes}}})", "{{node}} ports up"),
+           (f"sum by (node) (rate(slurmadm_ib_port_errors_total{{{nodes}}}[$__rate_interval]))", "{{node}} errors/s")],
+          12),
+        P("Exporters: up and stale sources", "table", "short", BAD_HIGH,
+          [(f'up{{{c}, job=~"$node_job|$head_job"}}', "{{job}} {{instance}}"),
+           (f"sum by (job, source) (slurmadm_exporter_source_stale{{{c}}})", "{{job}} {{source}}")], 12, True),
+    ]
+    return [("Fleet", fleet), ("Partition $partition", partition), ("Node $node", node)]
+
+
+def _subs(site: Site) -> dict[str, str]:
+    """What the dashboard's variables stand for when the integration test runs the queries: every
+    cluster, partition and node."""
+    return {"$node_job": site.monitor.node_job, "$head_job": site.monitor.head_job, "$cluster": ".*",
+            "$partition": ".*", "$node": ".*", "$__rate_interval": "1m"}
 
 
 def panel_queries(site: Site) -> list[tuple[str, str]]:
     """(panel title, PromQL) for every query, with the dashboard variables substituted."""
-    subs = {"$node_job": site.monitor.node_job, "$head_job": site.monitor.head_job}
     out = []
-    for title, _kind, targets, _w in PANELS:
-        for expr, _legend in targets:
-            for k, v in subs.items():
-                expr = expr.replace(k, v)
-            out.append((title, expr))
+    for _row, panels in _panels(site):
+        for p in panels:
+            for expr, _legend in p.targets:
+                for k, v in _subs(site).items():
+                    expr = expr.replace(k, v)
+                out.append((p.title, expr))
     return out
 
 
-def build(site: Site) -> dict:
-    panels = []
-    x = y = 0
-    row_h = 8
-    for pid, (title, kind, targets, width) in enumerate(PANELS, start=1):
-        if x + width > 24:
-            x, y = 0, y + row_h
-        panel = {
-            "id": pid, "title": title, "type": kind, "datasource": {"type": "prometheus", "uid": "${datasource}"},
-            "gridPos": {"x": x, "y": y, "w": width, "h": row_h},
-            "targets": [{"refId": chr(65 + i), "expr": expr, "legendFormat": legend,
-                         "format": "heatmap" if kind == "heatmap" else ("table" if kind == "table" else "time_series"),
-                         "instant": kind in ("table", "bargauge", "stat")}
-                        for i, (expr, legend) in enumerate(targets)],
-        }
-        if kind == "heatmap":
-            panel["options"] = {"calculate": False, "yAxis": {"unit": "short"}}
-        panels.append(panel)
-        x += width
+def build(site: Site):
+    """The dashboard builder (grafana_foundation_sdk)."""
+    from grafana_foundation_sdk.builders import bargauge, heatmap, stat, table, timeseries
+    from grafana_foundation_sdk.builders.dashboard import (ConstantVariable, Dashboard, DatasourceVariable,
+                                                           QueryVariable, Row, ThresholdsConfig)
+    from grafana_foundation_sdk.builders.prometheus import Dataquery
+    from grafana_foundation_sdk.models.common import TimeZoneBrowser
+    from grafana_foundation_sdk.models.dashboard import (DataSourceRef, Threshold, ThresholdsMode,
+                                                         VariableRefresh)
+
+    kinds = {"timeseries": timeseries.Panel, "stat": stat.Panel, "bargauge": bargauge.Panel, "table": table.Panel,
+             "heatmap": heatmap.Panel}
+    ds = DataSourceRef(type_val="prometheus", uid="${datasource}")
     m = site.monitor
-    return {
-        "title": f"slurmadm: {site.cluster.name}",
-        "uid": f"slurmadm-{site.cluster.name}"[:40],
-        "tags": ["slurmadm", "slurm", "gpu"],
-        "timezone": "browser",
-        "schemaVersion": 39,
-        "refresh": "30s",
-        "time": {"from": "now-6h", "to": "now"},
-        "templating": {"list": [
-            {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Prometheus"},
-            {"name": "node_job", "type": "constant", "query": m.node_job, "hide": 2},
-            {"name": "head_job", "type": "constant", "query": m.head_job, "hide": 2},
-        ]},
-        "panels": panels,
-    }
+
+    def var(name: str, label: str, query: str) -> QueryVariable:
+        return (QueryVariable(name).label(label).datasource(ds).query(query).refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+                .multi(True).include_all(True).all_value(".*"))
+
+    d = (Dashboard(f"slurmadm: {site.cluster.name}")
+         .uid(f"slurmadm-{site.cluster.name}"[:40])
+         .tags(["slurmadm", "slurm", "gpu", m.gpu_source])
+         .refresh("30s").time("now-6h", "now").timezone(TimeZoneBrowser)
+         .with_variable(DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
+         .with_variable(var("cluster", "cluster", "label_values(slurmadm_nodes, cluster)"))
+         .with_variable(var("partition", "partition",
+                            'label_values(slurmadm_node_partition_info{cluster=~"$cluster"}, partition)'))
+         .with_variable(var("node", "node", 'label_values(slurmadm_node_partition_info{cluster=~"$cluster", '
+                                            'partition=~"$partition"}, node)'))
+         .with_variable(ConstantVariable("node_job").value(m.node_job))
+         .with_variable(ConstantVariable("head_job").value(m.head_job)))
+    for row, panels in _panels(site):
+        d = d.with_row(Row(row))
+        for p in panels:
+            b = (kinds[p.kind]().title(p.title).datasource(ds).unit(p.unit).span(p.width).height(8)
+                 .thresholds(ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE)
+                             .steps([Threshold(value=v, color=col) for v, col in p.steps])))
+            if p.description:
+                b = b.description(p.description)
+            if p.kind == "heatmap":
+                b = b.calculate(True)  # Grafana buckets the time series itself
+            if p.unit in ("percent",):
+                b = b.min(0).max(100)
+            for i, (expr, legend) in enumerate(p.targets):
+                q = Dataquery().expr(expr).legend_format(legend).ref_id(chr(65 + i))
+                q = q.instant() if p.instant else q.range()
+                if p.kind == "table":
+                    q = q.format("table")
+                b = b.with_target(q)
+            d = d.with_panel(b)
+    return d
+
+
+def to_dict(site: Site) -> dict:
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+
+    return json.loads(json.dumps(build(site).build(), cls=JSONEncoder))
 
 
 def render(site: Site) -> str:
-    return json.dumps(build(site), indent=2, sort_keys=False) + "\n"
+    return json.dumps(to_dict(site), indent=2, sort_keys=False) + "\n"

@@ -24,6 +24,7 @@ def prometheus_config(site: Site, *, rules_file: str, alertmanager: str,
     monitor.host_port) and dcgm-exporter (monitor.dcgm_job, gpu_source "dcgm") per node, each
     target labelled node=<name> (dcgm-exporter's series keep their own Hostname)."""
     m = site.monitor
+    c = site.cluster.name  # every target carries cluster=<name> (the dashboard's cluster variable)
     node_target = node_target or (lambda _i, name: f"{name}:{_port(m.node_listen)}")
     head_target = head_target or f"{site.cluster.controllers[0]}:{_port(m.head_listen)}"
     return {
@@ -35,13 +36,14 @@ def prometheus_config(site: Site, *, rules_file: str, alertmanager: str,
             # honor_labels: the exporter sets `node` itself; the target's `node` label (which `up`
             # carries) would otherwise rename the exporter's to `exported_node` on every series
             {"job_name": m.node_job, "honor_labels": True, "static_configs": [
-                {"targets": [node_target(i, n)], "labels": {"node": n}} for i, n in enumerate(site.node_names)]},
-            {"job_name": m.head_job, "static_configs": [{"targets": [head_target]}]},
+                {"targets": [node_target(i, n)], "labels": {"cluster": c, "node": n}} for i, n in enumerate(site.node_names)]},
+            {"job_name": m.head_job, "static_configs": [{"targets": [head_target], "labels": {"cluster": c}}]},
             *([{"job_name": m.host_job, "static_configs": [
-                {"targets": [f"{n}:{m.host_port}"], "labels": {"node": n}} for n in site.node_names]}]
+                {"targets": [f"{n}:{m.host_port}"], "labels": {"cluster": c, "node": n}} for n in site.node_names]}]
               if m.host_port else []),
             *([{"job_name": m.dcgm_job, "static_configs": [
-                {"targets": [(dcgm_target or (lambda _i, name: f"{name}:{m.dcgm_port}"))(i, n)], "labels": {"node": n}}
+                {"targets": [(dcgm_target or (lambda _i, name: f"{name}:{m.dcgm_port}"))(i, n)],
+                 "labels": {"cluster": c, "node": n}}
                 for i, n in enumerate(site.node_names)]}] if m.gpu_source == "dcgm" else []),
         ],
     }

@@ -82,8 +82,9 @@ def test_monitor_rules_and_dashboard_cli(site_file, tmp_path):
     out = r.invoke(cli, ["monitor", "dashboard", "--site", str(site_file), "--out", str(tmp_path / "d.json")])
     assert out.exit_code == 0
     dash = json.loads((tmp_path / "d.json").read_text())
-    assert len(dash["panels"]) == len(dashboard.PANELS)
-    assert all(t["expr"] for p in dash["panels"] for t in p["targets"])
+    rows = dashboard._panels(site_with())
+    assert len(dash["panels"]) == len(rows) + sum(len(panels) for _r, panels in rows)
+    assert all(t["expr"] for p in dash["panels"] if p["type"] != "row" for t in p["targets"])
 
 
 def test_every_dashboard_query_parses_in_promtool(tmp_path):
@@ -197,7 +198,7 @@ def test_prometheus_and_alertmanager_configs_pass_their_own_checkers(site_file, 
 
     cfg = yaml.safe_load(prom.read_text())
     nodes = cfg["scrape_configs"][0]["static_configs"]
-    assert len(nodes) == 128 and nodes[2] == {"targets": ["b200-003:9410"], "labels": {"node": "b200-003"}}
+    assert len(nodes) == 128 and nodes[2] == {"targets": ["b200-003:9410"], "labels": {"cluster": "b200", "node": "b200-003"}}
     am = tmp_path / "alertmanager.yml"
     assert r.invoke(cli, ["monitor", "alertmanager-config", "--site", str(site_file), "--out", str(am)]).exit_code == 0
     assert "credentials_file: /etc/slurmadm/webhook.token" in am.read_text()
