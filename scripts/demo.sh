@@ -188,6 +188,23 @@ wait_until 90 "the idle report" sh -c "slurmadm jobs idle --json | grep -q '\"jo
 slurmadm jobs idle || true
 scancel "$idle"
 
+# --- issue 23: the same stack with NVIDIA dcgm-exporter as the GPU source (a real capture per node)
+step "monitoring with dcgm-exporter as the GPU source (monitor.gpu_source = \"dcgm\")"
+slurmadm monitor dev-stack down --state-dir "$STATE" >/dev/null
+slurmadm monitor dev-stack up --state-dir "$STATE" --gpu-source dcgm
+job=$(sbatch --parsable -w b200-002 --gres=gpu:8 -J dcgm-demo -o /dev/null --wrap 'sleep 120')
+wait_until 60 "the prolog's hpc-job files" sh -c "ls $STATE/run/dcgm-jobs/b200-002/ 2>/dev/null | grep -q 7"
+echo "dcgm-exporter --hpc-job-mapping-dir files (one per GPU index, the job ids on it):"
+head "$STATE"/run/dcgm-jobs/b200-002/[0-7]
+wait_until 30 "hpc_job on the GPUs" python3 -c 'import json, sys, urllib.parse, urllib.request
+q = urllib.parse.urlencode({"query": "DCGM_FI_DEV_GPU_UTIL{hpc_job=\"%s\"}" % sys.argv[2]})
+r = json.load(urllib.request.urlopen(sys.argv[1] + "/api/v1/query?" + q))["data"]["result"]
+[print("  ", x["metric"]["Hostname"], "GPU" + x["metric"]["gpu"], x["metric"]["modelName"], "hpc_job=" + x["metric"]["hpc_job"]) for x in r[:3]]
+sys.exit(0 if r else 1)' "$PROM" "$job"
+scancel "$job"
+slurmadm monitor dev-stack down --state-dir "$STATE" >/dev/null
+slurmadm monitor dev-stack up --state-dir "$STATE" >/dev/null   # back to slurmadm's own GPU source
+
 step "the audit trail: who changed what, and why"
 slurmadm audit log --limit 8
 

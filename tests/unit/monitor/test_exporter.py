@@ -515,3 +515,77 @@ def test_utilisation_on_a_gpu_no_job_holds_is_flagged(node_exporter):
         gpus.clear(node_exporter.gdir, "b200-002")
         jobmap.record_from_env(job, "b200-002", str(node_exporter.jobs), "prolog")
     assert wait_for(lambda: value(node_exporter(), "slurmadm_gpu_unallocated_in_use", gpu="6") == 0, 20, interval=0.2)
+
+
+def test_infiniband_64_bit_counters_roce_ports_and_transmit_wait(tmp_path):
+    """counters_ext/*_64 (OFED's 64-bit data and packet counters) win over the 32-bit files; an
+    Ethernet (RoCE) port is read like an InfiniBand one; port_xmit_wait is read; a counter at its
+    width's maximum is saturated, one past it is read wider and is not."""
+    from slurmadm.exporter.sources import saturated
+
+    _port(tmp_path, "mlx5_0", "1", "4: ACTIVE", "5: LinkUp", "400 Gb/sec (4X NDR)", port_xmit_data=4294967295,
+          port_rcv_data=7, port_xmit_wait=12, symbol_error=65535)
+    ext = tmp_path / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "counters_ext"
+    ext.mkdir()
+    (ext / "port_xmit_data_64").write_text("123456789012\n")
+    _port(tmp_path, "mlx5_bond_0", "1", "4: ACTIVE", "5: LinkUp", "200 Gb/sec (4X HDR)", port_rcv_data=99)
+    (tmp_path / "class" / "infiniband" / "mlx5_bond_0" / "ports" / "1" / "link_layer").write_text("Ethernet\n")
+    ports = {p.hca: p for p in SysfsInfiniband(str(tmp_path)).read()}
+    ib, roce = ports["mlx5_0"], ports["mlx5_bond_0"]
+    assert ib.counters["port_xmit_data"] == 123456789012 and "port_xmit_data" in ib.wide
+    assert ib.counters["port_rcv_data"] == 7 and ib.counters["port_xmit_wait"] == 12
+    assert roce.link_layer == "Ethernet" and roce.counters["port_rcv_data"] == 99
+    assert saturated("symbol_error", 65535) and not saturated("symbol_error", 65534)
+    assert saturated("port_xmit_data", 4294967295) and not saturated("port_xmit_data", 4294967296)
+    assert not saturated("port_xmit_data", 4294967295, wide=True)
+
+
+def test_the_node_exporter_exports_roce_ports_throughput_wait_and_saturation(tmp_path):
+    from slurmadm.exporter.node import NodeCollector
+    from slurmadm.exporter.exposition import render
+
+    _port(tmp_path, "mlx5_0", "1", "4: ACTIVE", "5: LinkUp", "400 Gb/sec (4X NDR)", port_xmit_data=10,
+          port_xmit_wait=3, link_downed=255)
+    _port(tmp_path, "mlx5_bond_0", "1", "4: ACTIVE", "5: LinkUp", "200 Gb/sec (4X HDR)", port_rcv_data=5)
+    (tmp_path / "class" / "infiniband" / "mlx5_bond_0" / "ports" / "1" / "link_layer").write_text("Ethernet\n")
+
+    class Empty:
+        def read(self):
+            return []
+
+    class Reg:
+        def __init__(self, c):
+            self.c = c
+
+        def collect(self):
+            return self.c.collect()
+
+    class Nothing:
+        def read(self):
+            return None
+
+    c = NodeCollector(node="n1", gpus=Nothing(), ib=SysfsInfiniband(str(tmp_path)), host=Nothing(),
+                      health=Empty(), xids=Empty(), job_map_dir=str(tmp_path / "j"), cache_s=0, deadline_s=2,
+                      idle_util_percent=0)
+    text = render(Reg(c)).decode()
+    assert value(text, "slurmadm_ib_port_data_bytes_total", hca="mlx5_0", direction="transmit") == 40  # 4-byte words
+    assert value(text, "slurmadm_ib_port_data_bytes_total", hca="mlx5_bond_0", direction="receive") == 20
+    assert value(text, "slurmadm_ib_port_info", hca="mlx5_bond_0", link_layer="Ethernet") == 1
+    assert value(text, "slurmadm_ib_port_transmit_wait_total", hca="mlx5_0") == 3
+    assert value(text, "slurmadm_ib_port_saturated", hca="mlx5_0", counter="link_downed") == 1  # 8 bits
+    assert value(text, "slurmadm_ib_port_saturated", hca="mlx5_0", counter="port_xmit_data") == 0
+
+
+def test_the_stand_in_fabric_has_a_roce_port_and_moving_counters(tmp_path):
+    from slurmadm.devcluster import ibsysfs
+
+    hcas = ibsysfs.write_healthy(tmp_path, "b200-001", BUILTIN_PROFILES["hgx-b200"])
+    ports = {p.hca: p for p in SysfsInfiniband(str(ibsysfs.root_of(tmp_path, "b200-001"))).read()}
+    assert set(ports) == {*hcas, ibsysfs.ROCE_HCA} and ports[ibsysfs.ROCE_HCA].link_layer == "Ethernet"
+    assert ports[hcas[0]].counters["port_xmit_data"] == 0
+    ibsysfs.ib_fault(tmp_path, "b200-001", hcas[1], "down")
+    assert ibsysfs.tick(tmp_path, ["b200-001"], 2.0) == len(hcas)  # the down port does not move
+    after = {p.hca: p for p in SysfsInfiniband(str(ibsysfs.root_of(tmp_path, "b200-001"))).read()}
+    for h in (hcas[0], ibsysfs.ROCE_HCA):
+        assert after[h].counters["port_xmit_data"] > 2**30 and after[h].counters["port_xmit_wait"] > 0
+    assert after[hcas[1]].counters["port_xmit_data"] == 0
