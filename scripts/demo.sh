@@ -190,7 +190,7 @@ scancel "$idle"
 
 # --- issue 23: the same stack with NVIDIA dcgm-exporter as the GPU source (a real capture per node)
 step "monitoring with dcgm-exporter as the GPU source (monitor.gpu_source = \"dcgm\")"
-slurmadm monitor dev-stack down --state-dir "$STATE" >/dev/null
+slurmadm monitor dev-stack down --state-dir "$STATE" >/dev/null 2>&1
 slurmadm monitor dev-stack up --state-dir "$STATE" --gpu-source dcgm
 job=$(sbatch --parsable -w b200-002 --gres=gpu:8 -J dcgm-demo -o /dev/null --wrap 'sleep 120')
 wait_until 60 "the prolog's hpc-job files" sh -c "ls $STATE/run/dcgm-jobs/b200-002/ 2>/dev/null | grep -q 7"
@@ -202,8 +202,8 @@ r = json.load(urllib.request.urlopen(sys.argv[1] + "/api/v1/query?" + q))["data"
 [print("  ", x["metric"]["Hostname"], "GPU" + x["metric"]["gpu"], x["metric"]["modelName"], "hpc_job=" + x["metric"]["hpc_job"]) for x in r[:3]]
 sys.exit(0 if r else 1)' "$PROM" "$job"
 scancel "$job"
-slurmadm monitor dev-stack down --state-dir "$STATE" >/dev/null
-slurmadm monitor dev-stack up --state-dir "$STATE" >/dev/null   # back to slurmadm's own GPU source
+slurmadm monitor dev-stack down --state-dir "$STATE" >/dev/null 2>&1
+slurmadm monitor dev-stack up --state-dir "$STATE" >/dev/null 2>&1   # back to slurmadm's own GPU source
 
 step "the audit trail: who changed what, and why"
 slurmadm audit log --limit 8

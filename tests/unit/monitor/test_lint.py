@@ -101,3 +101,24 @@ def test_the_node_scrape_job_keeps_the_exporters_node_label():
     job = next(j for j in cfg["scrape_configs"] if j["job_name"] == site.monitor.node_job)
     assert job["honor_labels"] is True
     assert all(sc["labels"]["node"] for sc in job["static_configs"])
+
+
+def test_prometheus_config_with_dcgm_exporter_and_node_exporter_passes_promtool(tmp_path):
+    import tomllib
+
+    import tomli_w
+    import yaml
+
+    data = tomllib.loads((REPO / "site.example.toml").read_text())
+    data["monitor"].update(gpu_source="dcgm", host_port=9100)
+    site = parse_site(tomli_w.dumps(data), source="t.toml")
+    cfg = promconfig.prometheus_config(site, rules_file=str(tmp_path / "r.yml"), alertmanager="am:9093")
+    (tmp_path / "r.yml").write_text("groups: []\n")
+    jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
+    assert jobs[site.monitor.dcgm_job]["static_configs"][0] == {"targets": ["b200-001:9400"],
+                                                                "labels": {"cluster": "b200", "node": "b200-001"}}
+    assert jobs[site.monitor.host_job]["static_configs"][0]["targets"] == ["b200-001:9100"]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(cfg))
+    p = subprocess.run(["promtool", "check", "config", str(path)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
