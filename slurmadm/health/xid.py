@@ -10,8 +10,9 @@ shapes `line_time` knows (syslog, syslog with microseconds, ISO-8601 / RFC 3339,
 An XID line whose time cannot be read is an error naming the line, never "now".
 
 Classification is NVIDIA's Xid catalog, kept as data next to this module
-(`data/xid_catalog.csv`, and `data/xid_nvlink5.csv` for the NVLink5 144-150 sub-codes): the
-catalog's immediate action decides. RESET_GPU / RESTART_BM / the NVLink and DBE workflows and a
+(`data/xid_catalog.csv`, and `data/xid_nvlink5.csv` for the NVLink5 144-150 sub-codes; a
+144-150 line printed without its register tuple is decoded from its unit and Fatal/Nonfatal
+word, the catalog's rows of that unit and severity): the catalog's immediate action decides. RESET_GPU / RESTART_BM / the NVLink and DBE workflows and a
 154 that asks for a reset or reboot fail; IGNORE-class events that still say something about
 the hardware (63 remap recorded, 92 high SBE rate, 94 "reset when convenient", 157) warn;
 application errors (RESTART_APP, IGNORE) are info. An XID the catalog does not list warns and
@@ -92,6 +93,8 @@ XID_RE = _Pattern(
     r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.\d)?"
     r"(?:\s+GPU-I:(\d+))?(?:\s+GPU-CI:(\d+))?\):\s*(\d+),\s?(.*)$")
 NVLINK5_RE = _Pattern(r"^\s*([A-Z][A-Z0-9_]*)\s+(Fatal|Nonfatal|Non-fatal)\b.*?\(\s*(0x[0-9a-fA-F]+)\s+(0x[0-9a-fA-F]+)")
+# the same line as some drivers print it, without the register tuple: unit and flag only
+NVLINK5_BARE_RE = _Pattern(r"^\s*([A-Z][A-Z0-9_]*)\s+(Fatal|Nonfatal|Non-fatal)\b")
 RECOVERY_RE = _Pattern(r"recovery action changed from 0x([0-9a-fA-F]+)\b.*? to 0x([0-9a-fA-F]+)\b")
 
 ISO_RE = _Pattern(r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s")
@@ -213,7 +216,7 @@ def _nvlink5(xid: int, text: str) -> tuple[str, str, str] | None:
     """(sub-code name, immediate action, severity) of an NVLink5 line, from the decode table."""
     m = NVLINK5_RE.match(text)
     if not m:
-        return None
+        return _nvlink5_bare(xid, text)
     unit, flag, intr, status = m.group(1), m.group(2), int(m.group(3), 16), int(m.group(4), 16)
     fatal = flag == "Fatal"
     link_field = (intr >> 20) & 0x3F
@@ -230,6 +233,35 @@ def _nvlink5(xid: int, text: str) -> tuple[str, str, str] | None:
     # not in the decode table: the line's own flag decides (slurmadm's rule)
     return f"{unit} status 0x{status:08x} (not in the decode table; {flag})", \
         "RESET_GPU" if fatal else "CONTACT_SUPPORT", flag
+
+
+_VERDICT_RANK = {"fail": 3, "warn": 2, "info": 1}
+
+
+def _nvlink5_bare(xid: int, text: str) -> tuple[str, str, str] | None:
+    """A 144-150 line without its `(0x... 0x...)` tuple: the catalog's rows for the printed unit
+    whose severity is the printed flag (Nonfatal: "Non-fatal" and the promotable "Non-fatal*"
+    rows; Fatal: "Fatal", "Link Fatal", and the promotable rows with their Action 2) decide, the
+    worst of them winning. A unit the decode table does not list falls back to the flag."""
+    m = NVLINK5_BARE_RE.match(text)
+    if not m:
+        return None
+    unit, flag = m.group(1), m.group(2)
+    fatal = flag == "Fatal"
+    actions = []
+    for r in nvlink5_rules():
+        if r.xid != xid or unit not in r.units:
+            continue
+        nonfatal_row = r.severity.startswith("Non-fatal")
+        if fatal and r.fatal_immediate:
+            actions.append(r.fatal_immediate)
+        elif fatal != nonfatal_row:
+            actions.append(r.immediate)
+    if not actions:
+        return f"{unit} {flag} (no status in the line; unit not in the decode table)", \
+            "RESET_GPU" if fatal else "CONTACT_SUPPORT", flag
+    worst = max(actions, key=lambda a: _VERDICT_RANK.get(ACTION_VERDICT.get(a, ("warn", ""))[0], 2))
+    return f"{unit} {flag} (no status in the line)", worst, flag
 
 
 def classify_event(xid: int, text: str = "", overrides: dict[str, str] | None = None) -> Verdict:

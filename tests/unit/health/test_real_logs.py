@@ -195,3 +195,22 @@ def test_nccl_older_layout_counts_the_footer_not_the_error_column():
 def test_nccl_no_average_line_still_cannot_run():
     with pytest.raises(CannotRun):
         nccl.parse_all_reduce_perf("NCCL WARN Cuda failure 'out of memory'\n")
+
+
+# ------------------------------------------------------------------------------------ issue 25
+
+
+def test_nvlink5_line_without_the_tuple_is_decoded_from_unit_and_flag():
+    """`145, RLW_REMAP Nonfatal XC0 i0 Link 02` (no register tuple) was "fail, needs reset": the
+    catalog's Non-fatal rows for RLW_REMAP are IGNORE / XID_154_EVAL."""
+    now = ts("2026-11-29T12:00:00+00:00")
+    found = by_xid(xid.summarize(xid.events_from_file(str(FIX / "xid-nvlink5-bare.log"), now), now=now,
+                                 window_s=3600))
+    remap = found[("0000:5f:00", 145)]
+    assert (remap.verdict, remap.needs) == ("info", "") and "RLW_REMAP Nonfatal" in remap.name
+    assert remap.action in ("IGNORE", "XID_154_EVAL")
+    fatal = found[("0000:6f:00", 145)]  # the catalog's Fatal rows for RLW_SRC_TRACK: RESET_GPU
+    assert (fatal.verdict, fatal.action, fatal.needs) == ("fail", "RESET_GPU", "reset")
+    # a unit the decode table does not list: the flag decides
+    odd = xid.classify_event(146, "TLW_NEWUNIT Nonfatal XC0 i0 Link 1")
+    assert odd.verdict == "warn" and "not in the decode table" in odd.name
