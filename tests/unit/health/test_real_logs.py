@@ -183,13 +183,16 @@ def test_kept_events_survive_a_wrapped_ring_buffer():
 
 
 def test_nccl_wrong_results_in_g_format_and_footer():
-    bw, wrong = nccl.parse_all_reduce_perf((FIX / "nccl-wrong.txt").read_text())
-    assert wrong == 1048576 and bw == pytest.approx(763.065)
+    got = nccl.parse_all_reduce_perf((FIX / "nccl-wrong.txt").read_text())
+    assert got.busbw == pytest.approx(763.065) and got.failing_points == 1
+    assert got.wrong_elements == 1048580  # %g's 1.04858e+06, rounded as printed
+    assert got.describe() == "1 failing test point (1048580 wrong elements)"
 
 
 def test_nccl_older_layout_counts_the_footer_not_the_error_column():
-    bw, wrong = nccl.parse_all_reduce_perf((FIX / "nccl-wrong-old.txt").read_text())
-    assert (bw, wrong) == (128.942, 2)
+    got = nccl.parse_all_reduce_perf((FIX / "nccl-wrong-old.txt").read_text())
+    assert (got.busbw, got.failing_points, got.wrong_elements) == (128.942, 2, 0)
+    assert got.describe() == "2 failing test points"
 
 
 def test_nccl_no_average_line_still_cannot_run():
@@ -214,3 +217,44 @@ def test_nvlink5_line_without_the_tuple_is_decoded_from_unit_and_flag():
     # a unit the decode table does not list: the flag decides
     odd = xid.classify_event(146, "TLW_NEWUNIT Nonfatal XC0 i0 Link 1")
     assert odd.verdict == "warn" and "not in the decode table" in odd.name
+
+
+@pytest.mark.parametrize("name,busbw", [
+    ("nccl-tag-output.txt", 156.742),  # mpirun --tag-output
+    ("nccl-timestamp-output.txt", 156.742),  # mpirun --timestamp-output --tag-output
+    ("nccl-srun-label.txt", 25.3468),  # srun --label
+])
+def test_nccl_output_under_a_launcher_is_parsed(name, busbw):
+    """`[1,0]<stdout>:` lines were "cannot run" (and drained the node with on_error = fail)."""
+    got = nccl.parse_all_reduce_perf((FIX / name).read_text())
+    assert (got.busbw, got.wrong) == (pytest.approx(busbw), False)
+
+
+def test_nccl_footer_counts_test_points_and_rows_count_elements():
+    got = nccl.parse_all_reduce_perf((FIX / "nccl-wrong-points.txt").read_text())
+    assert (got.failing_points, got.wrong_elements) == (4, 128)
+    assert got.describe() == "4 failing test points (128 wrong elements)"
+
+
+def test_a_valid_bandwidth_under_mpirun_never_drains(monkeypatch):
+    """The check end to end with on_error = "fail": all_reduce_perf behind a wrapper that launches
+    it with mpirun --tag-output printed a valid bandwidth: the node passes."""
+    import time
+
+    from slurmadm.health import checks as C
+    from slurmadm.health.config import Thresholds
+    from slurmadm.health.runner import run_checks
+    from tests.unit.health.test_runner import cfg, spec
+
+    text = (FIX / "nccl-tag-output.txt").read_text()
+
+    class Proc:
+        returncode, stdout, stderr = 0, text, ""
+
+    monkeypatch.setattr(nccl.shutil, "which", lambda exe: "/usr/bin/all_reduce_perf")
+    monkeypatch.setattr(nccl, "run", lambda *a, **k: Proc())
+    c = cfg(on_error="fail", thresholds=Thresholds(150.0, 87, 95, 50_000_000, 10, 1.1, 100))  # p5's floor
+    pol = C.policy(spec("nccl-allreduce", nccl.check, needs_nvml=False), c)  # no NVML here
+    [res] = run_checks([pol], C.Ctx(cfg=c, context="run", now=time.time()), deadline=time.monotonic() + 5)
+    assert res.status == "pass" and res.action != "drain", res
+    assert "156.7" in res.detail
