@@ -7,7 +7,9 @@ instance. Sources: /dev/kmsg (records `prio,seq,usec,flags;message`), the journa
 (`journalctl -k -b -o json`), or a log file whose lines start with a timestamp in one of the
 shapes `line_time` knows (syslog, syslog with microseconds, ISO-8601 / RFC 3339, `dmesg -T`,
 `dmesg --time-format iso`, raw dmesg and `journalctl -o short-monotonic` seconds since boot).
-An XID line whose time cannot be read is an error naming the line, never "now".
+An XID line whose timestamp format is unknown is an error naming the line, never "now". A
+seconds-since-boot stamp is dated from its boot (see `events_from_file`); one whose boot the log
+does not date is kept as recent and says so: a fault never vanishes because its time is unknown.
 
 Classification is NVIDIA's Xid catalog, kept as data next to this module
 (`data/xid_catalog.csv`, and `data/xid_nvlink5.csv` for the NVLink5 144-150 sub-codes; a
@@ -101,6 +103,12 @@ ISO_RE = _Pattern(r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-
 SYSLOG_RE = _Pattern(r"^([A-Z][a-z]{2}\s+\d{1,2} \d{2}:\d{2}:\d{2})(\.\d+)?\s")
 DMESG_T_RE = _Pattern(r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]\s")
 MONO_RE = _Pattern(r"^\[\s*(\d+\.\d+)\]\s")
+# boot markers of seconds-since-boot logs: journalctl's separator between boots, and the kernel's
+# `rtc_cmos 00:00: setting system clock to 2026-11-29T10:00:00 UTC (1795860000)` (hctosys), which
+# dates the boot it is logged in
+BOOT_SEP_RE = _Pattern(r"^-- (?:Boot [0-9a-fA-F]+|Reboot) --")
+RTC_RE = _Pattern(r"setting system clock to \S+ UTC \((\d+)\)")
+MONO_SLACK_S = 60.0  # a stamp this far past the uptime still reads as this boot (clock granularity)
 
 # Read at most this much from the end of a log file (a prolog must not read a year of kern.log).
 TAIL_BYTES = 4 << 20
@@ -182,6 +190,10 @@ class XidEvent:
     text: str = ""  # what follows "<xid>, " (sub-codes, recovery action)
     gi: int | None = None  # MIG GPU instance, when the driver attributed the error to one
     ci: int | None = None
+    # when it was logged is not known (a seconds-since-boot stamp of a boot the log does not
+    # date): `ts` is then "now", or just before the next boot the log does date, and the
+    # finding says so; it is never dropped for it
+    undated: str = ""
 
 
 @record
@@ -200,6 +212,7 @@ class XidFinding:
     pending: bool = False  # only failing because the reset it needs has not been seen (outside the window)
     resolved: str = ""  # "reboot", "reset", "ack": what cleared a reset-class fault
     mig: list[str] = field(default_factory=list)
+    undated: str = ""  # why its time is not known (XidEvent.undated)
 
 
 @record(frozen=True)
@@ -351,10 +364,56 @@ def line_time(line: str, now: float, boot: float | None = None) -> float | None:
     return None
 
 
+class _Boot:
+    """The seconds-since-boot lines of one boot in a log file."""
+
+    __slots__ = ("wall", "top", "events")
+
+    def __init__(self) -> None:
+        self.wall: float | None = None  # when this boot began, if the log says
+        self.top = 0.0  # its highest stamp
+        self.events: list[tuple[float, XidEvent]] = []
+
+
 def events_from_file(path: str, now: float, boot: float | None = None) -> list[XidEvent]:
-    out = []
+    """XIDs of a log file. Wall-clock stamps are read as `line_time` does. Seconds-since-boot
+    stamps (raw dmesg, `journalctl -o short-monotonic`) are split into boots at each boot marker
+    (a stamp lower than the one before, journalctl's `-- Boot ... --`), and dated from what dates
+    their boot: the kernel's `setting system clock to ... (epoch)` line, else, for the last boot
+    of the file only, this machine's boot when its stamps fit this machine's uptime. A line of a
+    boot nothing dates is kept, never dropped: at "now", or just before the next dated boot, with
+    `undated` saying why. `journalctl -o json` lines carry their own realtime stamp."""
+    this_boot = boot_time() if boot is None else boot
+    out: list[XidEvent] = []
+    boots: list[_Boot] = []
+    cur: _Boot | None = None
+    last = -1.0
     for line in _file_lines(path):
+        if line.startswith("["):
+            m = MONO_RE.match(line)
+            if m:
+                mono = float(m.group(1))
+                if cur is None or mono < last:
+                    cur = _Boot()
+                    boots.append(cur)
+                last = mono
+                cur.top = max(cur.top, mono)
+                if "setting system clock" in line:
+                    rtc = RTC_RE.search(line)
+                    if rtc:
+                        cur.wall = int(rtc.group(1)) - mono
+                if "NVRM: Xid" in line:
+                    ev = parse_line(line, 0.0)
+                    if ev is not None:
+                        cur.events.append((mono, ev))
+                continue
+        elif line.startswith("-- ") and BOOT_SEP_RE.match(line):
+            cur = None
+            continue
         if "NVRM: Xid" not in line:
+            continue
+        if line.startswith("{"):
+            out.extend(events_from_journal_json(line))
             continue
         ev = parse_line(line, 0.0)
         if ev is None:
@@ -364,7 +423,24 @@ def events_from_file(path: str, now: float, boot: float | None = None) -> list[X
             raise XidSourceError(f"{path}: cannot tell when this XID line was logged (unknown timestamp format; "
                                  f"use syslog, ISO-8601, dmesg -T or journalctl short-iso/-precise): {line[:100]}")
         out.append(XidEvent(ts, ev.pci, ev.xid, ev.line, ev.text, ev.gi, ev.ci))
-    return out
+    if boots and boots[-1].wall is None and boots[-1].top <= now - this_boot + MONO_SLACK_S:
+        boots[-1].wall = this_boot
+    upper: float | None = None  # the next dated boot's start
+    for b in reversed(boots):
+        for mono, ev in b.events:
+            if b.wall is not None:
+                out.append(XidEvent(b.wall + mono, ev.pci, ev.xid, ev.line, ev.text, ev.gi, ev.ci))
+            elif upper is not None:
+                out.append(XidEvent(upper - 0.001, ev.pci, ev.xid, ev.line, ev.text, ev.gi, ev.ci,
+                                    undated=f"stamped {mono:.0f} s after a boot the log does not date; "
+                                            "before the next boot"))
+            else:
+                out.append(XidEvent(now, ev.pci, ev.xid, ev.line, ev.text, ev.gi, ev.ci,
+                                    undated=f"stamped {mono:.0f} s after a boot the log does not date "
+                                            "(not this boot); treated as recent"))
+        if b.wall is not None:
+            upper = b.wall  # an undated boot before this one is still before it
+    return sorted(out, key=lambda e: e.ts)
 
 
 _CACHE: dict[tuple[str, float], tuple[float, list]] = {}
@@ -529,7 +605,8 @@ def summarize(events: list[XidEvent], *, now: float, window_s: float,
         f = found.get(key)
         if f is None:
             f = found[key] = XidFinding(ev.pci, ev.xid, v.name, v.action, verdict, 0, ev.ts, ev.ts,
-                                        needs=v.needs if not resolved else "", resolved=resolved)
+                                        needs=v.needs if not resolved else "", resolved=resolved,
+                                        undated=ev.undated)
             f.pending = True
         f.count += 1
         f.first_ts = min(f.first_ts, ev.ts)

@@ -258,3 +258,49 @@ def test_a_valid_bandwidth_under_mpirun_never_drains(monkeypatch):
     [res] = run_checks([pol], C.Ctx(cfg=c, context="run", now=time.time()), deadline=time.monotonic() + 5)
     assert res.status == "pass" and res.action != "drain", res
     assert "156.7" in res.detail
+
+
+def test_raw_stamps_past_the_uptime_are_kept_as_recent_not_dropped():
+    """Issue 25.3, measured: a raw-dmesg file with an XID 79 and an XID 119 passed ("2 XID lines
+    in the log, 0 in the last 60 min"): stamped later than the uptime, both were dropped."""
+    now = ts("2026-11-29T12:00:00+00:00")
+    boot = now - 3600  # up one hour; the lines say 8659 s and 9123 s: another boot's
+    events = xid.events_from_file(str(FIX / "xid-raw-dmesg.log"), now, boot=boot)
+    assert [(e.xid, e.ts) for e in events] == [(79, now), (119, now)]
+    assert all("treated as recent" in e.undated for e in events)
+    found = by_xid(xid.summarize(events, now=now, window_s=3600, boot=boot))
+    assert found[("0000:01:00", 79)].verdict == "fail" and found[("0000:02:00", 119)].verdict == "fail"
+
+
+def test_xid_check_fails_on_undated_lines_and_says_so(monkeypatch):
+    import time
+
+    from slurmadm.health import checks as C
+    from tests.unit.health.test_runner import cfg
+
+    monkeypatch.setattr(xid, "boot_time", lambda: time.time() - 3600)
+    out = C.xid(C.Ctx(cfg=cfg(xid_source=str(FIX / "xid-raw-dmesg.log")), context="run", now=time.time()))
+    texts = [f.text for f in out.findings if f.level == "fail"]
+    assert any("XID 79" in t and "treated as recent" in t for t in texts), texts
+    assert any("XID 119" in t for t in texts), texts
+    assert "logged at a time the log does not tell" in out.note
+
+
+def test_raw_stamps_of_an_earlier_boot_are_not_dated_into_this_one():
+    now = ts("2026-11-28T10:30:00+00:00")
+    events = xid.events_from_file(str(FIX / "xid-raw-two-boots.log"), now, boot=now - 86400 * 3)
+    by = {e.xid: e for e in events}
+    # the second boot is dated by its hctosys line: 10:00:00 UTC - 2.512345 s, + 600.25 s
+    assert by[119].ts == pytest.approx(1795860000 - 2.512345 + 600.25) and not by[119].undated
+    # the first boot is not dated: its 79 happened before the second boot, not "8659 s into it"
+    boot2 = 1795860000 - 2.512345
+    assert by[79].ts < boot2 and "before the next boot" in by[79].undated
+    found = by_xid(xid.summarize(events, now=now, window_s=3600, boot=boot2))
+    assert found[("0000:01:00", 79)].resolved == "reboot"  # the reboot after it cleared it
+
+
+def test_journal_json_lines_in_a_file_carry_their_realtime(tmp_path):
+    path = tmp_path / "kern.json"
+    path.write_text('{"MESSAGE":"%s","__REALTIME_TIMESTAMP":"1783749086000000"}\n' % LINE)
+    [ev] = xid.events_from_file(str(path), NOW)
+    assert ev.ts == 1783749086.0 and not ev.undated
