@@ -240,7 +240,8 @@ def xid(ctx: Ctx) -> Outcome:
                 out.fail(text) if verdict == "fail" else out.warn(text)
     findings = xidmod.summarize(events, now=ctx.now, window_s=cfg.xid_window_minutes * 60,
                                 overrides=cfg.xid_actions, boot=xidmod.boot_time(), ack=ack,
-                                recovery_none=recovery_none)
+                                recovery_none=recovery_none,
+                                driver=ctx.nvml.driver_version if ctx.nvml is not None else "")
     pending = 0
     for f in findings:
         if f.verdict not in ("fail", "warn"):

@@ -22,7 +22,8 @@ names itself. Sites override any XID with `health.xid_actions`.
 
 A fault whose action is a GPU reset or node reboot stays failing past the time window until
 the reset is seen: the node booted after it, a later `154 ... to 0x0 (None)` line for that GPU,
-NVML's recovery-action field reading "none" (drivers with Xid 154 linkage), or an admin resumed
+NVML's recovery-action field reading "none" (from the driver release the catalog gives as that
+XID's "Xid 154 linkage" on; before it the field stays 0 whatever happened), or an admin resumed
 the node (the engine records that as an acknowledgement time).
 """
 
@@ -308,6 +309,29 @@ def classify_event(xid: int, text: str = "", overrides: dict[str, str] | None = 
     return v
 
 
+def driver_release(version: str) -> int | None:
+    """The release branch of a driver version: `570.133.20` -> 570 (None when unknown)."""
+    head = version.strip().split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def linked(xid: int, driver: str) -> bool:
+    """Whether this XID sets NVML's recovery action on this driver: 154 itself, or an XID the
+    catalog gives an "Xid 154 linkage" release for and the running driver is that release or
+    later (before it, the field stays 0 whatever happened). A linkage without a release
+    (`yes`) counts on any driver; an unknown driver counts for none."""
+    if xid == 154:
+        return True
+    entry = catalog().get(xid)
+    if entry is None or not entry.linkage:
+        return False
+    since = entry.linkage.lstrip("Rr")
+    if not since.isdigit():
+        return True
+    running = driver_release(driver)
+    return running is not None and running >= int(since)
+
+
 def classify(xid: int, overrides: dict[str, str] | None = None) -> tuple[str, str, str]:
     """(name, NVIDIA's immediate action, our verdict) of an XID without its message text."""
     v = classify_event(xid, "", overrides)
@@ -561,13 +585,14 @@ def read_events(source: str, node: str, now: float) -> list[XidEvent]:
 
 def summarize(events: list[XidEvent], *, now: float, window_s: float,
               overrides: dict[str, str] | None = None, boot: float | None = None, ack: float = 0.0,
-              recovery_none: set[str] | frozenset[str] = frozenset()) -> list[XidFinding]:
+              recovery_none: set[str] | frozenset[str] = frozenset(), driver: str = "") -> list[XidFinding]:
     """Findings, one per (GPU, XID, sub-code), oldest first: events inside the window, plus
     reset- or reboot-class events (any age) whose reset has not been seen since.
 
     `boot`: when the node booted (events before it were cleared by the reboot). `ack`: an admin
     resumed the node at this time (older events are acknowledged). `recovery_none`: GPUs (PCI
-    keys) whose NVML recovery-action field reads "none" now (a driver with Xid 154 linkage)."""
+    keys) whose NVML recovery-action field reads "none" now; it clears an XID only when `driver`
+    (the running driver's version) has that XID's Xid 154 linkage (`linked`)."""
     reset_seen: dict[str, float] = {}
     for ev in events:
         if ev.xid == 154:
@@ -584,15 +609,13 @@ def summarize(events: list[XidEvent], *, now: float, window_s: float,
         in_window = ev.ts >= now - window_s
         resolved = ""
         if v.needs:
-            entry = catalog().get(ev.xid)
-            linked = ev.xid == 154 or bool(entry and entry.linkage)
             if boot is not None and ev.ts < boot:
                 resolved = "reboot"
             elif ev.ts <= ack:
                 resolved = "ack"
             elif v.needs == "reset" and reset_seen.get(ev.pci, 0.0) > ev.ts:
                 resolved = "reset"
-            elif v.needs == "reset" and linked and ev.pci in recovery_none:
+            elif v.needs == "reset" and ev.pci in recovery_none and linked(ev.xid, driver):
                 resolved = "reset"
         verdict = v.verdict
         if v.needs and resolved:

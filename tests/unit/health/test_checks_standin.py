@@ -186,6 +186,30 @@ def test_old_app_xids_age_out_but_reset_class_ones_wait_for_the_reset(node):
     assert r["status"] == "pass", r
 
 
+def test_nvml_recovery_none_counts_only_from_the_linkage_release(node):
+    """Issue 25.6: on a driver older than the catalog's "Xid 154 linkage" release (R565 for 95)
+    NVML's recovery-action field stays 0 whatever happened: an old reset-class XID must not read
+    as "reset done" there. The stand-in plays a 560 driver (its field 230 then stays 0)."""
+    from datetime import datetime, timedelta, timezone
+
+    site = node.tmp / "site.toml"
+    data = tomllib.loads(site.read_text())
+    data["health"]["xid_window_minutes"] = 1
+    site.write_text(tomli_w.dumps(data))
+    deadline = time.monotonic() + 120
+    while time.clock_gettime(time.CLOCK_BOOTTIME) < 100 and time.monotonic() < deadline:
+        time.sleep(1)
+    gpus.set_versions(node.gdir, NODE, driver_version="560.35.03", cuda_version="12.6")
+    gpus.inject(node.gdir, NODE, 2, "xid", "95", now=datetime.now(timezone.utc) - timedelta(seconds=90))
+    r = node("xid")["by_id"]["xid"]
+    assert r["status"] == "fail" and "GPU2 XID 95" in r["detail"] and "no GPU reset seen since" in r["detail"], r
+    assert "NVML recovery action" not in r["detail"]  # the old driver's field reads 0
+    gpus.set_versions(node.gdir, NODE, driver_version=DRIVER, cuda_version="12.8")  # R570: linked
+    gpus.clear(node.gdir, NODE, 2, "xid")  # and the field back at 0: as after a reset
+    r = node("xid")["by_id"]["xid"]
+    assert r["status"] == "pass", r
+
+
 def test_repeated_xid_is_reported_once_with_a_count(node):
     for _ in range(3):
         gpus.inject(node.gdir, NODE, 4, "xid", "119")

@@ -304,3 +304,24 @@ def test_journal_json_lines_in_a_file_carry_their_realtime(tmp_path):
     path.write_text('{"MESSAGE":"%s","__REALTIME_TIMESTAMP":"1783749086000000"}\n' % LINE)
     [ev] = xid.events_from_file(str(path), NOW)
     assert ev.ts == 1783749086.0 and not ev.undated
+
+
+@pytest.mark.parametrize("driver,cleared", [
+    ("560.35.03", False),  # before R565: the field stays 0 whatever happened
+    ("565.57.01", True), ("570.133.20", True),
+    ("", False),  # unknown driver: the field proves nothing
+])
+def test_recovery_none_counts_only_from_the_linkage_release(driver, cleared):
+    now = ts("2026-09-14T08:00:00+00:00")
+    old = now - 3 * 3600  # outside the window, after boot: waiting for a reset
+    ev = xid.XidEvent(old, "0000:1b:00", 95, "", "Uncontained memory error")  # catalog: R565
+    found = xid.summarize([ev], now=now, window_s=3600, boot=old - 86400, recovery_none={"0000:1b:00"},
+                          driver=driver)
+    assert (found == []) is cleared
+
+
+def test_linkage_release_per_xid():
+    assert xid.linked(154, "")  # 154 itself on any driver
+    assert not xid.linked(143, "570.133.20") and xid.linked(143, "575.51.03")  # 143: R575
+    assert xid.linked(158, "550.1")  # linkage "yes", no release given
+    assert not xid.linked(46, "580.1")  # no linkage
