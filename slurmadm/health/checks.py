@@ -265,7 +265,10 @@ def xid(ctx: Ctx) -> Outcome:
         if keep or ctx.state.get(XID_KEPT_KEY):
             ctx.state.set(XID_KEPT_KEY, xidmod.to_state(keep) if keep else "")
     out.value = sum(f.count for f in findings if f.verdict in ("fail", "warn"))
-    out.note = f"{len(events)} XID line(s) in the log, {len(findings)} in the last {cfg.xid_window_minutes} min"
+    serious = sum(1 for f in findings if f.verdict in ("fail", "warn"))
+    info = len(findings) - serious
+    out.note = (f"{len(events)} XID line(s) in the log, {serious} serious in the last {cfg.xid_window_minutes} min"
+                + (f" ({info} informational: application errors or cleared faults)" if info else ""))
     if pending:
         out.note += f", {pending} waiting for a reset"
     undated = sum(1 for e in events if e.undated)

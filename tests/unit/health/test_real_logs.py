@@ -325,3 +325,22 @@ def test_linkage_release_per_xid():
     assert not xid.linked(143, "570.133.20") and xid.linked(143, "575.51.03")  # 143: R575
     assert xid.linked(158, "550.1")  # linkage "yes", no release given
     assert not xid.linked(46, "580.1")  # no linkage
+
+
+def test_xid_note_counts_only_serious_findings_in_the_window(tmp_path):
+    """Issue 25.8: an application-class XID (31: RESTART_APP) read "1 in the last 60 min" on a
+    passing check, as if something serious were in the window."""
+    import time
+
+    from slurmadm.health import checks as C
+    from tests.unit.health.test_runner import cfg
+
+    now = time.time()
+    stamp = dt.datetime.fromtimestamp(now - 60, UTC).isoformat()
+    path = tmp_path / "kern.log"
+    path.write_text(f"{stamp} b200-001 kernel: NVRM: Xid (PCI:0000:1b:00): 31, pid=1234, name=python3, "
+                    "Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f_00000000\n")
+    out = C.xid(C.Ctx(cfg=cfg(xid_source=str(path)), context="run", now=now))
+    assert out.findings == []
+    assert out.note.startswith("1 XID line(s) in the log, 0 serious in the last 60 min"), out.note
+    assert "1 informational" in out.note
