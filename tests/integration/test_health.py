@@ -56,6 +56,12 @@ def just_after_slurms_periodic_run(dc, name):
     assert wait_for(lambda: results_since(dc, t0, node=name, context="periodic"), 60, interval=0.2)
 
 
+def job_state(env, job: str) -> str:
+    """The job's state as slurmctld has it (for an assertion's message)."""
+    text = sh(env, "scontrol", "show", "job", job, check=False)
+    return " ".join(re.findall(r"(?:JobState|Reason|ExitCode)=\S+", text)) or text.strip()[:200]
+
+
 def fault(env, name, *args):
     p = run_slurmadm(env, "dev-cluster", "gpu-fault", name, *args)
     assert p.returncode == 0, p.stderr
@@ -90,9 +96,15 @@ def test_slurm_runs_healthcheck_prolog_and_epilog(dev_cluster, env):
     t0 = time.time()
     out = sh(env, "sbatch", "--parsable", "-o", "/dev/null", "--wait", "-w", "b200-001", "--gres=gpu:8", "--wrap", "true", timeout=120)
     assert out.strip()
+    # `sbatch --wait` returns once the job's base state is finished (sbatch.c `_job_wait`:
+    # IS_JOB_FINISHED ignores the COMPLETING flag), which is while slurmd may still be running the
+    # epilog: on a loaded machine its rows land after --wait returned (issue 25.7: `AssertionError:
+    # []` 1 in 1,094). Wait for each context's rows, with a deadline, instead of assuming them.
     for context in ("prolog", "epilog"):
+        assert wait_for(lambda c=context: results_since(dev_cluster, t0, node="b200-001", context=c), 60,
+                        interval=0.5), f"no {context} rows for b200-001 since t0 ({job_state(env, out.strip())})"
         rows = results_since(dev_cluster, t0, node="b200-001", context=context)
-        assert rows and all(r["status"] in ("pass", "skip") for r in rows), rows
+        assert all(r["status"] in ("pass", "skip") for r in rows), (context, rows)
     ids = {r["check_id"] for r in results_since(dev_cluster, t0, node="b200-001", context="epilog")}
     assert "gpu-processes" in ids
     # the JSON lines carry the same results
