@@ -32,14 +32,16 @@ def node(env, name):
 
 
 @contextmanager
-def db(dc):
-    with Store(dc.site().store.path) as store:  # creates the schema if no run has written yet
+def db(dc, node: str | None = None):
+    # the store the node's hooks write now (a `{node}` in store.path names one file per node);
+    # creates the schema if no run has written yet
+    with Store(dc.site().store.local_path(node)) as store:
         yield store.db
 
 
 def results_since(dc, ts, **where):
     sql = "SELECT * FROM check_results WHERE ts >= ?" + "".join(f" AND {k} = ?" for k in where)
-    with db(dc) as conn:
+    with db(dc, where.get("node")) as conn:
         return [dict(r) for r in conn.execute(sql + " ORDER BY id", (ts, *where.values()))]
 
 
