@@ -98,6 +98,18 @@ def build(site: Site) -> list[Rule]:
         Rule("StoreNodesSilent", "slurmadm_store_silent_nodes > 0", "0s", "warning", cluster,
              f"{{{{ $value }}}} nodes have sent the central store nothing for over "
              f"{site.store.stale_after_minutes} min (a node down, or its shipper failing)"),
+    ] + hook_rules()
+
+
+def hook_rules() -> list[Rule]:
+    """Health hooks that cannot run (issue 25): with a broken site file the hooks let every job
+    run, so health enforcement is off on those nodes (health/hookerror.py; the node exporter's
+    slurmadm_health_enforcement_off, and slurmadm_hook_errors_total{reason} beside it)."""
+    return [
+        Rule("HealthEnforcementOff", "count(max by (node) (slurmadm_health_enforcement_off) == 1) > 0", "0s",
+             "critical", "slurmadm-hooks",
+             "health enforcement off on {{ $value }} nodes: their health hooks cannot load the site "
+             "(`slurmadm health status` names them)"),
     ]
 
 

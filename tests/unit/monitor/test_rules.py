@@ -109,6 +109,15 @@ CASES: dict[str, tuple[dict[str, str], str, dict[str, str], str, str]] = {
                          "shipper failing)", "0m"),
 }
 
+# issue 25: the hooks of b200-001 and b200-002 cannot load the site (b200-003's can again)
+CASES["HealthEnforcementOff"] = (
+    {sel("slurmadm_health_enforcement_off", node="b200-001", instance="a:9410"): "0 1 1",
+     sel("slurmadm_health_enforcement_off", node="b200-002", instance="b:9410"): "0 1 1",
+     sel("slurmadm_health_enforcement_off", node="b200-003", instance="c:9410"): "0 0 0"},
+    "2m", {"severity": "critical"},
+    "health enforcement off on 2 nodes: their health hooks cannot load the site (`slurmadm health status` names them)",
+    "0m")
+
 
 @pytest.fixture(scope="module")
 def rules_file(tmp_path_factory) -> Path:
