@@ -7,7 +7,7 @@ if [ -r "${0%/*}/hook-env.sh" ]; then
     . "${0%/*}/hook-env.sh"
     slurmadm_hook periodic
 fi
-# a broken install (hook-env.sh missing) is no node fault: say so and let the job run
-logger -p daemon.alert -t slurmadm-health -- "slurmadm hook periodic: ${0%/*}/hook-env.sh is missing; the job runs" 2>/dev/null
-echo "slurmadm: error: ${0%/*}/hook-env.sh is missing; the job runs" >&2
+# a broken install (hook-env.sh missing) is no node fault: say so (no job here to let run)
+logger -p daemon.alert -t slurmadm-health -- "slurmadm hook periodic: ${0%/*}/hook-env.sh is missing; health enforcement is off on this node" 2>/dev/null
+echo "slurmadm: error: ${0%/*}/hook-env.sh is missing; health enforcement is off on this node" >&2
 exit 0

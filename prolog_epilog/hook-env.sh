@@ -60,6 +60,11 @@ slurmadm_hook() {
         0) exit 0 ;;
         "$SLURMADM_REFUSE_EXIT") exit 1 ;;
     esac
-    slurmadm_alert "slurmadm hook $1: $slurmadm_python -I -m slurmadm.health $1 exited $slurmadm_rc (a broken install or site, not a node fault); the job runs"
+    if [ "$1" = periodic ]; then
+        slurmadm_then="health enforcement is off on this node"  # no job here: say what is lost
+    else
+        slurmadm_then="the job runs"
+    fi
+    slurmadm_alert "slurmadm hook $1: $slurmadm_python -I -m slurmadm.health $1 exited $slurmadm_rc (a broken install or site, not a node fault); $slurmadm_then"
     exit 0
 }

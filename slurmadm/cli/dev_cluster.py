@@ -165,7 +165,7 @@ def ib_fault(node, hca, kind, clear, state_dir, as_json) -> None:
 
 
 @dev_cluster.command("gpu-fault")
-@click.argument("node")
+@click.argument("node", required=False)
 @click.option("--gpu", type=int, default=None, help="Physical GPU slot (0-7).")
 @click.option("--kind", default=None, help="Fault kind (see --help-kinds).")
 @click.option("--value", default=None, help="The fault's value (an XID number, error count, GENxWIDTH, ...).")
@@ -185,6 +185,8 @@ def gpu_fault(node, gpu, kind, value, clear, help_kinds, minutes_ago, state_dir,
         rows = [(k.name, k.value or "-", k.help) for k in gpus.FAULT_KINDS.values()]
         console.print(table(None, ["kind", "value", "what"], rows))
         return
+    if node is None:
+        raise UsageError("NODE: which node's stand-in GPUs?")
     dc = _recorded_cluster(state_dir)
     if node not in dc.nodes():
         raise UsageError(f"NODE: {node!r} is not a node of this dev cluster ({', '.join(dc.nodes())})")

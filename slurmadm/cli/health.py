@@ -135,15 +135,22 @@ def _drained(site, wanted: set[str] | None) -> list | str:
 @click.option("--nodes", help="Only these nodes (hostlist).")
 def status_cmd(site_file, as_json, nodes) -> None:
     """The latest result of every check on every node (from the store), then each drained node
-    with its whole drain reason as Slurm holds it (`sinfo -R` shows only 20 characters). Exit 1
-    if any check is failing."""
+    with its whole drain reason as Slurm holds it (`sinfo -R` shows only 20 characters). A node
+    whose health hooks cannot load the site shows a `hook` row (health enforcement is off there).
+    Exit 1 if any check is failing."""
     from ..site import require_nodes
 
     site = get_site(site_file)
     wanted = set(require_nodes(site, nodes)) if nodes else None
     with read.reader(site) as r:
         out = read.latest_results(r, wanted)
+        hooks = read.hook_errors(r, wanted)
         silent = read.silent_nodes(r, site)
+    # a node whose hooks cannot load the site runs every job unchecked: a row of its own, first
+    out = [{"host": None, "id": None, "ts": e["ts"], "run_id": "hook-error", "node": e["node"], "context": e["context"],
+            "check_id": "hook", "status": "error", "severity": "critical",
+            "detail": f"health enforcement off ({e['count']} hook run(s)): {e['error']}", "value": None,
+            "duration_ms": 0.0} for e in hooks] + out
     silent = {n: last for n, last in silent.items() if wanted is None or n in wanted}
     for line in read.silent_lines(silent, site.store.stale_after_minutes, when):
         warn(line)

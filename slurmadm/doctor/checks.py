@@ -313,6 +313,29 @@ def hooks(ctx: Context) -> Finding:
                    + (f", env {env_file}" if env_file else ""), data=data)
 
 
+@register("hook-errors", "health enforcement on the nodes")
+def hook_errors(ctx: Context) -> Finding:
+    """Nodes whose health hooks cannot load the site (every job runs unchecked there)."""
+    from ..hostlist import compress
+    from ..store import read
+
+    if ctx.site.store.url is None and not Path(ctx.site.store.local_path()).exists():
+        return Finding("hook-errors", "skip", "no store yet: no hook run recorded anything")
+    try:
+        with read.reader(ctx.site, warn=lambda _msg: None) as r:
+            errors = read.hook_errors(r)
+    except (SlurmadmError, sqlite3.Error) as exc:
+        return Finding("hook-errors", "skip", f"store not readable: {exc}")
+    data = {"nodes": [e["node"] for e in errors], "errors": errors}
+    if not errors:
+        return Finding("hook-errors", "ok", "no node's health hook failed to load the site since its last run", data=data)
+    first = errors[0]
+    return Finding("hook-errors", "fail",
+                   f"health enforcement off on {len(errors)} node(s) {compress([e['node'] for e in errors])}: "
+                   f"{first['node']} [{first['context']}] {first['error']}",
+                   "fix the site file (slurmadm site validate), then the next hook run on each node clears this", data)
+
+
 # ------------------------------------------------------------------------------ schedule
 
 

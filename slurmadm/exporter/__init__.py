@@ -14,7 +14,7 @@ def node_collector(site, node: str):
     h = site.health
     return NodeCollector(
         node=node, gpus=NvmlGpus(), ib=SysfsInfiniband(sysfs_root(site, node)), host=ProcHost(),
-        health=StoreHealth(site.store.path, node),
+        health=StoreHealth(site.store.local_path(node), node),
         xids=LogXids(h.xid_source.replace("{node}", node), node, h.xid_window_minutes * 60.0, dict(h.xid_actions)),
         job_map_dir=m.job_map_dir, cache_s=m.node_cache_s, deadline_s=m.read_deadline_s,
         idle_util_percent=m.idle_util_percent, gpu_source=m.gpu_source)

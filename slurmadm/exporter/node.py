@@ -85,6 +85,7 @@ class NodeCollector:
             "infiniband": mk("infiniband", ib.read),
             "host": mk("host", host.read),
             "health": mk("health", health.read),
+            "hooks": mk("hooks", getattr(health, "hook_errors", lambda: None)),
             "xid": mk("xid", xids.read),
             "jobmap": mk("jobmap", lambda: jobmap.read(self.job_map_dir, self.node)),
         }
@@ -103,6 +104,7 @@ class NodeCollector:
         yield from self._ib(got["infiniband"].value or [])
         yield from self._host(got["host"].value)
         yield from self._health(got["health"].value or [])
+        yield from self._hooks(got["hooks"].value)
         yield from self._self(got, time.monotonic() - started)
 
     # ------------------------------------------------------------------ GPUs
@@ -287,6 +289,19 @@ class NodeCollector:
             failing.add_metric([self.node, v.check_id], 1 if v.status in ("fail", "error") else 0)
             when.add_metric([self.node, v.check_id], v.ts)
         yield from (status, failing, when)
+
+    def _hooks(self, value) -> Iterator[Metric]:
+        """Health hooks that could not run (a broken site file): health enforcement is off."""
+        if value is None:
+            return
+        errors = CounterMetricFamily("slurmadm_hook_errors", "Health hook runs that could not load the site "
+                                     "(the job ran unchecked)", labels=["node", "reason"])
+        for reason, n in sorted(value.counts.items()):
+            errors.add_metric([self.node, reason], n)
+        off = GaugeMetricFamily("slurmadm_health_enforcement_off", "1 while the node's last health hook run "
+                                "could not load the site (no check result since)", labels=["node"])
+        off.add_metric([self.node], 1 if value.off_since is not None else 0)
+        yield from (errors, off)
 
     # ------------------------------------------------------------------ the exporter itself
     def _self(self, got, elapsed: float) -> Iterator[Metric]:

@@ -315,6 +315,15 @@ class Verdict:
     context: str
 
 
+@dataclass(frozen=True)
+class HookErrors:
+    """Health hooks that could not run on this node (health/hookerror.py)."""
+
+    counts: dict[str, int]  # reason -> how many runs, ever
+    off_since: float | None = None  # the last one, while no check result was recorded after it
+    error: str = ""
+
+
 class HealthSource(Protocol):
     def read(self) -> list[Verdict]: ...
 
@@ -344,6 +353,31 @@ class StoreHealth:
         finally:
             db.close()
         return [Verdict(r[0], r[1], float(r[2]), r[3]) for r in rows]
+
+    def hook_errors(self) -> HookErrors:
+        import sqlite3
+
+        from ..health import hookerror
+
+        if not os.path.exists(self.store_path):
+            return HookErrors({})
+        db = sqlite3.connect(f"file:{self.store_path}?mode=ro", uri=True, timeout=2.0)
+        db.row_factory = sqlite3.Row
+        try:
+            rows = [dict(r) for r in db.execute(
+                "SELECT node, key, value FROM node_state WHERE node=? AND key LIKE 'health.hook-error%'",
+                (self.node,))]
+            newest = db.execute("SELECT MAX(ts) FROM check_results WHERE node=?", (self.node,)).fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return HookErrors({})
+            raise
+        finally:
+            db.close()
+        counts = {reason: n for (_, reason), n in hookerror.counts(rows).items()}
+        cur = hookerror.current([r for r in rows if r["key"] == hookerror.STATE_KEY],
+                                {self.node: float(newest or 0.0)})
+        return HookErrors(counts, cur[0]["ts"] if cur else None, cur[0]["error"] if cur else "")
 
 
 # ------------------------------------------------------------------------------------ the XIDs

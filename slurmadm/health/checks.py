@@ -240,7 +240,8 @@ def xid(ctx: Ctx) -> Outcome:
                 out.fail(text) if verdict == "fail" else out.warn(text)
     findings = xidmod.summarize(events, now=ctx.now, window_s=cfg.xid_window_minutes * 60,
                                 overrides=cfg.xid_actions, boot=xidmod.boot_time(), ack=ack,
-                                recovery_none=recovery_none)
+                                recovery_none=recovery_none,
+                                driver=ctx.nvml.driver_version if ctx.nvml is not None else "")
     pending = 0
     for f in findings:
         if f.verdict not in ("fail", "warn"):
@@ -250,6 +251,8 @@ def xid(ctx: Ctx) -> Outcome:
             where += f" (MIG {', '.join(f.mig)})"
         times = f" x{f.count}" if f.count > 1 else ""
         text = f"{where} XID {f.xid}{times} {f.name} ({f.action})"
+        if f.undated:
+            text += f" [logged at an unknown time: {f.undated}]"
         if f.pending and f.needs:
             pending += 1
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.last_ts))
@@ -257,13 +260,20 @@ def xid(ctx: Ctx) -> Outcome:
         out.fail(text) if f.verdict == "fail" else out.warn(text)
     if ctx.state is not None:
         open_needs = {(f.pci, f.xid) for f in findings if f.needs and f.verdict == "fail"}
-        keep = [e for e in events if (e.pci, e.xid) in open_needs]
+        # an undated line is re-read from the log each run (at a new "now"): never kept
+        keep = [e for e in events if (e.pci, e.xid) in open_needs and not e.undated]
         if keep or ctx.state.get(XID_KEPT_KEY):
             ctx.state.set(XID_KEPT_KEY, xidmod.to_state(keep) if keep else "")
     out.value = sum(f.count for f in findings if f.verdict in ("fail", "warn"))
-    out.note = f"{len(events)} XID line(s) in the log, {len(findings)} in the last {cfg.xid_window_minutes} min"
+    serious = sum(1 for f in findings if f.verdict in ("fail", "warn"))
+    info = len(findings) - serious
+    out.note = (f"{len(events)} XID line(s) in the log, {serious} serious in the last {cfg.xid_window_minutes} min"
+                + (f" ({info} informational: application errors or cleared faults)" if info else ""))
     if pending:
         out.note += f", {pending} waiting for a reset"
+    undated = sum(1 for e in events if e.undated)
+    if undated:
+        out.note += f"; {undated} logged at a time the log does not tell (seconds since a boot it does not date)"
     return out
 
 

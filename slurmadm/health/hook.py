@@ -8,8 +8,9 @@ The rule: **the hook never fails a job for the admin's mistake or a broken insta
 node fault.** So:
 - exit 0: the node may take the job; also whenever the site file cannot be read, is unsafe
   (writable by others while we run as root) or anything unexpected happens while loading it:
-  that is logged loudly (syslog LOG_ALERT and stderr) and the job runs, rather than have Slurm
-  drain every node at once;
+  that is logged loudly (syslog LOG_ALERT and stderr), recorded where admins look (results log,
+  the node's store, the exporter's `slurmadm_hook_errors_total`: health/hookerror.py) and the
+  job runs, rather than have Slurm drain every node at once;
 - exit `$SLURMADM_REFUSE_EXIT` (default 1; the wrappers in prolog_epilog/ set their own code and
   turn it into 1 for Slurm): the node must not take the job (slurmadm has drained it, or a
   state someone else handles holds the drain back);
@@ -97,12 +98,10 @@ def main(argv: list[str] | None = None, *, exit_now: bool = False) -> None:
     try:
         cfg = config.load(node, args.site)
     except SlurmadmError as exc:
-        _alert(f"slurmadm health {args.context}: cannot load the site: {exc}"
-               + ("; the job runs (an admin's error, not the node's)" if hook else ""))
+        _cannot_load(args.context, node, exc, str(exc))
         sys.exit(0 if hook else exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - anything at all: never fail every job for it
-        _alert(f"slurmadm health {args.context}: cannot load the site: unexpected {type(exc).__name__}: {exc}"
-               + ("; the job runs (an admin's error, not the node's)" if hook else ""))
+        _cannot_load(args.context, node, exc, f"unexpected {type(exc).__name__}: {exc}")
         sys.exit(0 if hook else 2)
 
     limit = cfg.timeouts[args.context]
@@ -133,6 +132,24 @@ def main(argv: list[str] | None = None, *, exit_now: bool = False) -> None:
     print(engine.summary_line(report), file=sys.stderr)
     code = report.exit_code
     engine.leave(refuse if code == 1 and args.context in ("prolog", "epilog") else code, now=exit_now)
+
+
+def _cannot_load(context: str, node: str, exc: BaseException, error: str) -> None:
+    """The site cannot be loaded: say so loudly, and in a hook (which lets the job run, so health
+    enforcement is off here) also leave the trace admins look at (health/hookerror.py)."""
+    if context not in HOOK_CONTEXTS:
+        _alert(f"slurmadm health {context}: cannot load the site: {error}")
+        return
+    consequence = ("the job runs (an admin's error, not the node's)" if context in ("prolog", "epilog")
+                   else "health enforcement is off on this node until it loads")
+    _alert(f"slurmadm health {context}: cannot load the site: {error}; {consequence}")
+    try:
+        from . import hookerror
+
+        for problem in hookerror.record(node, context, hookerror.reason_of(exc), f"cannot load the site: {error}"):
+            print(f"slurmadm: warning: hook error not recorded: {problem}", file=sys.stderr, flush=True)
+    except Exception as rec_exc:  # noqa: BLE001 - the alert above stands; never fail the job for this
+        print(f"slurmadm: warning: hook error not recorded: {rec_exc}", file=sys.stderr, flush=True)
 
 
 def _supervise(cfg, context: str, limit_s: float, gave_up: str, expiry_code: int) -> None:

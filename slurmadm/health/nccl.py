@@ -19,11 +19,50 @@ import sys
 
 from ..errors import SlurmadmError
 from ..proc import run
+from ..record import record
 from .checks import CannotRun, Ctx, MissingTool, Outcome
 
 NUM = r"[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?"
 AVG_RE = re.compile(rf"^\s*#?\s*Avg bus bandwidth\s*:\s*({NUM})", re.M)
 OOB_RE = re.compile(r"^\s*#?\s*Out of bounds values\s*:\s*([0-9]+)\s+(OK|FAILED)", re.M)
+# What launchers put before each line of a rank's output (tests/fixtures/health/README.md names
+# the samples): Open MPI's --tag-output `[1,0]<stdout>:`, its --timestamp-output `ctime()` stamp
+# (`Wed Dec  2 05:57:34 2026<stdout>:`, or before the tag when both are given: orte's
+# iof_base_output.c), and srun --label's right-aligned task number (` 0: `).
+LAUNCHER_PREFIX_RE = re.compile(
+    r"^(?:(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})?(?:\[\d+,\d+\])?"
+    r"<(?:stdout|stderr|stddiag)>: ?|[ \t]*\d+: ?)", re.M)
+
+
+def strip_launcher_prefixes(text: str) -> str:
+    """The output as the benchmark printed it, without mpirun's or srun's per-line tags."""
+    return LAUNCHER_PREFIX_RE.sub("", text)
+
+
+@record(frozen=True)
+class NcclRun:
+    """What one nccl-tests run says. Two different counts of wrong results:
+    - `failing_points`: the footer's `Out of bounds values : N FAILED`, which counts test points
+      (one per message size and in-place/out-of-place run, per thread) whose check found any
+      wrong element (nccl-tests' common.cu: `if (args->reportErrors && *wrongElts) errors[0]++`);
+    - `wrong_elements`: the data rows' `#wrong` cells summed: elements, printed with %g so large
+      counts are rounded (`1.04858e+06`). 0 when the layout has no such column."""
+
+    busbw: float
+    failing_points: int = 0
+    wrong_elements: int = 0
+
+    @property
+    def wrong(self) -> bool:
+        return bool(self.failing_points or self.wrong_elements)
+
+    def describe(self) -> str:
+        """`4 failing test points (128 wrong elements)`, each count named for what it counts."""
+        pts = f"{self.failing_points} failing test point{'s' if self.failing_points != 1 else ''}"
+        els = f"{self.wrong_elements} wrong element{'s' if self.wrong_elements != 1 else ''}"
+        if self.failing_points and self.wrong_elements:
+            return f"{pts} ({els})"
+        return pts if self.failing_points else els
 
 
 def _count(field: str) -> int:
@@ -34,35 +73,37 @@ def _count(field: str) -> int:
         return 0
 
 
-def parse_all_reduce_perf(text: str) -> tuple[float, int]:
-    """(average bus bandwidth GB/s, number of wrong results) from all_reduce_perf's output.
+def parse_all_reduce_perf(text: str) -> NcclRun:
+    """What an all_*_perf run printed, launcher prefixes (mpirun --tag-output / --timestamp-output,
+    srun --label) stripped first.
 
-    Wrong results: the `#wrong` columns of nccl-tests 2.x data rows (printed with %g, so large
-    counts read `1.04858e+06`, rounded) and the `Out of bounds values : N FAILED` footer, which is
-    exact and wins when present (older layouts print a max-error column instead of a count)."""
+    The footer `Out of bounds values : N FAILED` counts failing test points; the `#wrong` columns
+    of nccl-tests 2.x data rows count wrong elements (rounded by %g). Older layouts print a
+    max-error column instead of a count: only the footer counts there. A FAILED footer with a
+    count of 0 still counts one point."""
+    text = strip_launcher_prefixes(text)
     m = AVG_RE.search(text)
     oob = OOB_RE.search(text)
-    wrong = int(oob.group(1)) if oob and oob.group(2) == "FAILED" else 0
-    if oob and oob.group(2) == "FAILED" and wrong == 0:
-        wrong = 1
-    if not wrong and "#wrong" in text:
-        rows = 0
+    points = int(oob.group(1)) if oob and oob.group(2) == "FAILED" else 0
+    if oob and oob.group(2) == "FAILED" and points == 0:
+        points = 1
+    elements = 0
+    if "#wrong" in text:
         for line in text.splitlines():
             fields = line.split()
             # data rows: size count type redop root time algbw busbw #wrong time algbw busbw #wrong
             if len(fields) >= 13 and fields[0].isdigit():
-                rows += _count(fields[8]) + _count(fields[12])
-        wrong = rows
+                elements += _count(fields[8]) + _count(fields[12])
     if not m:
-        if wrong:
-            return 0.0, wrong
+        if points or elements:
+            return NcclRun(0.0, points, elements)
         tail = text.strip().splitlines()[-1:] or ["no output"]
         raise CannotRun(f"all_reduce_perf printed no 'Avg bus bandwidth' line ({tail[0][:120]})")
-    return float(m.group(1)), wrong
+    return NcclRun(float(m.group(1)), points, elements)
 
 
-def measure(gpus: int, size_mib: int, iters: int, timeout_s: float) -> tuple[float, int, str]:
-    """(busbw GB/s, wrong results, how) on this node's GPUs."""
+def measure(gpus: int, size_mib: int, iters: int, timeout_s: float) -> tuple[NcclRun, str]:
+    """(what the run says, how it was measured) on this node's GPUs."""
     nbytes = size_mib << 20
     exe = shutil.which("all_reduce_perf")
     try:
@@ -71,13 +112,13 @@ def measure(gpus: int, size_mib: int, iters: int, timeout_s: float) -> tuple[flo
             proc = run([exe, "-b", str(nbytes), "-e", str(nbytes), "-f", "2", "-g", str(gpus),
                         "-n", str(iters), "-w", "5", "-c", "1"], timeout=timeout_s, check=False)
             try:
-                bw, wrong = parse_all_reduce_perf(proc.stdout)
+                got = parse_all_reduce_perf(proc.stdout)
             except CannotRun:
                 if proc.returncode != 0:
                     tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
                     raise CannotRun(f"all_reduce_perf exited {proc.returncode}: {tail[0][:160]}") from None
                 raise
-            return bw, wrong, "all_reduce_perf"
+            return got, "all_reduce_perf"
         if not _torch_cuda():
             raise MissingTool("no all_reduce_perf on PATH and no torch with CUDA (pip install 'slurmadm[burnin]')")
         from .allreduce import run_local
@@ -85,7 +126,7 @@ def measure(gpus: int, size_mib: int, iters: int, timeout_s: float) -> tuple[flo
         data = run_local("nccl", gpus, mib=size_mib, iters=iters, timeout=timeout_s)
         if "error" in data:
             raise CannotRun(f"all-reduce failed: {data['error']}")
-        return data["busbw_gbps"], data["wrong_elements"], "torch.distributed/nccl"
+        return NcclRun(data["busbw_gbps"], 0, int(data["wrong_elements"])), "torch.distributed/nccl"
     except SlurmadmError as exc:  # timed out, or the benchmark itself failed
         raise CannotRun(str(exc)) from None
 
@@ -109,12 +150,13 @@ def check(ctx: Ctx) -> Outcome:
             if ctx.nvml.get("nvmlDeviceGetComputeRunningProcesses", g.handle):
                 out.skip = f"GPU{g.index} is in use; all-reduce needs every GPU idle"
                 return out
-    bw, wrong, how = measure(cfg.gpu.count, cfg.nccl_size_mib, cfg.nccl_iters, cfg.nccl_timeout_s)
+    got, how = measure(cfg.gpu.count, cfg.nccl_size_mib, cfg.nccl_iters, cfg.nccl_timeout_s)
+    bw = got.busbw
     floor = cfg.thresholds.nccl_busbw_floor_gbps
     out.value = bw
     out.note = f"busbw {bw:.1f} GB/s >= floor {floor:g} ({how}, {cfg.nccl_size_mib} MiB x {cfg.gpu.count} GPUs)"
-    if wrong:
-        out.fail(f"{wrong} wrong all-reduce results: data corruption ({how})")
+    if got.wrong:
+        out.fail(f"{got.describe()} in the all-reduce: data corruption ({how})")
     if bw < floor:
         out.fail(f"busbw {bw:.1f} GB/s < floor {floor:g} GB/s ({how})")
     return out

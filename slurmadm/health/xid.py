@@ -7,11 +7,14 @@ instance. Sources: /dev/kmsg (records `prio,seq,usec,flags;message`), the journa
 (`journalctl -k -b -o json`), or a log file whose lines start with a timestamp in one of the
 shapes `line_time` knows (syslog, syslog with microseconds, ISO-8601 / RFC 3339, `dmesg -T`,
 `dmesg --time-format iso`, raw dmesg and `journalctl -o short-monotonic` seconds since boot).
-An XID line whose time cannot be read is an error naming the line, never "now".
+An XID line whose timestamp format is unknown is an error naming the line, never "now". A
+seconds-since-boot stamp is dated from its boot (see `events_from_file`); one whose boot the log
+does not date is kept as recent and says so: a fault never vanishes because its time is unknown.
 
 Classification is NVIDIA's Xid catalog, kept as data next to this module
-(`data/xid_catalog.csv`, and `data/xid_nvlink5.csv` for the NVLink5 144-150 sub-codes): the
-catalog's immediate action decides. RESET_GPU / RESTART_BM / the NVLink and DBE workflows and a
+(`data/xid_catalog.csv`, and `data/xid_nvlink5.csv` for the NVLink5 144-150 sub-codes; a
+144-150 line printed without its register tuple is decoded from its unit and Fatal/Nonfatal
+word, the catalog's rows of that unit and severity): the catalog's immediate action decides. RESET_GPU / RESTART_BM / the NVLink and DBE workflows and a
 154 that asks for a reset or reboot fail; IGNORE-class events that still say something about
 the hardware (63 remap recorded, 92 high SBE rate, 94 "reset when convenient", 157) warn;
 application errors (RESTART_APP, IGNORE) are info. An XID the catalog does not list warns and
@@ -19,7 +22,8 @@ names itself. Sites override any XID with `health.xid_actions`.
 
 A fault whose action is a GPU reset or node reboot stays failing past the time window until
 the reset is seen: the node booted after it, a later `154 ... to 0x0 (None)` line for that GPU,
-NVML's recovery-action field reading "none" (drivers with Xid 154 linkage), or an admin resumed
+NVML's recovery-action field reading "none" (from the driver release the catalog gives as that
+XID's "Xid 154 linkage" on; before it the field stays 0 whatever happened), or an admin resumed
 the node (the engine records that as an acknowledgement time).
 """
 
@@ -92,12 +96,20 @@ XID_RE = _Pattern(
     r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.\d)?"
     r"(?:\s+GPU-I:(\d+))?(?:\s+GPU-CI:(\d+))?\):\s*(\d+),\s?(.*)$")
 NVLINK5_RE = _Pattern(r"^\s*([A-Z][A-Z0-9_]*)\s+(Fatal|Nonfatal|Non-fatal)\b.*?\(\s*(0x[0-9a-fA-F]+)\s+(0x[0-9a-fA-F]+)")
+# the same line as some drivers print it, without the register tuple: unit and flag only
+NVLINK5_BARE_RE = _Pattern(r"^\s*([A-Z][A-Z0-9_]*)\s+(Fatal|Nonfatal|Non-fatal)\b")
 RECOVERY_RE = _Pattern(r"recovery action changed from 0x([0-9a-fA-F]+)\b.*? to 0x([0-9a-fA-F]+)\b")
 
 ISO_RE = _Pattern(r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s")
 SYSLOG_RE = _Pattern(r"^([A-Z][a-z]{2}\s+\d{1,2} \d{2}:\d{2}:\d{2})(\.\d+)?\s")
 DMESG_T_RE = _Pattern(r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]\s")
 MONO_RE = _Pattern(r"^\[\s*(\d+\.\d+)\]\s")
+# boot markers of seconds-since-boot logs: journalctl's separator between boots, and the kernel's
+# `rtc_cmos 00:00: setting system clock to 2026-11-29T10:00:00 UTC (1795860000)` (hctosys), which
+# dates the boot it is logged in
+BOOT_SEP_RE = _Pattern(r"^-- (?:Boot [0-9a-fA-F]+|Reboot) --")
+RTC_RE = _Pattern(r"setting system clock to \S+ UTC \((\d+)\)")
+MONO_SLACK_S = 60.0  # a stamp this far past the uptime still reads as this boot (clock granularity)
 
 # Read at most this much from the end of a log file (a prolog must not read a year of kern.log).
 TAIL_BYTES = 4 << 20
@@ -179,6 +191,10 @@ class XidEvent:
     text: str = ""  # what follows "<xid>, " (sub-codes, recovery action)
     gi: int | None = None  # MIG GPU instance, when the driver attributed the error to one
     ci: int | None = None
+    # when it was logged is not known (a seconds-since-boot stamp of a boot the log does not
+    # date): `ts` is then "now", or just before the next boot the log does date, and the
+    # finding says so; it is never dropped for it
+    undated: str = ""
 
 
 @record
@@ -197,6 +213,7 @@ class XidFinding:
     pending: bool = False  # only failing because the reset it needs has not been seen (outside the window)
     resolved: str = ""  # "reboot", "reset", "ack": what cleared a reset-class fault
     mig: list[str] = field(default_factory=list)
+    undated: str = ""  # why its time is not known (XidEvent.undated)
 
 
 @record(frozen=True)
@@ -213,7 +230,7 @@ def _nvlink5(xid: int, text: str) -> tuple[str, str, str] | None:
     """(sub-code name, immediate action, severity) of an NVLink5 line, from the decode table."""
     m = NVLINK5_RE.match(text)
     if not m:
-        return None
+        return _nvlink5_bare(xid, text)
     unit, flag, intr, status = m.group(1), m.group(2), int(m.group(3), 16), int(m.group(4), 16)
     fatal = flag == "Fatal"
     link_field = (intr >> 20) & 0x3F
@@ -230,6 +247,35 @@ def _nvlink5(xid: int, text: str) -> tuple[str, str, str] | None:
     # not in the decode table: the line's own flag decides (slurmadm's rule)
     return f"{unit} status 0x{status:08x} (not in the decode table; {flag})", \
         "RESET_GPU" if fatal else "CONTACT_SUPPORT", flag
+
+
+_VERDICT_RANK = {"fail": 3, "warn": 2, "info": 1}
+
+
+def _nvlink5_bare(xid: int, text: str) -> tuple[str, str, str] | None:
+    """A 144-150 line without its `(0x... 0x...)` tuple: the catalog's rows for the printed unit
+    whose severity is the printed flag (Nonfatal: "Non-fatal" and the promotable "Non-fatal*"
+    rows; Fatal: "Fatal", "Link Fatal", and the promotable rows with their Action 2) decide, the
+    worst of them winning. A unit the decode table does not list falls back to the flag."""
+    m = NVLINK5_BARE_RE.match(text)
+    if not m:
+        return None
+    unit, flag = m.group(1), m.group(2)
+    fatal = flag == "Fatal"
+    actions = []
+    for r in nvlink5_rules():
+        if r.xid != xid or unit not in r.units:
+            continue
+        nonfatal_row = r.severity.startswith("Non-fatal")
+        if fatal and r.fatal_immediate:
+            actions.append(r.fatal_immediate)
+        elif fatal != nonfatal_row:
+            actions.append(r.immediate)
+    if not actions:
+        return f"{unit} {flag} (no status in the line; unit not in the decode table)", \
+            "RESET_GPU" if fatal else "CONTACT_SUPPORT", flag
+    worst = max(actions, key=lambda a: _VERDICT_RANK.get(ACTION_VERDICT.get(a, ("warn", ""))[0], 2))
+    return f"{unit} {flag} (no status in the line)", worst, flag
 
 
 def classify_event(xid: int, text: str = "", overrides: dict[str, str] | None = None) -> Verdict:
@@ -261,6 +307,29 @@ def classify_event(xid: int, text: str = "", overrides: dict[str, str] | None = 
         verdict = overrides[str(xid)]
         v = Verdict(v.name, v.action, verdict, v.needs if verdict == "fail" else "")
     return v
+
+
+def driver_release(version: str) -> int | None:
+    """The release branch of a driver version: `570.133.20` -> 570 (None when unknown)."""
+    head = version.strip().split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def linked(xid: int, driver: str) -> bool:
+    """Whether this XID sets NVML's recovery action on this driver: 154 itself, or an XID the
+    catalog gives an "Xid 154 linkage" release for and the running driver is that release or
+    later (before it, the field stays 0 whatever happened). A linkage without a release
+    (`yes`) counts on any driver; an unknown driver counts for none."""
+    if xid == 154:
+        return True
+    entry = catalog().get(xid)
+    if entry is None or not entry.linkage:
+        return False
+    since = entry.linkage.lstrip("Rr")
+    if not since.isdigit():
+        return True
+    running = driver_release(driver)
+    return running is not None and running >= int(since)
 
 
 def classify(xid: int, overrides: dict[str, str] | None = None) -> tuple[str, str, str]:
@@ -319,10 +388,56 @@ def line_time(line: str, now: float, boot: float | None = None) -> float | None:
     return None
 
 
+class _Boot:
+    """The seconds-since-boot lines of one boot in a log file."""
+
+    __slots__ = ("wall", "top", "events")
+
+    def __init__(self) -> None:
+        self.wall: float | None = None  # when this boot began, if the log says
+        self.top = 0.0  # its highest stamp
+        self.events: list[tuple[float, XidEvent]] = []
+
+
 def events_from_file(path: str, now: float, boot: float | None = None) -> list[XidEvent]:
-    out = []
+    """XIDs of a log file. Wall-clock stamps are read as `line_time` does. Seconds-since-boot
+    stamps (raw dmesg, `journalctl -o short-monotonic`) are split into boots at each boot marker
+    (a stamp lower than the one before, journalctl's `-- Boot ... --`), and dated from what dates
+    their boot: the kernel's `setting system clock to ... (epoch)` line, else, for the last boot
+    of the file only, this machine's boot when its stamps fit this machine's uptime. A line of a
+    boot nothing dates is kept, never dropped: at "now", or just before the next dated boot, with
+    `undated` saying why. `journalctl -o json` lines carry their own realtime stamp."""
+    this_boot = boot_time() if boot is None else boot
+    out: list[XidEvent] = []
+    boots: list[_Boot] = []
+    cur: _Boot | None = None
+    last = -1.0
     for line in _file_lines(path):
+        if line.startswith("["):
+            m = MONO_RE.match(line)
+            if m:
+                mono = float(m.group(1))
+                if cur is None or mono < last:
+                    cur = _Boot()
+                    boots.append(cur)
+                last = mono
+                cur.top = max(cur.top, mono)
+                if "setting system clock" in line:
+                    rtc = RTC_RE.search(line)
+                    if rtc:
+                        cur.wall = int(rtc.group(1)) - mono
+                if "NVRM: Xid" in line:
+                    ev = parse_line(line, 0.0)
+                    if ev is not None:
+                        cur.events.append((mono, ev))
+                continue
+        elif line.startswith("-- ") and BOOT_SEP_RE.match(line):
+            cur = None
+            continue
         if "NVRM: Xid" not in line:
+            continue
+        if line.startswith("{"):
+            out.extend(events_from_journal_json(line))
             continue
         ev = parse_line(line, 0.0)
         if ev is None:
@@ -332,7 +447,24 @@ def events_from_file(path: str, now: float, boot: float | None = None) -> list[X
             raise XidSourceError(f"{path}: cannot tell when this XID line was logged (unknown timestamp format; "
                                  f"use syslog, ISO-8601, dmesg -T or journalctl short-iso/-precise): {line[:100]}")
         out.append(XidEvent(ts, ev.pci, ev.xid, ev.line, ev.text, ev.gi, ev.ci))
-    return out
+    if boots and boots[-1].wall is None and boots[-1].top <= now - this_boot + MONO_SLACK_S:
+        boots[-1].wall = this_boot
+    upper: float | None = None  # the next dated boot's start
+    for b in reversed(boots):
+        for mono, ev in b.events:
+            if b.wall is not None:
+                out.append(XidEvent(b.wall + mono, ev.pci, ev.xid, ev.line, ev.text, ev.gi, ev.ci))
+            elif upper is not None:
+                out.append(XidEvent(upper - 0.001, ev.pci, ev.xid, ev.line, ev.text, ev.gi, ev.ci,
+                                    undated=f"stamped {mono:.0f} s after a boot the log does not date; "
+                                            "before the next boot"))
+            else:
+                out.append(XidEvent(now, ev.pci, ev.xid, ev.line, ev.text, ev.gi, ev.ci,
+                                    undated=f"stamped {mono:.0f} s after a boot the log does not date "
+                                            "(not this boot); treated as recent"))
+        if b.wall is not None:
+            upper = b.wall  # an undated boot before this one is still before it
+    return sorted(out, key=lambda e: e.ts)
 
 
 _CACHE: dict[tuple[str, float], tuple[float, list]] = {}
@@ -453,13 +585,14 @@ def read_events(source: str, node: str, now: float) -> list[XidEvent]:
 
 def summarize(events: list[XidEvent], *, now: float, window_s: float,
               overrides: dict[str, str] | None = None, boot: float | None = None, ack: float = 0.0,
-              recovery_none: set[str] | frozenset[str] = frozenset()) -> list[XidFinding]:
+              recovery_none: set[str] | frozenset[str] = frozenset(), driver: str = "") -> list[XidFinding]:
     """Findings, one per (GPU, XID, sub-code), oldest first: events inside the window, plus
     reset- or reboot-class events (any age) whose reset has not been seen since.
 
     `boot`: when the node booted (events before it were cleared by the reboot). `ack`: an admin
     resumed the node at this time (older events are acknowledged). `recovery_none`: GPUs (PCI
-    keys) whose NVML recovery-action field reads "none" now (a driver with Xid 154 linkage)."""
+    keys) whose NVML recovery-action field reads "none" now; it clears an XID only when `driver`
+    (the running driver's version) has that XID's Xid 154 linkage (`linked`)."""
     reset_seen: dict[str, float] = {}
     for ev in events:
         if ev.xid == 154:
@@ -476,15 +609,13 @@ def summarize(events: list[XidEvent], *, now: float, window_s: float,
         in_window = ev.ts >= now - window_s
         resolved = ""
         if v.needs:
-            entry = catalog().get(ev.xid)
-            linked = ev.xid == 154 or bool(entry and entry.linkage)
             if boot is not None and ev.ts < boot:
                 resolved = "reboot"
             elif ev.ts <= ack:
                 resolved = "ack"
             elif v.needs == "reset" and reset_seen.get(ev.pci, 0.0) > ev.ts:
                 resolved = "reset"
-            elif v.needs == "reset" and linked and ev.pci in recovery_none:
+            elif v.needs == "reset" and ev.pci in recovery_none and linked(ev.xid, driver):
                 resolved = "reset"
         verdict = v.verdict
         if v.needs and resolved:
@@ -497,7 +628,8 @@ def summarize(events: list[XidEvent], *, now: float, window_s: float,
         f = found.get(key)
         if f is None:
             f = found[key] = XidFinding(ev.pci, ev.xid, v.name, v.action, verdict, 0, ev.ts, ev.ts,
-                                        needs=v.needs if not resolved else "", resolved=resolved)
+                                        needs=v.needs if not resolved else "", resolved=resolved,
+                                        undated=ev.undated)
             f.pending = True
         f.count += 1
         f.first_ts = min(f.first_ts, ev.ts)

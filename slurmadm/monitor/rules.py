@@ -199,6 +199,7 @@ def build(site: Site) -> list[Rule]:
              f"{site.store.stale_after_minutes} min (a node down, or its shipper failing)",
              "Nodes' health records stopped arriving at the central store."),
     ]
+    out += hook_rules()
     if m.host_port:
         hsel = f'job="{m.host_job}"'
         out += [
@@ -233,6 +234,20 @@ def build(site: Site) -> list[Rule]:
                         "Prometheus cannot scrape the node's dcgm-exporter (monitor.gpu_source = \"dcgm\"): GPU "
                         "temperature, utilisation, PCIe and row-remap alerts are blind on the node."))
     return out
+
+
+def hook_rules() -> list[Rule]:
+    """Health hooks that cannot run (issue 25): with a broken site file the hooks let every job
+    run, so health enforcement is off on those nodes (health/hookerror.py; the node exporter's
+    slurmadm_health_enforcement_off, and slurmadm_hook_errors_total{reason} beside it)."""
+    return [
+        Rule("HealthEnforcementOff", "count(max by (node) (slurmadm_health_enforcement_off) == 1) > 0", "0s",
+             "critical", "slurmadm-hooks",
+             "health enforcement off on {{ $value }} nodes: their health hooks cannot load the site "
+             "(`slurmadm health status` names them)",
+             "The prolog, epilog and HealthCheckProgram on these nodes cannot load the site file (a syntax "
+             "error, a non-UTF-8 byte, a missing install): they let every job run and drain nothing."),
+    ]
 
 
 def render(site: Site) -> str:

@@ -177,6 +177,8 @@ def _message(err: dict, parts: list[Any]) -> str:
     if kind == "string_pattern_mismatch":
         return f"{_describe(value)} is not allowed here (must match {ctx.get('pattern')})"
     if kind in _BOUNDS:
+        if isinstance(value, float) and value != value:  # TOML's nan: no bound holds for it
+            return f"must be a number, got {_describe(value)}"
         bound = next(iter(ctx.values()), "?")
         return f"must be {_BOUNDS[kind]} {bound}, got {_describe(value)}"
     if kind in ("too_short", "too_long"):

@@ -136,6 +136,25 @@ def history(r: Reader, *, node: str | None = None, check_id: str | None = None, 
     return r.query(sql, args)
 
 
+# ------------------------------------------------------------------------------ hooks that cannot run
+
+def hook_errors(r: Reader, nodes: set[str] | None = None) -> list[dict[str, Any]]:
+    """Nodes whose last health hook run could not load the site, with no check result since
+    (health enforcement is off there): node, ts, context, reason, error, count (health/hookerror.py)."""
+    from ..health import hookerror
+
+    rows = r.query("SELECT node, `key`, value FROM node_state WHERE `key` LIKE 'health.hook-error%'")
+    if not rows:
+        return []
+    newest = {row["node"]: float(row["ts"] or 0.0)
+              for row in r.query("SELECT node, MAX(ts) AS ts FROM check_results GROUP BY node")}
+    counts = hookerror.counts(rows)
+    out = hookerror.current([row for row in rows if row["key"] == hookerror.STATE_KEY], newest)
+    for e in out:
+        e["count"] = sum(n for (node, _), n in counts.items() if node == e["node"])
+    return [e for e in out if nodes is None or e["node"] in nodes]
+
+
 # ------------------------------------------------------------------------------ silent hosts
 
 def silent_nodes(r: Reader, site, now: float | None = None) -> dict[str, float | None]:

@@ -32,14 +32,16 @@ def node(env, name):
 
 
 @contextmanager
-def db(dc):
-    with Store(dc.site().store.path) as store:  # creates the schema if no run has written yet
+def db(dc, node: str | None = None):
+    # the store the node's hooks write now (a `{node}` in store.path names one file per node);
+    # creates the schema if no run has written yet
+    with Store(dc.site().store.local_path(node)) as store:
         yield store.db
 
 
 def results_since(dc, ts, **where):
     sql = "SELECT * FROM check_results WHERE ts >= ?" + "".join(f" AND {k} = ?" for k in where)
-    with db(dc) as conn:
+    with db(dc, where.get("node")) as conn:
         return [dict(r) for r in conn.execute(sql + " ORDER BY id", (ts, *where.values()))]
 
 
@@ -54,6 +56,12 @@ def just_after_slurms_periodic_run(dc, name):
     wants to watch; start right after one of its runs so the next is ~30 s away."""
     t0 = time.time()
     assert wait_for(lambda: results_since(dc, t0, node=name, context="periodic"), 60, interval=0.2)
+
+
+def job_state(env, job: str) -> str:
+    """The job's state as slurmctld has it (for an assertion's message)."""
+    text = sh(env, "scontrol", "show", "job", job, check=False)
+    return " ".join(re.findall(r"(?:JobState|Reason|ExitCode)=\S+", text)) or text.strip()[:200]
 
 
 def fault(env, name, *args):
@@ -90,9 +98,15 @@ def test_slurm_runs_healthcheck_prolog_and_epilog(dev_cluster, env):
     t0 = time.time()
     out = sh(env, "sbatch", "--parsable", "-o", "/dev/null", "--wait", "-w", "b200-001", "--gres=gpu:8", "--wrap", "true", timeout=120)
     assert out.strip()
+    # `sbatch --wait` returns once the job's base state is finished (sbatch.c `_job_wait`:
+    # IS_JOB_FINISHED ignores the COMPLETING flag), which is while slurmd may still be running the
+    # epilog: on a loaded machine its rows land after --wait returned (issue 25.7: `AssertionError:
+    # []` 1 in 1,094). Wait for each context's rows, with a deadline, instead of assuming them.
     for context in ("prolog", "epilog"):
+        assert wait_for(lambda c=context: results_since(dev_cluster, t0, node="b200-001", context=c), 60,
+                        interval=0.5), f"no {context} rows for b200-001 since t0 ({job_state(env, out.strip())})"
         rows = results_since(dev_cluster, t0, node="b200-001", context=context)
-        assert rows and all(r["status"] in ("pass", "skip") for r in rows), rows
+        assert all(r["status"] in ("pass", "skip") for r in rows), (context, rows)
     ids = {r["check_id"] for r in results_since(dev_cluster, t0, node="b200-001", context="epilog")}
     assert "gpu-processes" in ids
     # the JSON lines carry the same results

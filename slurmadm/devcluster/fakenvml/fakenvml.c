@@ -29,6 +29,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* the first driver release whose XIDs set NVML's recovery action (NVIDIA's Xid catalog, column
+ * "Xid 154 linkage": R565); state `driver_version=560.35.03` plays an older driver */
+#define LINKAGE_FIRST_RELEASE 565
+
 #define EXPORT __attribute__((visibility("default")))
 
 typedef int nvmlReturn_t;
@@ -1030,7 +1034,11 @@ static nvmlReturn_t field_value(const struct gpu *g, unsigned id, unsigned scope
     case 143: *type = VT_UINT; x = g->remap_unc; break;     /* REMAPPED_UNC */
     case 144: *type = VT_UINT; x = g->remap_pending; break; /* REMAPPED_PENDING */
     case 145: *type = VT_UINT; x = g->remap_failure; break; /* REMAPPED_FAILURE */
-    case 230: *type = VT_UINT; x = g->recovery_action; break; /* NVML_FI_DEV_GET_GPU_RECOVERY_ACTION */
+    case 230: /* NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: a driver before R565 (the catalog's first
+               * "Xid 154 linkage" release) never sets it: it reads 0 whatever happened */
+        *type = VT_UINT;
+        x = atoi(g_state.driver_version) >= LINKAGE_FIRST_RELEASE ? g->recovery_action : 0;
+        break;
     case 161: case 162: case 163: case 165: { /* per link (scopeId): DL replay, recovery, CRC, state */
         nvmlReturn_t r = check_link(g, scope);
         if (r) return r;

@@ -186,6 +186,30 @@ def test_old_app_xids_age_out_but_reset_class_ones_wait_for_the_reset(node):
     assert r["status"] == "pass", r
 
 
+def test_nvml_recovery_none_counts_only_from_the_linkage_release(node):
+    """Issue 25.6: on a driver older than the catalog's "Xid 154 linkage" release (R565 for 95)
+    NVML's recovery-action field stays 0 whatever happened: an old reset-class XID must not read
+    as "reset done" there. The stand-in plays a 560 driver (its field 230 then stays 0)."""
+    from datetime import datetime, timedelta, timezone
+
+    site = node.tmp / "site.toml"
+    data = tomllib.loads(site.read_text())
+    data["health"]["xid_window_minutes"] = 1
+    site.write_text(tomli_w.dumps(data))
+    deadline = time.monotonic() + 120
+    while time.clock_gettime(time.CLOCK_BOOTTIME) < 100 and time.monotonic() < deadline:
+        time.sleep(1)
+    gpus.set_versions(node.gdir, NODE, driver_version="560.35.03", cuda_version="12.6")
+    gpus.inject(node.gdir, NODE, 2, "xid", "95", now=datetime.now(timezone.utc) - timedelta(seconds=90))
+    r = node("xid")["by_id"]["xid"]
+    assert r["status"] == "fail" and "GPU2 XID 95" in r["detail"] and "no GPU reset seen since" in r["detail"], r
+    assert "NVML recovery action" not in r["detail"]  # the old driver's field reads 0
+    gpus.set_versions(node.gdir, NODE, driver_version=DRIVER, cuda_version="12.8")  # R570: linked
+    gpus.clear(node.gdir, NODE, 2, "xid")  # and the field back at 0: as after a reset
+    r = node("xid")["by_id"]["xid"]
+    assert r["status"] == "pass", r
+
+
 def test_repeated_xid_is_reported_once_with_a_count(node):
     for _ in range(3):
         gpus.inject(node.gdir, NODE, 4, "xid", "119")
@@ -382,3 +406,70 @@ def test_a_deferred_module_is_the_real_one_on_first_use():
     p = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=60, cwd="/",
                        env={"PATH": "/usr/bin:/bin"})
     assert p.stdout.strip() == "ok", p.stderr
+
+
+# ------------------------------------------------------------------ issue 25.5: a hook that cannot run
+
+
+def _hook(node, context: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-I", "-m", "slurmadm.health", context, "--node", NODE]
+    return subprocess.run(argv, env=node.env, capture_output=True, text=True, timeout=60, cwd=node.tmp)
+
+
+@pytest.mark.parametrize("breakage,reason", [
+    (b"\xff", "site-invalid"),  # a non-UTF-8 byte
+    (b"\n[health\n", "site-invalid"),  # a TOML syntax error
+])
+def test_a_broken_site_lets_the_job_run_and_leaves_a_trace(node, breakage, reason):
+    """The hooks let every job run on a broken site (right), but nothing but stderr and syslog
+    said health enforcement was off: no /dev/log in containers, slurmd does not log a hook that
+    exits 0. Now: a line in the results log, the node's store (audit event, node_state), and
+    what `health status`, `doctor` and the exporter read from there."""
+    from slurmadm.health import hookerror
+    from slurmadm.store import Store
+
+    node()  # a good run first: the node's settings cache knows where the store and results log are
+    site = node.tmp / "site.toml"
+    site.write_bytes(site.read_bytes() + breakage)
+    p = _hook(node, "prolog")
+    assert p.returncode == 0, p.stderr  # the job runs
+    assert "cannot load the site" in p.stderr and "the job runs" in p.stderr
+    lines = [json.loads(x) for x in (node.tmp / "health.jsonl").read_text().splitlines()]
+    errs = [x for x in lines if x.get("event") == "hook_error"]
+    assert errs and errs[-1]["node"] == NODE and errs[-1]["context"] == "prolog"
+    assert errs[-1]["error_kind"] == reason and "cannot load the site" in errs[-1]["reason"]
+    periodic = _hook(node, "periodic")
+    assert periodic.returncode == 0
+    assert "the job runs" not in periodic.stderr and "health enforcement is off" in periodic.stderr
+    with Store(node.tmp / "slurmadm.db") as store:
+        rows = store.query("SELECT node, key, value FROM node_state WHERE node=?", (NODE,))
+        assert hookerror.counts(rows) == {(NODE, reason): 2}
+        last = [r for r in rows if r["key"] == hookerror.STATE_KEY]
+        newest = {NODE: store.query("SELECT MAX(ts) AS ts FROM check_results WHERE node=?", (NODE,))[0]["ts"]}
+        [cur] = hookerror.current(last, newest)
+        assert (cur["node"], cur["context"], cur["reason"]) == (NODE, "periodic", reason)
+        assert store.query("SELECT COUNT(*) AS n FROM events WHERE action=?", (hookerror.AUDIT_ACTION,))[0]["n"] == 2
+    # the site fixed: the next good run ends it (nothing written on the healthy path for that)
+    site.write_bytes(site.read_bytes()[:-len(breakage)])
+    node()
+    with Store(node.tmp / "slurmadm.db") as store:
+        last = store.query("SELECT node, value FROM node_state WHERE key=?", (hookerror.STATE_KEY,))
+        newest = {NODE: store.query("SELECT MAX(ts) AS ts FROM check_results WHERE node=?", (NODE,))[0]["ts"]}
+        assert hookerror.current(last, newest) == []
+
+
+def test_a_broken_site_on_a_node_that_never_loaded_it_goes_to_the_defaults(tmp_path, monkeypatch):
+    from slurmadm.health import hookerror
+
+    monkeypatch.setenv("SLURMADM_CACHE_DIR", str(tmp_path / "no-cache"))
+    monkeypatch.setattr(hookerror, "DEFAULT_RESULTS_LOG", str(tmp_path / "log" / "health.jsonl"))
+    monkeypatch.setattr(hookerror, "DEFAULT_STORE", str(tmp_path / "lib" / "slurmadm.db"))
+    # the defaults' directories do not exist: nothing is created for them, and it says so
+    assert hookerror.last_good_paths("b200-009") == ("", "", None)
+    assert len(hookerror.record("b200-009", "prolog", "site-invalid", "x")) == 2
+    assert not (tmp_path / "log").exists() and not (tmp_path / "lib").exists()
+    (tmp_path / "log").mkdir()
+    (tmp_path / "lib").mkdir()
+    assert hookerror.last_good_paths("b200-009") == (hookerror.DEFAULT_RESULTS_LOG, hookerror.DEFAULT_STORE, None)
+    assert hookerror.record("b200-009", "prolog", "site-invalid", "x") == []
+    assert "hook_error" in (tmp_path / "log" / "health.jsonl").read_text()

@@ -35,8 +35,8 @@ def test_busbw_formula_matches_nccl_tests():
 
 
 def test_parse_all_reduce_perf():
-    assert nccl.parse_all_reduce_perf(OUTPUT.format(wrong=0)) == (763.065, 0)
-    assert nccl.parse_all_reduce_perf(OUTPUT.format(wrong=3)) == (763.065, 3)
+    assert nccl.parse_all_reduce_perf(OUTPUT.format(wrong=0)) == nccl.NcclRun(763.065, 0, 0)
+    assert nccl.parse_all_reduce_perf(OUTPUT.format(wrong=3)) == nccl.NcclRun(763.065, 0, 3)
     with pytest.raises(CannotRun, match="no 'Avg bus bandwidth' line"):
         nccl.parse_all_reduce_perf("NCCL WARN Cuda failure 'out of memory'\n")
 

@@ -183,15 +183,164 @@ def test_kept_events_survive_a_wrapped_ring_buffer():
 
 
 def test_nccl_wrong_results_in_g_format_and_footer():
-    bw, wrong = nccl.parse_all_reduce_perf((FIX / "nccl-wrong.txt").read_text())
-    assert wrong == 1048576 and bw == pytest.approx(763.065)
+    got = nccl.parse_all_reduce_perf((FIX / "nccl-wrong.txt").read_text())
+    assert got.busbw == pytest.approx(763.065) and got.failing_points == 1
+    assert got.wrong_elements == 1048580  # %g's 1.04858e+06, rounded as printed
+    assert got.describe() == "1 failing test point (1048580 wrong elements)"
 
 
 def test_nccl_older_layout_counts_the_footer_not_the_error_column():
-    bw, wrong = nccl.parse_all_reduce_perf((FIX / "nccl-wrong-old.txt").read_text())
-    assert (bw, wrong) == (128.942, 2)
+    got = nccl.parse_all_reduce_perf((FIX / "nccl-wrong-old.txt").read_text())
+    assert (got.busbw, got.failing_points, got.wrong_elements) == (128.942, 2, 0)
+    assert got.describe() == "2 failing test points"
 
 
 def test_nccl_no_average_line_still_cannot_run():
     with pytest.raises(CannotRun):
         nccl.parse_all_reduce_perf("NCCL WARN Cuda failure 'out of memory'\n")
+
+
+# ------------------------------------------------------------------------------------ issue 25
+
+
+def test_nvlink5_line_without_the_tuple_is_decoded_from_unit_and_flag():
+    """`145, RLW_REMAP Nonfatal XC0 i0 Link 02` (no register tuple) was "fail, needs reset": the
+    catalog's Non-fatal rows for RLW_REMAP are IGNORE / XID_154_EVAL."""
+    now = ts("2026-11-29T12:00:00+00:00")
+    found = by_xid(xid.summarize(xid.events_from_file(str(FIX / "xid-nvlink5-bare.log"), now), now=now,
+                                 window_s=3600))
+    remap = found[("0000:5f:00", 145)]
+    assert (remap.verdict, remap.needs) == ("info", "") and "RLW_REMAP Nonfatal" in remap.name
+    assert remap.action in ("IGNORE", "XID_154_EVAL")
+    fatal = found[("0000:6f:00", 145)]  # the catalog's Fatal rows for RLW_SRC_TRACK: RESET_GPU
+    assert (fatal.verdict, fatal.action, fatal.needs) == ("fail", "RESET_GPU", "reset")
+    # a unit the decode table does not list: the flag decides
+    odd = xid.classify_event(146, "TLW_NEWUNIT Nonfatal XC0 i0 Link 1")
+    assert odd.verdict == "warn" and "not in the decode table" in odd.name
+
+
+@pytest.mark.parametrize("name,busbw", [
+    ("nccl-tag-output.txt", 156.742),  # mpirun --tag-output
+    ("nccl-timestamp-output.txt", 156.742),  # mpirun --timestamp-output --tag-output
+    ("nccl-srun-label.txt", 25.3468),  # srun --label
+])
+def test_nccl_output_under_a_launcher_is_parsed(name, busbw):
+    """`[1,0]<stdout>:` lines were "cannot run" (and drained the node with on_error = fail)."""
+    got = nccl.parse_all_reduce_perf((FIX / name).read_text())
+    assert (got.busbw, got.wrong) == (pytest.approx(busbw), False)
+
+
+def test_nccl_footer_counts_test_points_and_rows_count_elements():
+    got = nccl.parse_all_reduce_perf((FIX / "nccl-wrong-points.txt").read_text())
+    assert (got.failing_points, got.wrong_elements) == (4, 128)
+    assert got.describe() == "4 failing test points (128 wrong elements)"
+
+
+def test_a_valid_bandwidth_under_mpirun_never_drains(monkeypatch):
+    """The check end to end with on_error = "fail": all_reduce_perf behind a wrapper that launches
+    it with mpirun --tag-output printed a valid bandwidth: the node passes."""
+    import time
+
+    from slurmadm.health import checks as C
+    from slurmadm.health.config import Thresholds
+    from slurmadm.health.runner import run_checks
+    from tests.unit.health.test_runner import cfg, spec
+
+    text = (FIX / "nccl-tag-output.txt").read_text()
+
+    class Proc:
+        returncode, stdout, stderr = 0, text, ""
+
+    monkeypatch.setattr(nccl.shutil, "which", lambda exe: "/usr/bin/all_reduce_perf")
+    monkeypatch.setattr(nccl, "run", lambda *a, **k: Proc())
+    c = cfg(on_error="fail", thresholds=Thresholds(150.0, 87, 95, 50_000_000, 10, 1.1, 100))  # p5's floor
+    pol = C.policy(spec("nccl-allreduce", nccl.check, needs_nvml=False), c)  # no NVML here
+    [res] = run_checks([pol], C.Ctx(cfg=c, context="run", now=time.time()), deadline=time.monotonic() + 5)
+    assert res.status == "pass" and res.action != "drain", res
+    assert "156.7" in res.detail
+
+
+def test_raw_stamps_past_the_uptime_are_kept_as_recent_not_dropped():
+    """Issue 25.3, measured: a raw-dmesg file with an XID 79 and an XID 119 passed ("2 XID lines
+    in the log, 0 in the last 60 min"): stamped later than the uptime, both were dropped."""
+    now = ts("2026-11-29T12:00:00+00:00")
+    boot = now - 3600  # up one hour; the lines say 8659 s and 9123 s: another boot's
+    events = xid.events_from_file(str(FIX / "xid-raw-dmesg.log"), now, boot=boot)
+    assert [(e.xid, e.ts) for e in events] == [(79, now), (119, now)]
+    assert all("treated as recent" in e.undated for e in events)
+    found = by_xid(xid.summarize(events, now=now, window_s=3600, boot=boot))
+    assert found[("0000:01:00", 79)].verdict == "fail" and found[("0000:02:00", 119)].verdict == "fail"
+
+
+def test_xid_check_fails_on_undated_lines_and_says_so(monkeypatch):
+    import time
+
+    from slurmadm.health import checks as C
+    from tests.unit.health.test_runner import cfg
+
+    monkeypatch.setattr(xid, "boot_time", lambda: time.time() - 3600)
+    out = C.xid(C.Ctx(cfg=cfg(xid_source=str(FIX / "xid-raw-dmesg.log")), context="run", now=time.time()))
+    texts = [f.text for f in out.findings if f.level == "fail"]
+    assert any("XID 79" in t and "treated as recent" in t for t in texts), texts
+    assert any("XID 119" in t for t in texts), texts
+    assert "logged at a time the log does not tell" in out.note
+
+
+def test_raw_stamps_of_an_earlier_boot_are_not_dated_into_this_one():
+    now = ts("2026-11-28T10:30:00+00:00")
+    events = xid.events_from_file(str(FIX / "xid-raw-two-boots.log"), now, boot=now - 86400 * 3)
+    by = {e.xid: e for e in events}
+    # the second boot is dated by its hctosys line: 10:00:00 UTC - 2.512345 s, + 600.25 s
+    assert by[119].ts == pytest.approx(1795860000 - 2.512345 + 600.25) and not by[119].undated
+    # the first boot is not dated: its 79 happened before the second boot, not "8659 s into it"
+    boot2 = 1795860000 - 2.512345
+    assert by[79].ts < boot2 and "before the next boot" in by[79].undated
+    found = by_xid(xid.summarize(events, now=now, window_s=3600, boot=boot2))
+    assert found[("0000:01:00", 79)].resolved == "reboot"  # the reboot after it cleared it
+
+
+def test_journal_json_lines_in_a_file_carry_their_realtime(tmp_path):
+    path = tmp_path / "kern.json"
+    path.write_text('{"MESSAGE":"%s","__REALTIME_TIMESTAMP":"1783749086000000"}\n' % LINE)
+    [ev] = xid.events_from_file(str(path), NOW)
+    assert ev.ts == 1783749086.0 and not ev.undated
+
+
+@pytest.mark.parametrize("driver,cleared", [
+    ("560.35.03", False),  # before R565: the field stays 0 whatever happened
+    ("565.57.01", True), ("570.133.20", True),
+    ("", False),  # unknown driver: the field proves nothing
+])
+def test_recovery_none_counts_only_from_the_linkage_release(driver, cleared):
+    now = ts("2026-09-14T08:00:00+00:00")
+    old = now - 3 * 3600  # outside the window, after boot: waiting for a reset
+    ev = xid.XidEvent(old, "0000:1b:00", 95, "", "Uncontained memory error")  # catalog: R565
+    found = xid.summarize([ev], now=now, window_s=3600, boot=old - 86400, recovery_none={"0000:1b:00"},
+                          driver=driver)
+    assert (found == []) is cleared
+
+
+def test_linkage_release_per_xid():
+    assert xid.linked(154, "")  # 154 itself on any driver
+    assert not xid.linked(143, "570.133.20") and xid.linked(143, "575.51.03")  # 143: R575
+    assert xid.linked(158, "550.1")  # linkage "yes", no release given
+    assert not xid.linked(46, "580.1")  # no linkage
+
+
+def test_xid_note_counts_only_serious_findings_in_the_window(tmp_path):
+    """Issue 25.8: an application-class XID (31: RESTART_APP) read "1 in the last 60 min" on a
+    passing check, as if something serious were in the window."""
+    import time
+
+    from slurmadm.health import checks as C
+    from tests.unit.health.test_runner import cfg
+
+    now = time.time()
+    stamp = dt.datetime.fromtimestamp(now - 60, UTC).isoformat()
+    path = tmp_path / "kern.log"
+    path.write_text(f"{stamp} b200-001 kernel: NVRM: Xid (PCI:0000:1b:00): 31, pid=1234, name=python3, "
+                    "Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f_00000000\n")
+    out = C.xid(C.Ctx(cfg=cfg(xid_source=str(path)), context="run", now=now))
+    assert out.findings == []
+    assert out.note.startswith("1 XID line(s) in the log, 0 serious in the last 60 min"), out.note
+    assert "1 informational" in out.note

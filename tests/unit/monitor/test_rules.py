@@ -159,6 +159,16 @@ CASES: dict[str, tuple[dict[str, str], str, dict[str, str], str, str]] = {
         "b200-001: /scratch is not mounted", "1m"),
 }
 
+# issue 25: the hooks of b200-001 and b200-002 cannot load the site (b200-003's can again)
+CASES["HealthEnforcementOff"] = (
+    {sel("slurmadm_health_enforcement_off", node="b200-001", instance="a:9410"): "0 1 1",
+     sel("slurmadm_health_enforcement_off", node="b200-002", instance="b:9410"): "0 1 1",
+     sel("slurmadm_health_enforcement_off", node="b200-003", instance="c:9410"): "0 0 0"},
+    "2m", {"severity": "critical"},
+    "health enforcement off on 2 nodes: their health hooks cannot load the site (`slurmadm health status` names them)",
+    "0m")
+
+
 # The dcgm GPU source (monitor.gpu_source = "dcgm"): the rules that read dcgm-exporter's names and
 # labels, on series shaped as tests/fixtures/dcgm's real capture (gpu, UUID, Hostname, modelName;
 # hpc_job from --hpc-job-mapping-dir). Every other rule is the same expression in both modes.

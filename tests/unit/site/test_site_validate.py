@@ -123,6 +123,8 @@ BAD_SITES = [
     ("unit-overlap", put("topology.units.1.nodes", "b200-[030-064]"), "topology.units[1].nodes: b200-[030-032] already belong to another unit"),
     ("node-in-no-unit", put("topology.units.3.nodes", "b200-[097-127]"), "topology.units: nodes b200-128 are in no scalable unit"),
     ("memory-fraction", put("slurm.real_memory_fraction", 1.5), "slurm.real_memory_fraction: must be <= 1.0, got 1.5"),
+    ("memory-fraction-nan", put("slurm.real_memory_fraction", float("nan")), "slurm.real_memory_fraction: must be a number, got nan"),
+    ("drain-cap-nan", put("health.drain_cap_fraction", float("nan")), "health.drain_cap_fraction: must be a number, got nan"),
     ("burnin-undefined-qos", put("burnin.qos", "nightly"), "burnin.qos: QOS 'nightly' is not defined"),
     ("burnin-window", put("burnin.window_start", "25:00"), "burnin.window_start: '25:00' is not allowed"),
     ("burnin-zero-stress", put("burnin.stress_seconds", 0), "burnin.stress_seconds: must be >= 1, got 0"),
