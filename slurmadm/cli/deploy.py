@@ -105,30 +105,44 @@ def _show_plans(plans: dict, verb: str) -> None:
                 console.print(f"  {escape(c.line())}")
 
 
+head_option = click.option("--head", "with_head", is_flag=True,
+                           help="Also this machine (the head): the same install, without SSH, then `config "
+                                "apply` when slurm.conf's Prolog/Epilog/HealthCheckProgram are not the deployed hooks.")
+
+
 @deploy.command("plan")
 @click.argument("nodes", required=False)
 @wheelhouse_option
+@head_option
 @site_option
 @json_option
-def plan_cmd(nodes, wheelhouse, site_file, as_json) -> None:
+def plan_cmd(nodes, wheelhouse, with_head, site_file, as_json) -> None:
     """What `deploy apply` would change on each node (read-only). Exit 1 when a node would
     change, 3 when one could not be read."""
-    _plan(nodes, wheelhouse, site_file, as_json)
+    _plan(nodes, wheelhouse, site_file, as_json, with_head)
 
 
-def _plan(nodes, wheelhouse, site_file, as_json) -> None:
+def _plan(nodes, wheelhouse, site_file, as_json, with_head=False) -> None:
+    from ..deploy import head
+
     site = get_site(site_file)
     names = _nodes(site, nodes)
     rel = _release(site, wheelhouse)
     with dep.remote(site) as remote:
         plans = dep.Deployer(site, rel, remote, site_file=_site_file(site_file)).plan(names)
+    stale = {}
+    if with_head:
+        plans.update(dep.Deployer(site, rel, head.LocalRemote(), site_file=_site_file(site_file)).plan([head.name()]))
+        stale = head.stale_hooks(site)
     if as_json:
         print_json({"release": rel.name, "dry_run": True, "nodes": [
             {"node": n, "error": p} if isinstance(p, str) else {"node": n, "changes": [c.as_dict() for c in p]}
-            for n, p in plans.items()]})
+            for n, p in plans.items()], "slurm_conf_hooks": {k: {"has": h, "wants": w} for k, (h, w) in stale.items()}})
     else:
         console.print(f"release [bold]{escape(rel.name)}[/bold] (nothing changed)")
         _show_plans(plans, "would")
+        for k, (h, w) in stale.items():
+            console.print(f"head: config apply would set {k}={escape(w)} (now {escape(h or 'unset')})")
     if any(isinstance(p, str) for p in plans.values()):
         sys.exit(EXIT_UNREACHABLE)
     if any(plans.values()):
@@ -150,16 +164,17 @@ def _findings_table(results: dict) -> None:
 @click.argument("nodes", required=False)
 @wheelhouse_option
 @click.option("--restart", is_flag=True, help="Forget the stored progress of this deploy and start over.")
+@head_option
 @dry_run_option
 @reason_option("slurmadm deploy")
 @site_option
 @json_option
-def apply_cmd(nodes, wheelhouse, restart, dry_run, reason, site_file, as_json) -> None:
+def apply_cmd(nodes, wheelhouse, restart, with_head, dry_run, reason, site_file, as_json) -> None:
     """Deploy this slurmadm to NODES as a rollout (canary, then waves, stop past the failure
     budget): install, switch, files, doctor. A node failing its doctor goes back to its previous
     release. Re-running continues; a node that has it all is left alone. Exit 1 when a node failed."""
     if dry_run:
-        _plan(nodes, wheelhouse, site_file, as_json)
+        _plan(nodes, wheelhouse, site_file, as_json, with_head)
         return
     from ..files import exclusive_lock
 
@@ -174,10 +189,14 @@ def apply_cmd(nodes, wheelhouse, restart, dry_run, reason, site_file, as_json) -
                 d = dep.Deployer(site, rel, remote, reason=reason, progress=progress, site_file=_site_file(site_file))
                 ro = dep.DeployRollout(site, d, names, store=store, restart=restart, progress=progress)
                 result = ro.run()
+            head_out = _head(site, rel, store, reason, site_file) if with_head and result.state == "done" else None
+    if head_out is not None:
+        d.results.update(head_out["results"])
     if as_json:
         print_json({**result.as_dict(), "release": rel.name,
                     "results": [r.as_dict() for r in d.results.values()],
-                    "doctor": dep.fold_findings(d.results)})
+                    "doctor": dep.fold_findings(d.results),
+                    "head": None if head_out is None else {k: v for k, v in head_out.items() if k != "results"}})
     else:
         from .fleet import _show_rollout
 
@@ -185,8 +204,35 @@ def apply_cmd(nodes, wheelhouse, restart, dry_run, reason, site_file, as_json) -
         changed = {n: r.changes for n, r in d.results.items()}
         _show_plans(changed, "changed")
         _findings_table(d.results)
-    if result.state != "done":
+        if with_head and head_out is None:
+            console.print("[yellow]head: not deployed (the nodes' rollout did not finish)[/yellow]")
+        elif head_out is not None:
+            if head_out["error"]:
+                console.print(f"[red]head: {escape(head_out['error'])}[/red]")
+            if head_out["config"]:
+                console.print(f"head: config apply wrote {', '.join(head_out['config'])}")
+    if result.state != "done" or (head_out is not None and head_out["error"]):
         sys.exit(EXIT_PROBLEMS)
+
+
+def _head(site, rel, store, reason, site_file) -> dict:
+    """The head's own install (no SSH), then `config apply` when the hook paths changed."""
+    from ..deploy import head
+    from ..fleet.rollout import NodeFailed
+
+    d = dep.Deployer(site, rel, head.LocalRemote(), store=store, reason=reason, progress=progress,
+                     site_file=_site_file(site_file))
+    error, written = "", []
+    try:
+        d.apply_node(head.name())
+    except NodeFailed as exc:
+        error = str(exc)
+    if not error and head.stale_hooks(site):
+        res = head.apply_config(site, _site_file(site_file), reason)
+        written = list(res.written)
+        if res.reconfigure_error:
+            error = f"config apply: files written, but `scontrol reconfigure` failed: {res.reconfigure_error}"
+    return {"results": d.results, "error": error, "config": written}
 
 
 @deploy.command("rollback")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 
 from ..errors import SlurmadmError
@@ -154,8 +155,10 @@ class Deployer:
         except (ValueError, KeyError, TypeError):
             last = (r.output.strip().splitlines() or [f"exit {r.exit}"])[-1]
             return False, [], f"no report (exit {r.exit}): {last[:160]}"
+        for f in findings:
+            _hooks_not_configured_yet(f)
         bad = [f"{f['check']} {f['status']}: {f['summary']}" for f in findings if f["status"] == "fail"]
-        return r.exit == 0 and not bad, findings, "; ".join(bad)[:300] or (f"exit {r.exit}" if r.exit else "")
+        return not bad, findings, "; ".join(bad)[:300] or (f"exit {r.exit}" if r.exit else "")
 
     def rollback(self, node: str) -> NodeResult:
         """current <-> previous (the release it ran before), then its doctor."""
@@ -173,6 +176,23 @@ class Deployer:
         if not res.ok:
             res.error = f"doctor: {summary}"
         return res
+
+
+_NOT_CONFIGURED = re.compile(r"^(Prolog|Epilog|HealthCheckProgram) is .* in .*, not \S+$")
+
+
+def _hooks_not_configured_yet(f: dict) -> None:
+    """The doctor's `hooks` check fails a node whose slurm.conf does not run the hooks in
+    slurm.prolog_dir yet, as on a first deploy (Slurm is pointed at them after they exist on
+    every node: `deploy apply --head` or `config apply`). When that is its only problem the
+    installed hooks are fine: a warning that says what is left to do, not a failed node."""
+    if f["check"] != "hooks" or f["status"] != "fail" or not f["summary"].startswith("hooks: "):
+        return
+    problems = f["summary"][len("hooks: "):].split("; ")
+    if problems and all(_NOT_CONFIGURED.match(p) for p in problems):
+        f["status"] = "warn"
+        f["summary"] = "hooks installed; slurm.conf does not run them yet: " + "; ".join(problems)
+        f["fix"] = "slurmadm deploy apply --head (or slurmadm config apply) once every node has them"
 
 
 # ------------------------------------------------------------------------------ the rollout

@@ -321,3 +321,72 @@ def test_release_and_hook_hashes_are_fleet_facts():
     assert diffs == {("slurmadm", ("b200-004",)), ("file:/opt/slurmadm/prolog_epilog/prolog.sh", ("b200-004",))}
     # a node without a deploy has no such fact (no `current`): nothing to compare
     assert "slurmadm" not in collector.parse("@@slurmadm\n@@end\n")
+
+
+def test_the_head_deploys_itself_without_ssh_and_names_stale_hook_paths(tmp_path):
+    from slurmadm.deploy import head
+
+    site = make_site(tmp_path)  # ROOT is a plain directory here: the head's own
+    rel = wheelhouse(tmp_path, "0.1.0")
+    d = dep.Deployer(site, rel, head.LocalRemote(), reason="test")
+    assert d.plan(["head-01"])["head-01"][0].action == "install"
+    res = d.apply_node("head-01")
+    assert res.ok and os.readlink(tmp_path / "ROOT/opt/slurmadm/current") == f"releases/{rel.name}"
+    assert (tmp_path / "ROOT/hooks/slurmadm.env").stat().st_mode & 0o777 == 0o644
+    assert d.plan(["head-01"]) == {"head-01": []}
+    etc = Path(site.slurm.config_dir) / "slurm.conf"
+    stale = head.stale_hooks(site)
+    if not etc.exists():
+        assert set(stale) == {"Prolog", "Epilog", "HealthCheckProgram"}
+        assert stale["Prolog"][1] == f"{tmp_path}/ROOT/hooks/prolog.sh"
+
+
+def test_a_hook_starting_during_the_switch_finds_the_old_or_the_new_release(tmp_path):
+    """current is replaced by rename(2): a reader never sees it missing or half made."""
+    import threading
+
+    site = make_site(tmp_path)
+    want = nodemod.desired(site, "0.2.0-bbbbbbbbbbbb", "0.2.0")
+    prefix = Path(want.prefix)
+    for rel in ("0.1.0-aaaaaaaaaaaa", "0.2.0-bbbbbbbbbbbb"):
+        (prefix / "releases" / rel / "bin").mkdir(parents=True)
+        (prefix / "releases" / rel / "bin" / "python").write_text(rel)
+    subprocess.run(["/bin/sh", "-c", nodemod.switch_script(want, nodemod.Actual(), "0.1.0-aaaaaaaaaaaa")], check=True)
+    seen, stop = set(), threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                seen.add((prefix / "current" / "bin" / "python").read_text())
+            except OSError as exc:
+                seen.add(f"missing: {exc}")
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        cur = "0.1.0-aaaaaaaaaaaa"
+        for _ in range(30):
+            nxt = "0.2.0-bbbbbbbbbbbb" if cur.startswith("0.1") else "0.1.0-aaaaaaaaaaaa"
+            subprocess.run(["/bin/sh", "-c", nodemod.switch_script(want, nodemod.Actual(current=cur), nxt)],
+                           check=True)
+            cur = nxt
+    finally:
+        stop.set()
+        t.join()
+    assert seen <= {"0.1.0-aaaaaaaaaaaa", "0.2.0-bbbbbbbbbbbb"}, seen
+    assert os.readlink(prefix / "previous") == "releases/0.2.0-bbbbbbbbbbbb"
+
+
+def test_hooks_not_yet_in_slurm_conf_is_a_warning_other_hook_problems_fail():
+    from slurmadm.deploy.engine import _hooks_not_configured_yet
+
+    only_conf = {"check": "hooks", "status": "fail", "fix": "x", "summary": (
+        "hooks: Prolog is /tmp/s/prolog_epilog/prolog.sh in scontrol show config, not /opt/slurmadm/prolog_epilog/prolog.sh; "
+        "Epilog is (null) in scontrol show config, not /opt/slurmadm/prolog_epilog/epilog.sh")}
+    _hooks_not_configured_yet(only_conf)
+    assert only_conf["status"] == "warn" and "config apply" in only_conf["fix"]
+    broken = {"check": "hooks", "status": "fail", "fix": "x", "summary": (
+        "hooks: /opt/slurmadm/prolog_epilog/prolog.sh missing; Prolog is unset in /etc/slurm/slurm.conf, "
+        "not /opt/slurmadm/prolog_epilog/prolog.sh")}
+    _hooks_not_configured_yet(broken)
+    assert broken["status"] == "fail"
