@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 from dataclasses import dataclass, field
 
 from ..errors import SlurmadmError
@@ -54,6 +55,7 @@ class Deployer:
         self.want = nodemod.desired(site, release.name, release.version, site_file=site_file)
         self.timeout = site.fleet.command_timeout_s
         self.results: dict[str, NodeResult] = {}
+        self._tar_lock = threading.Lock()
         self.store_of = None  # the calling thread's store (a rollout's node threads), else self.store
 
     def _audit(self, action: str, target: str, reason: str, **detail) -> None:
@@ -108,11 +110,17 @@ class Deployer:
             self._sh(node, nodemod.dirs_script(want), "mkdir")
         if "install" in kinds:
             self.progress(f"{node}: installing {want.release}")
-            ups = [Upload(f"{want.prefix}/wheelhouse/{want.release}/{w}", source=str(self.release.dir / w))
-                   for w in self.release.wheels]
-            self._put(node, ups, "copying the wheelhouse", timeout=self.site.deploy.install_timeout_s)
-            self._sh(node, nodemod.install_script(want, self.site.deploy.python), "install",
-                     timeout=self.site.deploy.install_timeout_s)
+            limit = self.site.deploy.install_timeout_s
+            if self.site.deploy.install == "tarball":
+                tar = self._tarball()
+                self._put(node, [Upload(f"{want.prefix}/wheelhouse/{want.release}.tar.gz", source=str(tar))],
+                          "copying the release", timeout=limit)
+                self._sh(node, nodemod.unpack_script(want), "unpack", timeout=limit)
+            else:
+                ups = [Upload(f"{want.prefix}/wheelhouse/{want.release}/{w}", source=str(self.release.dir / w))
+                       for w in self.release.wheels]
+                self._put(node, ups, "copying the wheelhouse", timeout=limit)
+                self._sh(node, nodemod.install_script(want, self.site.deploy.python), "install", timeout=limit)
         if "switch" in kinds:
             self._sh(node, nodemod.switch_script(want, have), "switch")
         writes = [f for f in want.files if any(c.action == "write" and c.path == f.path for c in changes)]
@@ -143,6 +151,13 @@ class Deployer:
             res.error = f"doctor: {summary}" + (f"; back on {back}" if back else "")
             raise NodeFailed(res.error)
         return res
+
+    def _tarball(self):
+        """The release's virtualenv as a tarball, built here once (one thread builds, the others wait)."""
+        from .wheelhouse import tarball
+
+        with self._tar_lock:
+            return tarball(self.site, self.release, progress=self.progress)
 
     def doctor(self, node: str) -> tuple[bool, list[dict], str]:
         """`slurmadm doctor` of the node's current release: (passed, findings, failing summary)."""

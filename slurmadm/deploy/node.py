@@ -253,6 +253,25 @@ def install_script(want: Desired, python: str) -> str:
     ])
 
 
+def unpack_script(want: Desired) -> str:
+    """deploy.install = "tarball": the virtualenv the head built, unpacked at this node's path;
+    the `#!` lines and bin/activate* that name the head's build path are pointed here."""
+    r, t = want.release_dir, f"{want.prefix}/wheelhouse/{want.release}.tar.gz"
+    return "\n".join([
+        "set -e",
+        "export LC_ALL=C PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        f"rm -rf {r}",
+        f"tar -C {want.prefix}/releases -xzf {t}",
+        f"old=$(cat {r}/.slurmadm-stage)",
+        f"for f in {r}/bin/*; do [ -L \"$f\" ] || [ ! -f \"$f\" ] || sed -i \"s|$old|{r}|g\" \"$f\"; done",
+        f"rm -f {r}/.slurmadm-stage",
+        f"{r}/bin/python -I -c 'import slurmadm.health' && [ -e {r}/hooks/prolog.sh ]",
+        f"echo {want.release} > {r}/{MARKER}",
+        f"rm -rf {t} {want.prefix}/wheelhouse/{want.release}",
+        "",
+    ])
+
+
 def _swap(link: str, target: str) -> str:
     """Point `link` at `target` by renaming a new symlink over it (atomic for a reader)."""
     tmp = f"{link}.slurmadm-new"

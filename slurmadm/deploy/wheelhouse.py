@@ -99,3 +99,40 @@ def build(site, *, source: str | None = None, out_dir: str | Path | None = None,
         return load(final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def tarball(site, rel: Release, *, timeout: float = 1800.0, progress=lambda m: None) -> Path:
+    """deploy.install = "tarball": the release's virtualenv built once here (deploy.python, the
+    same offline `pip install --no-index --find-links` of the wheelhouse a node would run), packed
+    as <wheelhouse_dir>/<release>.tar.gz; each node unpacks it and points the scripts' `#!` lines
+    at its own path (a virtualenv runs from any path through `bin/python -m`; only the `#!` lines
+    and bin/activate* name the path it was made at). Made once per release and kept."""
+    out = rel.dir.parent / f"{rel.name}.tar.gz"
+    if out.is_file():
+        return out
+    stage = rel.dir.parent / f".stage-{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    venv = stage / rel.name
+    progress(f"building the virtualenv of {rel.name} once, here")
+    try:
+        steps = [
+            [site.deploy.python, "-m", "venv", str(venv)],
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
+             str(rel.dir), "--disable-pip-version-check", "--no-warn-script-location", f"slurmadm=={rel.version}"],
+        ]
+        for argv in steps:
+            p = run(argv, timeout=timeout, check=False, env={"PIP_CONFIG_FILE": os.devnull})
+            if p.returncode != 0:
+                raise SlurmadmError(f"{' '.join(argv[:3])} ... failed (exit {p.returncode}): "
+                                    f"{(p.stderr or p.stdout).strip().splitlines()[-1:]}")
+        hooks = run([str(venv / "bin" / "python"), "-I", "-c",
+                     "from slurmadm.resources import prolog_epilog_dir; print(prolog_epilog_dir())"],
+                    timeout=60).stdout.strip()
+        os.symlink(os.path.relpath(hooks, venv), venv / "hooks")
+        (venv / ".slurmadm-stage").write_text(str(venv) + "\n")  # the path to rewrite on the node
+        tmp = out.with_name(out.name + f".{os.getpid()}")
+        run(["tar", "-C", str(stage), "-czf", str(tmp), rel.name], timeout=timeout)
+        os.replace(tmp, out)
+        return out
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)

@@ -390,3 +390,15 @@ def test_hooks_not_yet_in_slurm_conf_is_a_warning_other_hook_problems_fail():
         "not /opt/slurmadm/prolog_epilog/prolog.sh")}
     _hooks_not_configured_yet(broken)
     assert broken["status"] == "fail"
+
+
+def test_stale_hooks_reads_slurm_conf(tmp_path):
+    from slurmadm.deploy import head
+
+    data = tomllib.loads(example_site().read_text())
+    data["slurm"]["config_dir"] = str(tmp_path)
+    site = parse_site(tomli_w.dumps(data))
+    (tmp_path / "slurm.conf").write_text("Prolog=/opt/slurmadm/prolog_epilog/prolog.sh  # ok\n"
+                                          "Epilog=/old/epilog.sh\n")
+    assert head.stale_hooks(site) == {"Epilog": ("/old/epilog.sh", "/opt/slurmadm/prolog_epilog/epilog.sh"),
+                                      "HealthCheckProgram": ("", "/opt/slurmadm/prolog_epilog/healthcheck.sh")}
