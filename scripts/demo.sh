@@ -225,7 +225,8 @@ env = {k: v.strip("'") for k, v in env.items() if k != "SLURMADM_SITE"}
 d["deploy"] = {"wheelhouse_dir": f"{state}/wheelhouse", "unit_dir": "/opt/slurmadm/systemd", "env": env}
 open(dst, "w").write(tomli_w.dumps(d))
 PY
-  slurmadm deploy manifest --site "$dsite" | head -20
+  slurmadm deploy manifest --site "$dsite" > "$STATE/deploy-manifest.txt"   # for an image build or a playbook
+  head -24 "$STATE/deploy-manifest.txt"
   slurmadm deploy plan 'b200-[001-004]' --site "$dsite" || true      # exit 1: everything to do
   slurmadm deploy apply 'b200-[001-004]' --site "$dsite" --reason "demo" || true
   slurmadm deploy plan 'b200-[001-004]' --site "$dsite" --wheelhouse "$(ls -d "$STATE"/wheelhouse/*/ | head -1)"

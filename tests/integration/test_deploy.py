@@ -31,6 +31,7 @@ from tests.integration.helpers import run_slurmadm
 pytestmark = pytest.mark.integration
 NODES = ["b200-001", "b200-002", "b200-003", "b200-004"]
 REPO = Path(__file__).resolve().parents[2]
+SECRET = "hunter2-deploy-secret-value"
 
 
 def _sh(env, *argv, timeout=60, check=True):
@@ -52,7 +53,12 @@ def world(dev_cluster, tmp_path_factory):
         # what the dev cluster's own slurmadm.env gives its hooks (stand-in NVML, SLURM_CONF)
         "env": {k: v for k, v in dev_cluster.env().items() if k != "SLURMADM_SITE"},
         "install_timeout_s": 600.0,
+        # a secret: the nodes see the head's file at the same path (only /opt is their own), so
+        # the deploy writes the very file over SFTP, as it would to a node's disk: 0600 after
+        "secrets": [str(tmp / "deploy-secret")],
     }
+    (tmp / "deploy-secret").write_text(SECRET)
+    (tmp / "deploy-secret").chmod(0o644)
     site_file = tmp / "deploy-site.toml"
     site_file.write_text(tomli_w.dumps(data))
     env["SLURMADM_SITE"] = str(site_file)
@@ -112,6 +118,9 @@ def test_fresh_deploy_of_four_nodes_then_nothing_to_do(world, dev_cluster):
     assert p.returncode == 1, p.stderr
     plans = {n["node"]: {c["action"] for c in n["changes"]} for n in json.loads(p.stdout)["nodes"]}
     assert plans == {n: {"install", "switch", "write", "link"} for n in NODES}
+    secret = str(world["tmp"] / "deploy-secret")
+    assert {c["detail"] for n in json.loads(p.stdout)["nodes"] for c in n["changes"] if c["path"] == secret} == {
+        "mode 644 -> 600"}
 
     p = run_slurmadm(env, "deploy", "apply", "--wheelhouse", a["wheelhouse"], "--reason", "fresh", "--json",
                      timeout=900)
@@ -128,6 +137,10 @@ def test_fresh_deploy_of_four_nodes_then_nothing_to_do(world, dev_cluster):
     assert set(on_nodes(env, "/opt/slurmadm/current/bin/slurmadm --version").values()) == {
         f"slurmadm, version {a['version']}"}
     assert not Path("/opt/slurmadm").exists()
+    assert (world["tmp"] / "deploy-secret").stat().st_mode & 0o777 == 0o600
+    assert (world["tmp"] / "deploy-secret").read_text() == SECRET
+    audit = run_slurmadm(env, "audit", "log", "--json", "--limit", "200").stdout
+    assert "deploy.node" in audit and SECRET not in audit and SECRET not in p.stdout + p.stderr
     # idempotent: nothing left to do, and a second apply changes nothing
     p = run_slurmadm(env, "deploy", "plan", "--wheelhouse", a["wheelhouse"], timeout=300)
     assert p.returncode == 0 and p.stdout.count("up to date") == 1 and "b200-[001-004] (4): up to date" in p.stdout, p.stdout
