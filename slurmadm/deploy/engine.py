@@ -107,7 +107,7 @@ class Deployer:
         changes = res.changes = nodemod.plan(want, have)
         kinds = {c.action for c in changes}
         if changes:
-            self._sh(node, nodemod.dirs_script(want), "mkdir")
+            self._sh(node, nodemod.dirs_script(want, "install" in kinds), "mkdir")
         if "install" in kinds:
             self.progress(f"{node}: installing {want.release}")
             limit = self.site.deploy.install_timeout_s

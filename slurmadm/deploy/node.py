@@ -294,9 +294,9 @@ def links_script(want: Desired) -> str:
                      + [_swap(link, target) for link, target in want.links.items()]) + "\n"
 
 
-def dirs_script(want: Desired) -> str:
-    dirs = sorted({f.path.rsplit("/", 1)[0] or "/" for f in want.files} | {want.hook_dir}
-                  | {f"{want.prefix}/wheelhouse/{want.release}", f"{want.prefix}/releases"})
+def dirs_script(want: Desired, install: bool = True) -> str:
+    dirs = sorted({f.path.rsplit("/", 1)[0] or "/" for f in want.files} | {want.hook_dir, f"{want.prefix}/releases"}
+                  | ({f"{want.prefix}/wheelhouse/{want.release}"} if install else set()))
     return "set -e\nmkdir -p " + " ".join(dirs) + "\n"
 
 

@@ -157,6 +157,11 @@ def test_fresh_deploy_then_a_second_apply_changes_nothing(tmp_path, world):
         # the same again: a plan with nothing in it, nothing written
         d2 = dep.Deployer(site, rel, world)
         assert d2.plan(NODES) == {n: [] for n in NODES}
+        # a changed file alone: written, and no install leftovers (no empty wheelhouse directory)
+        (tmp_path / "b200-001/hooks/slurmadm.env").write_text("SLURMADM_PYTHON=/usr/bin/python3\n")
+        assert [c.action for c in d2.plan(["b200-001"])["b200-001"]] == ["write"]
+        d2.apply_node("b200-001")
+        assert not list((tmp_path / "b200-001/opt/slurmadm/wheelhouse").iterdir())
         world.log.clear()
         _, again = deploy_all(site, rel, world, store)
         assert again.state == "done"
