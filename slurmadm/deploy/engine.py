@@ -227,6 +227,13 @@ class DeployRollout(Rollout):
                     reboot=False, steps=[Step(run=f"slurmadm deploy apply (release {deployer.release.name})")],
                     health_command="")
         sha = hashlib.sha256(f"{deployer.release.name} {compress(nodes)}".encode()).hexdigest()
+        # a finished deploy of the same release runs again from the start: every node is read
+        # again (one that has it all changes nothing; one changed since is repaired); a stopped
+        # or interrupted one continues where it stopped
+        from ..fleet.rollout import status
+
+        before = status(store, name)
+        restart = restart or bool(before and before[0].state == "done")
         super().__init__(site, plan, sha, backend=None, remote=deployer.remote, store=store,
                          options=Options(restart=restart), progress=progress)
         self.deployer = deployer

@@ -162,6 +162,12 @@ def test_fresh_deploy_then_a_second_apply_changes_nothing(tmp_path, world):
         assert [c.action for c in d2.plan(["b200-001"])["b200-001"]] == ["write"]
         d2.apply_node("b200-001")
         assert not list((tmp_path / "b200-001/opt/slurmadm/wheelhouse").iterdir())
+        # a finished deploy applied again reads every node again: one broken since is repaired
+        (tmp_path / "b200-002/hooks/prolog.sh").unlink()
+        d3, again = deploy_all(site, rel, world, store)
+        assert again.state == "done" and (tmp_path / "b200-002/hooks/prolog.sh").is_symlink()
+        assert [c.action for c in d3.results["b200-002"].changes] == ["link"]
+        assert not d3.results["b200-001"].changes
         world.log.clear()
         _, again = deploy_all(site, rel, world, store)
         assert again.state == "done"
