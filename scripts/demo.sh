@@ -224,6 +224,34 @@ slurmadm dev-cluster gpu-fault b200-001 --clear
 scontrol update nodename=b200-001 state=resume
 slurmadm dev-cluster central-store off --state-dir "$STATE"
 
+# ---- slurmadm deploy (issue 26): slurmadm itself onto the fake nodes, each into its own /opt
+demo_deploy() {
+  step "deploy: slurmadm onto every node from one wheelhouse (no index on the nodes), atomic switch, doctor"
+  local dsite="$STATE/deploy-site.toml"
+  # the dev site, its hooks in the nodes' own /opt/slurmadm (each fake node has its own /opt)
+  python3 - "$SLURMADM_SITE" "$dsite" "$STATE" <<'PY'
+import os, subprocess, sys, tomllib, tomli_w
+src, dst, state = sys.argv[1:]
+d = tomllib.loads(open(src).read())
+d["slurm"]["prolog_dir"] = "/opt/slurmadm/prolog_epilog"
+# slurmadm.env on the nodes: what the dev cluster's own hooks get (stand-in NVML, SLURM_CONF)
+env = dict(line.split(" ", 1)[1].split("=", 1) for line in subprocess.run(
+    ["slurmadm", "dev-cluster", "env", "--state-dir", state], capture_output=True, text=True).stdout.splitlines()
+    if line.startswith("export "))
+env = {k: v.strip("'") for k, v in env.items() if k != "SLURMADM_SITE"}
+d["deploy"] = {"wheelhouse_dir": f"{state}/wheelhouse", "unit_dir": "/opt/slurmadm/systemd", "env": env}
+open(dst, "w").write(tomli_w.dumps(d))
+PY
+  slurmadm deploy manifest --site "$dsite" > "$STATE/deploy-manifest.txt"   # for an image build or a playbook
+  head -24 "$STATE/deploy-manifest.txt"
+  slurmadm deploy plan 'b200-[001-004]' --site "$dsite" || true      # exit 1: everything to do
+  slurmadm deploy apply 'b200-[001-004]' --site "$dsite" --reason "demo" || true
+  slurmadm deploy plan 'b200-[001-004]' --site "$dsite" --wheelhouse "$(ls -d "$STATE"/wheelhouse/*/ | head -1)"
+  slurmadm fleet run 'b200-[001-004]' -- readlink /opt/slurmadm/current
+  slurmadm fleet run 'b200-[001-004]' -- rm -rf /opt/slurmadm   # the dev cluster keeps its own hooks
+}
+if [ -n "${DEMO_DEPLOY:-1}" ]; then demo_deploy; fi
+
 step "done: the dev cluster keeps running"
 echo "use it:   eval \"\$(slurmadm dev-cluster env --state-dir $STATE)\""
 echo "live view: slurmadm top     Prometheus: $PROM"

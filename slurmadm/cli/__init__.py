@@ -29,6 +29,7 @@ GROUPS = {
     "monitor": "monitor",
     "jobs": "jobs",
     "top": "top",
+    "deploy": "deploy",
 }
 
 

@@ -9,6 +9,8 @@ paths a fact collector reads on a real node:
   /usr/local/bin                  nvidia-smi (`-q` header), ofed_info, nv-fabricmanager, mpirun, enroot,
                                   and `dev-software`, the node's "package manager" (rollout steps)
   /usr/local/lib                  libnccl.so.X.Y.Z, libcudnn.so.X.Y.Z
+  /opt                            its own, empty at first (`slurmadm deploy` installs there); the
+                                  host's when this Python lives under /opt
 
 The node's slurmd runs inside the same namespaces (nsenter), so its prolog and HealthCheckProgram
 see the node's files too. State per node under <state>/nodes/<node>/: `software.json` holds what is
@@ -51,7 +53,14 @@ MOUNTS = (
     ("proc-driver", "/proc/driver"),
     ("bin", "/usr/local/bin"),
     ("lib", "/usr/local/lib"),
+    ("opt", "/opt"),  # its own /opt, empty at first (what `slurmadm deploy` installs into)
 )
+
+
+def _python_under(path: str) -> bool:
+    """Whether this Python lives under `path` (then a node must keep the host's, or nothing runs)."""
+    where = [sys.prefix, sys.base_prefix, os.path.realpath(sys.executable)]
+    return any(os.path.realpath(p) == path or os.path.realpath(p).startswith(path + "/") for p in where)
 
 
 def ssh_port(port_base: int, index: int) -> int:
@@ -148,7 +157,7 @@ class FakeNode:
         run_ = self.software()["running"]
         inst = self.software()["installed"]
         d = self.dir
-        for sub in ("proc-driver/nvidia", "bin", "lib", "ssh"):
+        for sub in ("proc-driver/nvidia", "bin", "lib", "ssh", "opt"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         image = run_["os_image"]
         m = re.match(r"^([a-z]+)-([0-9][0-9.]*)", image)
@@ -234,6 +243,8 @@ class FakeNode:
             "MaxSessions 64",
             "PrintMotd no",
             "PrintLastLog no",
+            # SFTP as a stock sshd offers it (`slurmadm deploy` copies files over it), in-process
+            "Subsystem sftp internal-sftp",
             "LogLevel ERROR",
             "",
         ]))
@@ -244,6 +255,8 @@ class FakeNode:
         paths, its hostname, then sshd in the foreground."""
         lines = ["set -e", "mkdir -p /run/sshd"]
         for src, dst in MOUNTS:
+            if dst == "/opt" and (not os.path.isdir("/opt") or _python_under("/opt")):
+                continue
             lines.append(f"mount --bind {shlex.quote(str(self.dir / src))} {dst}")
         # root's ~/.bashrc is the node's own (a stock one), not the head node's: bash sources it
         # for every command sshd runs, and a head node's (pyenv init, ...) costs 0.5 s a command

@@ -57,7 +57,17 @@ def remote_for(site) -> Remote:
 
 
 def _collector(site) -> str:
-    return factsmod.script(site.software.hash_files, factsmod.packages_of(site.software.extra))
+    """The fact collector for this site: with the release `slurmadm deploy` switched to
+    (fact `slurmadm`) and the hashes of the hook scripts in slurm.prolog_dir (`file:<path>`,
+    through their links: the scripts that run), so a node left behind drifts."""
+    from ..deploy.node import HOOKS
+
+    import re
+
+    hooks = [f"{site.slurm.prolog_dir.rstrip('/')}/{h}" for h in HOOKS]
+    hooks = [h for h in hooks if re.fullmatch(r"/[A-Za-z0-9_./\-]+", h)]  # what the collector may name
+    files = list(dict.fromkeys([*site.software.hash_files, *hooks]))
+    return factsmod.script(files, factsmod.packages_of(site.software.extra), slurmadm_prefix=site.deploy.prefix)
 
 
 FW_PREFIX = "fw:"

@@ -25,7 +25,7 @@ BASELINE_KEYS = {
 }
 # Facts the collector knows (software.extra may name these; any other extra key is a package).
 KNOWN_FACTS = ("os_image", "os", "kernel", "cmdline", "driver", "cuda", "vbios", "nccl", "cudnn", "ofed",
-               "mpi", "docker", "podman", "enroot", "pyxis", "nvidia-fabricmanager")
+               "mpi", "docker", "podman", "enroot", "pyxis", "nvidia-fabricmanager", "slurmadm")
 # Not compared across the fleet (they differ on purpose).
 NOT_COMPARED = frozenset({"hostname"})
 _PKG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+._\-]{0,127}$")
@@ -44,9 +44,10 @@ def packages_of(extra: dict[str, str]) -> list[str]:
     return sorted(names)
 
 
-def script(hash_files: Iterable[str] = (), packages: Iterable[str] = ()) -> str:
+def script(hash_files: Iterable[str] = (), packages: Iterable[str] = (), slurmadm_prefix: str | None = None) -> str:
     """The collector. `hash_files` are site-validated absolute paths/globs (no quotes or spaces);
-    `packages` validated names."""
+    `packages` validated names; `slurmadm_prefix` (deploy.prefix): fact `slurmadm`, the release
+    <prefix>/current points at (`slurmadm deploy`)."""
     files = " ".join(hash_files)
     for p in packages:
         if not _PKG_RE.match(p):
@@ -74,6 +75,10 @@ def script(hash_files: Iterable[str] = (), packages: Iterable[str] = ()) -> str:
         f"s pyxis; for f in {' '.join(PYXIS)}; do [ -e \"$f\" ] && echo \"$f\"; done",
         f"s nvidia-fabricmanager; {has.format('nv-fabricmanager')} nv-fabricmanager --version",
     ]
+    if slurmadm_prefix:
+        if not re.fullmatch(r"/[A-Za-z0-9_.@+,:=/\-]*", slurmadm_prefix):
+            raise UsageError(f"deploy.prefix: {slurmadm_prefix!r} has characters that are not allowed")
+        lines.append(f"s slurmadm; readlink {slurmadm_prefix}/current")
     if files:
         lines.append(f"s files; sha256sum {files}")
     if pkgs:
@@ -202,6 +207,9 @@ def parse(text: str) -> dict[str, str]:
             facts[key] = v
     if sec.get("pyxis"):
         facts["pyxis"] = "installed"
+    release = sec.get("slurmadm", "").strip().rstrip("/").rsplit("/", 1)[-1]
+    if release:
+        facts["slurmadm"] = release
     for line in sec.get("files", "").splitlines():
         parts = line.split(None, 1)
         if len(parts) == 2 and re.fullmatch(r"[0-9a-f]{64}", parts[0]):

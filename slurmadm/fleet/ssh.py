@@ -174,6 +174,26 @@ class ParamikoRemote:
         started = time.monotonic()
         reply = Reply(node)
         where = f"{target.host}:{target.port}"
+        transport = self._open(node, target, reply)
+        if reply.kind:
+            reply.duration_s = time.monotonic() - started
+            return reply
+        try:
+            reply.exit, reply.output, timed_out = _exec(transport, command, timeout, stdin)
+            if timed_out:
+                reply.kind, reply.error = "timeout", f"command ran past its {timeout:g} s limit"
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            reply.kind, reply.error = "unreachable", f"{where}: connection lost ({_one_line(exc)})"
+            self._forget(node)
+        reply.duration_s = time.monotonic() - started
+        return reply
+
+    def _open(self, node: str, target: Target, reply: Reply):
+        """The node's connection, or None with reply.kind and reply.error saying why not."""
+        import paramiko
+
+        where = f"{target.host}:{target.port}"
+        transport = None
         try:
             transport = self._connect(node, target)
         except paramiko.BadHostKeyException:
@@ -192,18 +212,39 @@ class ParamikoRemote:
             why = ("connection refused (sshd down?)" if exc.errno == errno.ECONNREFUSED
                    else exc.strerror or _one_line(exc))
             reply.kind, reply.error = "unreachable", f"{where}: {why}"
-        if reply.kind:
+        return transport
+
+    def put(self, nodes: Sequence[str], files: Sequence["Upload"], *, timeout: float,
+            on_reply: Callable[[Reply], None] | None = None) -> list[Reply]:
+        """Copy `files` to every node over SFTP on the node's connection: each written to a
+        temporary name in its directory (which must exist), given its mode before any byte of
+        it is written, then renamed over the path (posix-rename: a reader sees the old file or
+        the new one). The content never reaches a command line. exit 0: all written."""
+        import paramiko
+
+        where = targets(self.fleet, nodes)
+
+        def one(node: str) -> Reply:
+            started = time.monotonic()
+            reply = Reply(node)
+            transport = self._open(node, where[node], reply)
+            if not reply.kind:
+                try:
+                    _sftp_put(transport, files, timeout)
+                    reply.exit = 0
+                    reply.output = "".join(f"wrote {f.path}\n" for f in files)
+                except (paramiko.SSHException, OSError, EOFError) as exc:
+                    reply.exit, reply.error = 1, f"sftp: {_one_line(exc)}"
+                    reply.output = reply.error + "\n"
             reply.duration_s = time.monotonic() - started
+            if on_reply is not None:
+                on_reply(reply)
             return reply
-        try:
-            reply.exit, reply.output, timed_out = _exec(transport, command, timeout, stdin)
-            if timed_out:
-                reply.kind, reply.error = "timeout", f"command ran past its {timeout:g} s limit"
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            reply.kind, reply.error = "unreachable", f"{where}: connection lost ({_one_line(exc)})"
-            self._forget(node)
-        reply.duration_s = time.monotonic() - started
-        return reply
+
+        if not nodes:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.fleet.fanout, len(nodes))) as pool:
+            return list(pool.map(one, nodes))
 
     def _forget(self, node: str) -> None:
         with self._lock:
@@ -267,6 +308,40 @@ class ParamikoRemote:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+@dataclass
+class Upload:
+    """A file for `ParamikoRemote.put`: its path on the node, its bytes (or a local file to read
+    them from), its mode."""
+
+    path: str
+    data: bytes | None = None
+    source: str | None = None
+    mode: int = 0o644
+
+
+def _sftp_put(transport, files: Sequence[Upload], timeout: float) -> None:
+    import paramiko
+
+    sftp = paramiko.SFTPClient.from_transport(transport)
+    try:
+        sftp.get_channel().settimeout(timeout)
+        for f in files:
+            d, _, name = f.path.rpartition("/")
+            tmp = f"{d}/.{name}.slurmadm-{os.getpid()}-{threading.get_ident()}"
+            with sftp.open(tmp, "wb") as out:
+                sftp.chmod(tmp, f.mode)  # before the content: a secret is never readable by others
+                out.set_pipelined(True)
+                if f.data is not None:
+                    out.write(f.data)
+                else:
+                    with open(f.source, "rb") as src:
+                        while chunk := src.read(1 << 20):
+                            out.write(chunk)
+            sftp.posix_rename(tmp, f.path)
+    finally:
+        sftp.close()
 
 
 def worker_processes(nodes: int, fanout: int) -> int:

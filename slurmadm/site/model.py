@@ -16,6 +16,7 @@ from pydantic import Field
 from ..hostlist import compress, expand
 from .accounts import AccountingSettings, Organization, Project, Qos, SlurmName, SlurmTime, User, memberships
 from .burnin import BurninSection
+from .deploy import DeploySection
 from .fleet import BmcSection, FleetSection, SoftwareBaseline
 from .health import HealthSection, ModelThresholds
 from .monitor import MonitorSection
@@ -229,6 +230,7 @@ class Site(Strict):
     fleet: FleetSection = FleetSection()
     burnin: BurninSection = BurninSection()
     monitor: MonitorSection = MonitorSection()
+    deploy: DeploySection = DeploySection()
 
     # ---- derived views (computed once; the model is frozen) ----
 

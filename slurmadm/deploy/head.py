@@ -1,0 +1,90 @@
+"""The head node in a deploy: the same install as a compute node, done here without SSH, plus
+`slurmadm config apply` when slurm.conf's hook paths are not the deployed hooks."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+from ..fleet.ssh import Reply
+
+HOOK_KEYS = {"Prolog": "prolog.sh", "Epilog": "epilog.sh", "HealthCheckProgram": "healthcheck.sh"}
+
+
+def name() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+class LocalRemote:
+    """The Remote protocol for this machine (`run` and `put`), for the head's own deploy."""
+
+    def run(self, nodes, command, *, timeout, stdin=None, on_reply=None):
+        out = []
+        for n in nodes:
+            try:
+                p = subprocess.run(["/bin/sh", "-c", command], input=stdin or "", capture_output=True, text=True,
+                                   timeout=timeout)
+                r = Reply(n, p.returncode, p.stdout + p.stderr)
+            except subprocess.TimeoutExpired:
+                r = Reply(n, None, error=f"command ran past its {timeout:g} s limit", kind="timeout")
+            if on_reply:
+                on_reply(r)
+            out.append(r)
+        return out
+
+    def put(self, nodes, files, *, timeout, on_reply=None):
+        out = []
+        for n in nodes:
+            try:
+                for f in files:
+                    path = Path(f.path)
+                    tmp = path.with_name(f".{path.name}.slurmadm-{os.getpid()}")
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, f.mode)
+                    with os.fdopen(fd, "wb") as fh:
+                        os.fchmod(fh.fileno(), f.mode)
+                        fh.write(f.data if f.data is not None else Path(f.source).read_bytes())
+                    os.replace(tmp, path)
+                r = Reply(n, 0, "")
+            except OSError as exc:
+                r = Reply(n, 1, error=f"{exc.strerror}: {exc.filename}")
+            if on_reply:
+                on_reply(r)
+            out.append(r)
+        return out
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def stale_hooks(site) -> dict[str, tuple[str, str]]:
+    """slurm.conf's hook keys that do not name the deployed hooks: {key: (has, wants)}."""
+    conf = Path(site.slurm.config_dir) / "slurm.conf"
+    have: dict[str, str] = {}
+    try:
+        for line in conf.read_text().splitlines():
+            key, sep, value = line.split("#", 1)[0].strip().partition("=")
+            if sep:
+                have[key.strip()] = value.strip()
+    except OSError:
+        pass
+    d = site.slurm.prolog_dir.rstrip("/")
+    return {k: (have.get(k, ""), f"{d}/{s}") for k, s in HOOK_KEYS.items() if have.get(k, "") != f"{d}/{s}"}
+
+
+def apply_config(site, site_file: str | None, reason: str, *, dry_run: bool = False):
+    """`slurmadm config apply` of the site's rendered configs (which carry the hook paths)."""
+    from ..config import apply as apply_mod
+    from ..config import render, resolve_release
+
+    conf = Path(site.slurm.config_dir) / "slurm.conf"
+    rel = resolve_release(site, None, env={"SLURM_CONF": str(conf)} if conf.exists() else None)
+    files = render(site, rel, source=site_file or "")
+    return apply_mod.apply(site, files, reason=reason, dry_run=dry_run)
