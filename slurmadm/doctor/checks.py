@@ -233,6 +233,57 @@ def store(ctx: Context) -> Finding:
                    "" if writable else "run slurmadm as root (or the store's owner) to record", data)
 
 
+@register("store-privileges", "central store: what the nodes' account may do")
+def store_privileges(ctx: Context) -> Finding:
+    """A compute node's account may only add its own rows (issue 24): warn when the account
+    this host's nodes ship as can do more (DELETE, UPDATE of events, DDL, another database)."""
+    from ..store import central, grants
+    from ..store.ship import host_name
+
+    sec = ctx.site.store
+    url = sec.central()
+    fix = "set store.node_user and run `slurmadm store grants --apply` (docs/SECURITY.md)"
+    if url is None:
+        return Finding("store-privileges", "ok", "no central store (store.url not set): each host keeps its own records")
+    if url.dialect != "mysql":
+        return Finding("store-privileges", "warn", f"central store {url} is a shared SQLite file: any host that can "
+                       "write it can rewrite every host's records", "use MariaDB with store.node_user for a fleet "
+                       "(docs/SECURITY.md)", {"url": str(url)})
+    host = host_name(ctx.node)
+    as_node = sec.node_user is not None and host in ctx.site.node_names
+    account = sec.node_account(host) if as_node else url.user
+    data: dict = {"url": str(url), "account": account, "node_user": sec.node_user}
+    try:
+        with central.connected(sec, node=host if as_node else None) as c:
+            lines = [next(iter(r.values())) for r in c.query("SHOW GRANTS")]
+            listed = (c.query("SELECT account, origin FROM store_accounts")
+                      if not as_node and sec.node_user is not None and central.has_table(c, "store_accounts") else [])
+    except SlurmadmError as exc:
+        return Finding("store-privileges", "warn", f"central store {url}: cannot read {account}'s privileges ({exc})",
+                       "check store.url and the password file", data)
+    more = grants.excess(lines, url.database) if as_node or sec.node_user is None else []
+    data.update({"grants": lines, "excess": more})
+    if sec.node_user is None:
+        return Finding("store-privileges", "warn", f"every node ships as {url.user}, the head's account"
+                       + (f", which can also do {'; '.join(more[:4])}" if more else "")
+                       + ": root on one node could rewrite or delete any host's records", fix, data)
+    if more:
+        return Finding("store-privileges", "warn", f"node account {account} can do more than it needs: "
+                       + "; ".join(more[:6]), "run `slurmadm store grants --apply` on the head", data)
+    if as_node:
+        return Finding("store-privileges", "ok", f"node account {account}: only adds its own rows", data=data)
+    have = {r["account"] for r in listed}
+    missing = [n for n in ctx.site.node_names if sec.node_account(n) not in have]
+    data["missing"] = missing
+    if missing:
+        from ..hostlist import compress
+
+        return Finding("store-privileges", "warn", f"{len(missing)} node(s) without their own account in the "
+                       f"central store: {compress(missing)}", "run `slurmadm store grants --apply`", data)
+    return Finding("store-privileges", "ok", f"{len(have)} node account(s) ({sec.node_user}) that only add their "
+                   f"own rows; {url.user} reads and prunes", data=data)
+
+
 # ------------------------------------------------------------------------------ hooks
 
 

@@ -1,0 +1,160 @@
+"""Issue 24: the hash-chained audit trail, append-only events in the central store, the grants
+for the nodes' accounts (no password shown), and secrets files refused when others can read
+them. tests/integration/test_security.py runs the grants and triggers on the dev cluster's MariaDB."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from types import SimpleNamespace
+
+import pytest
+
+from slurmadm.errors import UnreachableError, UsageError
+from slurmadm.site.store import StoreSection
+from slurmadm.store import Store, central, chain, grants, read, schema
+from slurmadm.store.ship import ship
+
+pytestmark = pytest.mark.unit
+
+
+def local_chain(path):
+    with Store(path) as s:
+        return chain.verify(read.Reader(s, central=False, host="n1"))
+
+
+def test_every_event_is_chained_and_verify_finds_an_edit_and_a_gap(tmp_path):
+    path = tmp_path / "s.db"
+    with Store(path) as s:
+        s.audit("node.drain", "n1", "one", n=1)
+        s.audit_many([("node.drain", "n2", "two", {}), ("node.drain", "n3", "three", {})])
+        s.audit("node.resume", "n1", "four")
+    out = local_chain(path)
+    assert out["ok"] and out["chains"][0]["events"] == 4 and out["chains"][0]["first_id"] == 1
+    db = sqlite3.connect(path)
+    db.execute("UPDATE events SET reason = 'nothing happened' WHERE id = 2")
+    db.commit()
+    out = local_chain(path)
+    assert not out["ok"] and [(p["id"], p["kind"]) for p in out["chains"][0]["problems"]] == [(2, "edited")]
+    db.execute("UPDATE events SET reason = 'two' WHERE id = 2")
+    db.execute("DELETE FROM events WHERE id = 3")
+    db.commit()
+    out = local_chain(path)
+    assert [(p["id"], p["kind"]) for p in out["chains"][0]["problems"]] == [(4, "gap")]
+
+
+def test_an_edit_that_rehashes_the_event_still_shows_as_a_gap(tmp_path):
+    path = tmp_path / "s.db"
+    with Store(path) as s:
+        for i in range(3):
+            s.audit("a", f"t{i}", "r")
+    db = sqlite3.connect(path)
+    db.row_factory = sqlite3.Row
+    row = dict(db.execute("SELECT * FROM events WHERE id = 2").fetchone())
+    row["reason"] = "forged"
+    db.execute("UPDATE events SET reason = ?, hash = ? WHERE id = 2", ("forged", chain.row_hash(row)))
+    db.commit()
+    assert [(p["id"], p["kind"]) for p in local_chain(path)["chains"][0]["problems"]] == [(3, "gap")]
+
+
+def test_update_events_appends_instead_of_editing(tmp_path):
+    with Store(tmp_path / "s.db") as s:
+        (i,) = s.audit_many([("accounts.add-user", "u", "r", {"status": "started"})])
+        s.update_events([i], status="done")
+        events = s.events()
+    assert [(e.detail["status"], e.detail.get("follows")) for e in reversed(events)] == [("started", None), ("done", i)]
+    assert local_chain(tmp_path / "s.db")["ok"]
+
+
+def test_a_store_of_version_3_gets_the_hash_columns_and_keeps_its_events(tmp_path):
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    for t in schema.TABLES:  # version 3's local store: events without the hash columns
+        if t.where != "central" and t.since <= 3:
+            db.executescript(t.ddl if t.name != "events" else
+                             "CREATE TABLE events (id INTEGER PRIMARY KEY, ts REAL NOT NULL, actor TEXT NOT NULL, "
+                             "action TEXT NOT NULL, target TEXT NOT NULL, reason TEXT NOT NULL, detail TEXT NOT NULL)")
+    assert "hash" not in [r[1] for r in db.execute("PRAGMA table_info(events)")]
+    db.execute("INSERT INTO events (ts, actor, action, target, reason, detail) VALUES (1, 'a', 'x', 't', 'r', '{}')")
+    db.execute("PRAGMA user_version = 3")
+    db.commit()
+    db.close()
+    with Store(path) as s:
+        s.audit("y", "t", "r")
+    out = local_chain(path)["chains"][0]
+    assert (out["events"], out["unchained"], out["first_id"], out["problems"]) == (2, 1, 2, [])
+
+
+def test_central_events_are_append_only_and_a_reshipped_event_stays_as_it_was(tmp_path):
+    sec = StoreSection(path=str(tmp_path / "{node}.db"), url=f"sqlite://{tmp_path}/central.db")
+    c = central.connect(sec)
+    central.migrate(c)
+    local = sec.local_path("n1")
+    with Store(local, ship=True) as s:
+        s.audit("node.drain", "n1", "r")
+        assert ship(sec, host="n1", local_path=local, central=c).shipped == 1
+        with s.transaction() as db:  # queue it again, as a shipper killed before its local cleanup would
+            db.execute("INSERT INTO outbox (tbl, rid) SELECT 'events', id FROM events")
+    assert ship(sec, host="n1", local_path=local, central=c).shipped == 1
+    assert c.query("SELECT count(*) AS n FROM events")[0]["n"] == 1
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        c.execute("UPDATE events SET reason = 'nothing'")
+    out = chain.verify(read.Reader(c, central=True, host="head"))
+    assert out["ok"] and out["chains"][0]["origin"] == "n1"
+
+
+def test_the_site_refuses_a_node_user_without_a_node_mark():
+    with pytest.raises(ValueError, match="must contain"):
+        StoreSection(node_user="slurmadm-nodes")
+    with pytest.raises(ValueError, match="in the file name"):
+        StoreSection(node_user="s-{node}", node_password_file="/etc/slurmadm/store.password")
+    with pytest.raises(ValueError, match="host pattern"):
+        StoreSection(node_account_host="10.0.0.1' OR 1")
+    assert StoreSection(node_user="s-{node}").node_account("b200-001") == "s-b200-001"
+
+
+def test_grants_are_least_privilege_and_never_show_a_password(tmp_path):
+    sec = StoreSection(url="mysql://slurmadm@head/slurmadm", node_user="sa-{node}",
+                       node_password_file=str(tmp_path / "pw" / "{node}.password"), node_account_host="10.1.%")
+    site = SimpleNamespace(store=sec, node_names=["b200-001", "b200-002"])
+    planned = grants.plan(site)
+    shown = "\n".join(s.shown(sec) for s in planned)
+    assert f"IDENTIFIED BY '<the password in {tmp_path}/pw/b200-001.password>'" in shown
+    assert "GRANT INSERT ON `slurmadm`.`events` TO 'sa-b200-001'@'10.1.%'" in shown
+    assert "GRANT INSERT ON `slurmadm`.`check_results` TO 'sa-b200-001'@'10.1.%'" in shown
+    assert "DELETE" not in shown and "ALL PRIVILEGES ON" not in shown and " ON *.*" not in shown
+    sql, args = planned[0].real({"b200-001": "pw'?%"})
+    assert args == ["pw'?%"] and "pw'" not in sql and sql.endswith("IDENTIFIED BY ?")
+    passwords, made = grants.ensure_passwords(site, ["b200-001"])
+    assert made == [f"{tmp_path}/pw/b200-001.password"] and len(passwords["b200-001"]) >= 24
+    assert (tmp_path / "pw" / "b200-001.password").stat().st_mode & 0o777 == 0o600
+    assert grants.ensure_passwords(site, ["b200-001"]) == (passwords, [])
+
+
+def test_grants_need_mariadb_and_node_user():
+    with pytest.raises(UsageError, match="node_user"):
+        grants.plan(SimpleNamespace(store=StoreSection(url="mysql://u@h/d"), node_names=["n1"]))
+    with pytest.raises(UsageError, match="MariaDB"):
+        grants.plan(SimpleNamespace(store=StoreSection(url="sqlite:////tmp/x.db", node_user="s-{node}"),
+                                    node_names=["n1"]))
+
+
+def test_excess_names_what_a_nodes_account_should_not_have():
+    ok = ["GRANT USAGE ON *.* TO `s-n1`@`%` IDENTIFIED BY PASSWORD '*AB'",
+          "GRANT INSERT ON `slurmadm`.`events` TO `s-n1`@`%`",
+          "GRANT SELECT, INSERT, UPDATE ON `slurmadm`.`node_state` TO `s-n1`@`%`"]
+    assert grants.excess(ok, "slurmadm") == []
+    assert grants.excess(["GRANT ALL PRIVILEGES ON `slurmadm`.* TO `slurmadm`@`%` WITH GRANT OPTION"],
+                         "slurmadm") == ["ALL PRIVILEGES on slurmadm.*", "GRANT OPTION"]
+    assert grants.excess(["GRANT INSERT, DELETE, UPDATE ON `slurmadm`.`events` TO `s-n1`@`%`"],
+                         "slurmadm") == ["DELETE, UPDATE on slurmadm.events"]
+
+
+def test_mysql_triggers_take_the_origin_from_the_account():
+    sql = "\n".join(schema.guard_triggers(schema.by_name("check_results"), "mysql"))
+    assert "SET NEW.`origin` = COALESCE((SELECT a.origin FROM store_accounts a WHERE a.account = " \
+           "SUBSTRING_INDEX(USER(), '@', 1)), NEW.`origin`)" in sql
+    hosts = "\n".join(schema.guard_triggers(schema.by_name("hosts"), "mysql"))
+    assert "SET NEW.`host` = COALESCE(" in hosts
+    events = "\n".join(schema.guard_triggers(schema.by_name("events"), "mysql"))
+    assert "append-only" in events
