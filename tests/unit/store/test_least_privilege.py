@@ -158,3 +158,40 @@ def test_mysql_triggers_take_the_origin_from_the_account():
     assert "SET NEW.`host` = COALESCE(" in hosts
     events = "\n".join(schema.guard_triggers(schema.by_name("events"), "mysql"))
     assert "append-only" in events
+
+
+def central_with_results(tmp_path, rows):
+    """A central SQLite store holding check_results rows (origin, node, run_id, status, ts)."""
+    sec = StoreSection(path=str(tmp_path / "{node}.db"), url=f"sqlite://{tmp_path}/central.db")
+    c = central.connect(sec)
+    central.migrate(c)
+    c.executemany("INSERT INTO check_results (origin, store_id, id, ts, run_id, node, context, check_id, status, "
+                  "severity, detail, value, duration_ms) VALUES (?, 's', ?, ?, ?, ?, 'periodic', 'gpu-count', ?, "
+                  "'critical', '', NULL, 1)",
+                  [(o, i, ts, run, node, st) for i, (o, node, run, st, ts) in enumerate(rows)])
+    c.execute("INSERT INTO store_accounts (account, origin) VALUES ('sa-n1', 'n1'), ('sa-n2', 'n2')")
+    c.commit()
+    return sec, c
+
+
+def test_the_webhooks_clean_runs_count_only_the_nodes_own_rows(tmp_path):
+    from contextlib import contextmanager
+
+    from slurmadm.monitor.webhook import Isolator
+
+    # n2 failed its last own run; n1 ships three "clean" runs in n2's name after it
+    sec, c = central_with_results(tmp_path, [("n2", "n2", "a", "fail", 10.0), ("n1", "n2", "f1", "pass", 11.0),
+                                             ("n1", "n2", "f2", "pass", 12.0), ("n1", "n2", "f3", "pass", 13.0),
+                                             ("n2", "n2", "b", "pass", 14.0)])
+
+    @contextmanager
+    def results():
+        yield read.Reader(c, central=True, host="head")
+
+    site = SimpleNamespace(monitor=SimpleNamespace(actions={}), node_names=["n1", "n2"],
+                           health=SimpleNamespace(resume_after_clean_runs=3))
+    iso = Isolator(site=site, backend=None, store_factory=None, results_factory=results)
+    assert iso.clean_runs_since("n2", 0.0) == 1
+    r = read.Reader(c, central=True, host="head")
+    assert {(x["host"], x["run_id"]) for x in read.history(r, node="n2")} == {("n2", "a"), ("n2", "b")}
+    assert [(x["host"], x["status"]) for x in read.latest_results(r)] == [("n2", "pass")]
