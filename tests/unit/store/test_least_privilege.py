@@ -195,3 +195,33 @@ def test_the_webhooks_clean_runs_count_only_the_nodes_own_rows(tmp_path):
     r = read.Reader(c, central=True, host="head")
     assert {(x["host"], x["run_id"]) for x in read.history(r, node="n2")} == {("n2", "a"), ("n2", "b")}
     assert [(x["host"], x["status"]) for x in read.latest_results(r)] == [("n2", "pass")]
+
+
+@pytest.mark.parametrize("secret", ["store", "node", "bmc", "webhook", "ssh"])
+def test_every_secret_file_is_refused_in_one_line_when_others_can_read_it(tmp_path, monkeypatch, secret):
+    """Issue 24: the store password, a node's store password, the BMC password, the webhook
+    token and the fleet's SSH key, each refused when group or others may read it."""
+    from slurmadm.bmc.creds import load_credentials
+    from slurmadm.fleet.ssh import ParamikoRemote
+    from slurmadm.monitor.webhook import read_token
+    from slurmadm.site.fleet import FleetSection
+
+    monkeypatch.delenv("SLURMADM_STORE_PASSWORD", raising=False)
+    monkeypatch.delenv("SLURMADM_BMC_PASSWORD", raising=False)
+    path = tmp_path / "secret"
+    path.write_text("a-secret-of-some-length-1234\n")
+    load = {
+        "store": lambda: central.password(StoreSection(url="mysql://u@h/d", password_file=str(path))),
+        "node": lambda: central.node_password(StoreSection(url="mysql://u@h/d", node_user="s-{node}",
+                                                           node_password_file=str(tmp_path / "{node}")), "secret"),
+        "bmc": lambda: load_credentials("admin", str(path), env={}),
+        "webhook": lambda: read_token(str(path)),
+        "ssh": lambda: ParamikoRemote(FleetSection(key_file=str(path), known_hosts=str(tmp_path / "kh"))),
+    }[secret]
+    (tmp_path / "kh").write_text("")
+    for mode in (0o640, 0o604):
+        path.chmod(mode)
+        with pytest.raises(UsageError) as exc:
+            load()
+        msg = str(exc.value)
+        assert "readable by others" in msg and "\n" not in msg and "a-secret" not in msg
