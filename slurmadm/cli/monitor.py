@@ -117,8 +117,12 @@ def webhook_cmd(site_file: str | None, listen: str | None) -> None:
 
     isolator = Isolator(site=site, backend=get_backend(), store_factory=lambda: Store.for_site(site),
                         results_factory=(lambda: read.trusted(site)) if site.store.url else None)
-    server = make_server(listen or m.webhook_listen, token=token, max_bytes=m.webhook_max_bytes, isolator=isolator)
-    info(f"slurmadm monitor webhook on http://{listen or m.webhook_listen}/alerts")
+    from ..exporter import webconfig
+
+    web = webconfig.load(m.web_config_file)
+    server = make_server(listen or m.webhook_listen, token=token, max_bytes=m.webhook_max_bytes, isolator=isolator,
+                         web=web)
+    info(f"slurmadm monitor webhook on {'https' if web and web.tls else 'http'}://{listen or m.webhook_listen}/alerts")
     start_sweeper(isolator, m.resume_check_s)
     serve_forever(server)
 

@@ -284,6 +284,39 @@ def store_privileges(ctx: Context) -> Finding:
                    f"own rows; {url.user} reads and prunes", data=data)
 
 
+@register("listeners", "exporters' and webhook's listen addresses")
+def listeners(ctx: Context) -> Finding:
+    """An exporter or the webhook on all interfaces without TLS (issue 24): anyone on the
+    network may read it (exporters) or reach it in clear text (the webhook's bearer token)."""
+    from ..exporter import webconfig
+
+    m = ctx.site.monitor
+    try:
+        web = webconfig.load(m.web_config_file)
+    except SlurmadmError as exc:
+        return Finding("listeners", "fail", str(exc), "fix monitor.web_config_file", {"web_config_file":
+                                                                                        m.web_config_file})
+    tls = bool(web and web.tls)
+    auth = bool(web and web.users)
+    listens = {"monitor.node_listen": m.node_listen, "monitor.head_listen": m.head_listen,
+               "monitor.webhook_listen": m.webhook_listen}
+    wide = [k for k, v in listens.items() if v.rpartition(":")[0].strip("[]") in ("0.0.0.0", "::", "")]
+    data = {"listen": listens, "all_interfaces": wide, "tls": tls, "basic_auth": auth,
+            "web_config_file": m.web_config_file}
+    if wide and not tls:
+        return Finding("listeners", "warn", f"{', '.join(f'{k} = {listens[k]}' for k in wide)}: all interfaces "
+                       "without TLS (anyone on the network reads the metrics" + (
+                           ", and the webhook's token travels in clear text" if "monitor.webhook_listen" in wide
+                           else "") + ")",
+                       "set monitor.web_config_file (tls_server_config, basic_auth_users) or listen on a "
+                       "management address", data)
+    if auth and not tls:
+        return Finding("listeners", "warn", "basic_auth_users without tls_server_config: passwords in clear text",
+                       "add tls_server_config to monitor.web_config_file", data)
+    return Finding("listeners", "ok", ("TLS" + (" and basic auth" if auth else "") + f" from {m.web_config_file}")
+                   if tls else "no listener on all interfaces", data=data)
+
+
 # ------------------------------------------------------------------------------ hooks
 
 

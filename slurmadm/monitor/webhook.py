@@ -233,7 +233,7 @@ def read_token(path: str) -> str:
     return token
 
 
-def make_server(listen: str, *, token: str, max_bytes: int, isolator: Isolator) -> ThreadingHTTPServer:
+def make_server(listen: str, *, token: str, max_bytes: int, isolator: Isolator, web=None) -> ThreadingHTTPServer:
     from ..exporter.server import listen_http
 
     expected = f"Bearer {token}".encode()
@@ -291,4 +291,5 @@ def make_server(listen: str, *, token: str, max_bytes: int, isolator: Isolator) 
         def log_message(self, format: str, *args) -> None:  # noqa: A002
             pass
 
-    return listen_http(Handler, listen, "monitor.webhook_listen")
+    # web: TLS from the site's web config; the bearer token stays the webhook's credential
+    return listen_http(Handler, listen, "monitor.webhook_listen", web=web, basic_auth=False)

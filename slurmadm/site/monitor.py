@@ -15,8 +15,13 @@ ListenAddr = Annotated[str, Field(pattern=r"^[0-9A-Za-z.\-:\[\]]+:\d{1,5}$")]
 
 class MonitorSection(Strict):
     # Where the exporters listen (`slurmadm exporter --mode node|head`, default --listen).
+    # The defaults are what the roles need: Prometheus scrapes both exporters over the network
+    # (the head's by controllers[0]'s name); the webhook below only hears the head's Alertmanager.
     node_listen: ListenAddr = "0.0.0.0:9410"
     head_listen: ListenAddr = "0.0.0.0:9411"
+    # TLS and basic auth for the exporters (TLS only for the webhook, which keeps its bearer
+    # token): a Prometheus exporter-toolkit web config file, as node_exporter's --web.config.file.
+    web_config_file: Annotated[str, Field(pattern=r"^/")] | None = None
     # A source (NVML, sysfs, the store, Slurm) is read at most once per this many seconds; a
     # scrape in between answers from the last read.
     node_cache_s: Annotated[float, Field(ge=0, le=3600)] = 5.0

@@ -225,3 +225,28 @@ def test_every_secret_file_is_refused_in_one_line_when_others_can_read_it(tmp_pa
             load()
         msg = str(exc.value)
         assert "readable by others" in msg and "\n" not in msg and "a-secret" not in msg
+
+
+def test_doctor_says_when_a_listener_is_on_all_interfaces_without_tls(tmp_path):
+    import bcrypt
+    import yaml
+
+    from slurmadm.devcluster.redfish_emulator import make_certificate
+    from slurmadm.doctor import Context
+    from slurmadm.doctor.checks import listeners
+    from slurmadm.site.monitor import MonitorSection
+
+    def check(**kw):
+        return listeners(Context(site_file=None, site=SimpleNamespace(monitor=MonitorSection(**kw))))
+
+    f = check()
+    assert f.status == "warn" and "monitor.node_listen = 0.0.0.0:9410" in f.summary
+    assert "monitor.webhook_listen" not in f.data["all_interfaces"]  # 127.0.0.1 by default
+    f = check(node_listen="10.0.0.5:9410", head_listen="127.0.0.1:9411")
+    assert f.status == "ok"
+    make_certificate(tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca.pem")
+    (tmp_path / "web.yml").write_text(yaml.safe_dump({
+        "tls_server_config": {"cert_file": "c.pem", "key_file": "k.pem"},
+        "basic_auth_users": {"p": bcrypt.hashpw(b"x", bcrypt.gensalt(rounds=4)).decode()}}))
+    f = check(web_config_file=str(tmp_path / "web.yml"), webhook_listen="0.0.0.0:9412")
+    assert f.status == "ok" and f.data["tls"] and f.data["basic_auth"]
