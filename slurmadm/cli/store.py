@@ -99,6 +99,39 @@ def grants_cmd(site_file, do_apply, dry_run, reason, as_json) -> None:
         info(f"wrote {path} (mode 0600): copy it to its node, same path")
 
 
+@store.command("prune")
+@site_option
+@click.option("--older-than-days", type=click.IntRange(1, 36500), required=True,
+              help="Remove central records (audit events, check results) older than this.")
+@dry_run_option
+@reason_option("central store retention")
+@json_option
+def prune_cmd(site_file, older_than_days, dry_run, reason, as_json) -> None:
+    """The head's retention job: the only deletion in the central store (the nodes' accounts
+    have none; audit events are otherwise append-only). Records where each audit chain was cut,
+    so `audit verify` tells it from events removed by anyone else. Audited; safe to re-run."""
+    from ..store import prune
+
+    site = get_site(site_file)
+    with central.connected(site.store) as c:
+        central.require_current(c)
+        p = prune.plan(c, older_than_days)
+        if not dry_run:
+            with Store.for_site(site) as local:  # the intent first: it ships with the head's next records
+                local.audit("store.prune", str(site.store.central()), reason, older_than_days=older_than_days,
+                            rows=p["rows"], chains=len(p["anchors"]))
+            p = prune.apply(c, p)
+    out = {"url": str(site.store.central()), "applied": not dry_run, "older_than_days": older_than_days,
+           "cutoff": p["cutoff"], "rows": p["rows"], "chains_cut": len(p["anchors"])}
+    if as_json:
+        print_json(out)
+        return
+    per = ", ".join(f"{t} {n}" for t, n in sorted(p["rows"].items())) or "nothing"
+    console.print(f"{'would remove' if dry_run else 'removed'} records older than {older_than_days} days "
+                  f"({when(p['cutoff'])}) from {out['url']}: {per}; {len(p['anchors'])} audit chain(s) cut"
+                  + (" (dry run: nothing changed)" if dry_run else ""))
+
+
 @store.command("ship")
 @site_option
 @click.option("--node", help="Ship as this Slurm node (default: $SLURMD_NODENAME, then the host name).")

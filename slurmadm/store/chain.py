@@ -30,9 +30,12 @@ def row_hash(row: dict[str, Any]) -> str:
                       row["reason"], row["detail"])
 
 
-def verify_chain(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def verify_chain(rows: Iterable[dict[str, Any]], *, anchor: dict[str, Any] | None = None,
+                 strict_start: bool = False) -> dict[str, Any]:
     """One chain's events, in id order -> {events, unchained, first_id, last_id, pruned_before,
-    problems: [{id, kind: edited | gap, detail}]}."""
+    problems: [{id, kind: edited | gap, detail}]}. `anchor`: where `store prune` cut the chain;
+    `strict_start` (the central store): a chain that starts after removed events without such
+    an anchor is a gap (a local store prunes what it shipped: not there)."""
     out: dict[str, Any] = {"events": 0, "unchained": 0, "first_id": None, "last_id": None,
                            "pruned_before": False, "problems": []}
     prev: dict[str, Any] | None = None
@@ -47,8 +50,14 @@ def verify_chain(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
             continue
         if out["first_id"] is None:
             out["first_id"] = row["id"]
-            if row["prev_hash"] and (prev is None or not prev["hash"]):
-                out["pruned_before"] = prev is None
+            if row["prev_hash"] and prev is None:
+                if anchor is not None and anchor["hash"] == row["prev_hash"]:
+                    out["pruned_before"] = True
+                elif strict_start:
+                    out["problems"].append({"id": row["id"], "kind": "gap",
+                                            "detail": "the events before it were removed, and not by `store prune`"})
+                else:
+                    out["pruned_before"] = True
         if row_hash(row) != row["hash"]:
             out["problems"].append({"id": row["id"], "kind": "edited",
                                     "detail": "its content does not match its hash"})
@@ -72,5 +81,8 @@ def verify(reader) -> dict[str, Any]:
     chains: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         chains.setdefault((r["origin"], r["store_id"]), []).append(r)
-    out = [{"origin": o, "store_id": s, **verify_chain(rs)} for (o, s), rs in sorted(chains.items())]
+    anchors = {(a["origin"], a["store_id"]): a for a in reader.query(
+        "SELECT origin, store_id, id, hash FROM event_anchors")} if reader.central else {}
+    out = [{"origin": o, "store_id": s, **verify_chain(rs, anchor=anchors.get((o, s)), strict_start=reader.central)}
+           for (o, s), rs in sorted(chains.items())]
     return {"ok": not any(c["problems"] for c in out), "chains": out}

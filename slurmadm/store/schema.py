@@ -212,6 +212,18 @@ CREATE TABLE IF NOT EXISTS store_accounts (
     origin  TEXT NOT NULL            -- the node it is
 );
 """, since=4, where="central"),
+    # Central, version 4: where `store prune` cut each audit chain (its newest removed event), so
+    # `audit verify` tells a prune from events removed by someone else.
+    Table("event_anchors", """
+CREATE TABLE IF NOT EXISTS event_anchors (
+    origin   TEXT NOT NULL,
+    store_id TEXT NOT NULL,
+    id       INTEGER NOT NULL,      -- the newest event removed
+    hash     TEXT NOT NULL,         -- its hash: the next event's prev_hash
+    ts       REAL NOT NULL,         -- when it was pruned
+    PRIMARY KEY (origin, store_id)
+);
+""", since=4, where="central"),
 ]
 
 
@@ -438,7 +450,7 @@ def guard_triggers(table: Table, dialect: str) -> list[str]:
     may change only its own rows; audit events are never changed by anyone. A central SQLite
     file (anyone who can write it can do anything) gets only the append-only guard."""
     col = "host" if table.name == "hosts" else ORIGIN
-    if table.name == "store_accounts":
+    if table.name in ("store_accounts", "event_anchors"):
         return []
     if dialect != "mysql":
         return ([f"CREATE TRIGGER IF NOT EXISTS {table.name}_append_only BEFORE UPDATE ON {table.name} "

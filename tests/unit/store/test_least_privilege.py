@@ -250,3 +250,27 @@ def test_doctor_says_when_a_listener_is_on_all_interfaces_without_tls(tmp_path):
         "basic_auth_users": {"p": bcrypt.hashpw(b"x", bcrypt.gensalt(rounds=4)).decode()}}))
     f = check(web_config_file=str(tmp_path / "web.yml"), webhook_listen="0.0.0.0:9412")
     assert f.status == "ok" and f.data["tls"] and f.data["basic_auth"]
+
+
+def test_store_prune_is_told_from_events_removed_by_someone_else(tmp_path):
+    from slurmadm.store import prune
+
+    sec = StoreSection(path=str(tmp_path / "{node}.db"), url=f"sqlite://{tmp_path}/central.db")
+    c = central.connect(sec)
+    central.migrate(c)
+    local = sec.local_path("n1")
+    with Store(local, ship=True) as s:
+        for i in range(5):
+            s.audit("a", f"t{i}", "r")
+        s.db.execute("UPDATE events SET ts = 1000 + id WHERE id <= 2")  # two old ones (locally: no trigger)
+    ship(sec, host="n1", local_path=local, central=c)
+    r = read.Reader(c, central=True, host="head")
+    p = prune.plan(c, 1)
+    assert p["rows"]["events"] == 2 and [a["id"] for a in p["anchors"]] == [2]
+    prune.apply(c, p)
+    out = chain.verify(r)
+    assert out["ok"] and out["chains"][0]["pruned_before"] and out["chains"][0]["first_id"] == 3
+    c.execute("DELETE FROM events WHERE id = 3")  # the oldest left, removed by someone else
+    c.commit()
+    out = chain.verify(r)
+    assert [(p["id"], p["kind"]) for p in out["chains"][0]["problems"]] == [(4, "gap")]
