@@ -21,15 +21,20 @@ def prometheus_config(site: Site, *, rules_file: str, alertmanager: str,
     m = site.monitor
     node_target = node_target or (lambda _i, name: f"{name}:{_port(m.node_listen)}")
     head_target = head_target or f"{site.cluster.controllers[0]}:{_port(m.head_listen)}"
+    auth: dict = {}  # the exporters behind an exporter-toolkit web config (monitor.web_config_file)
+    if m.scrape_ca_file:
+        auth.update(scheme="https", tls_config={"ca_file": m.scrape_ca_file})
+    if m.scrape_username:
+        auth["basic_auth"] = {"username": m.scrape_username, "password_file": m.scrape_password_file}
     return {
         "global": {"scrape_interval": interval, "evaluation_interval": interval,
                    "scrape_timeout": interval if interval.endswith("s") and int(interval[:-1]) <= 10 else "10s"},
         "rule_files": [rules_file],
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]},
         "scrape_configs": [
-            {"job_name": m.node_job, "static_configs": [
+            {"job_name": m.node_job, **auth, "static_configs": [
                 {"targets": [node_target(i, n)], "labels": {"node": n}} for i, n in enumerate(site.node_names)]},
-            {"job_name": m.head_job, "static_configs": [{"targets": [head_target]}]},
+            {"job_name": m.head_job, **auth, "static_configs": [{"targets": [head_target]}]},
         ],
     }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .profiles import Strict
 
@@ -22,6 +22,11 @@ class MonitorSection(Strict):
     # TLS and basic auth for the exporters (TLS only for the webhook, which keeps its bearer
     # token): a Prometheus exporter-toolkit web config file, as node_exporter's --web.config.file.
     web_config_file: Annotated[str, Field(pattern=r"^/")] | None = None
+    # How the generated Prometheus configuration scrapes them then (`slurmadm monitor
+    # prometheus-config`): https verified with this CA, basic auth with this user and password file.
+    scrape_ca_file: Annotated[str, Field(pattern=r"^/")] | None = None
+    scrape_username: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")] | None = None
+    scrape_password_file: Annotated[str, Field(pattern=r"^/")] | None = None
     # A source (NVML, sysfs, the store, Slurm) is read at most once per this many seconds; a
     # scrape in between answers from the last read.
     node_cache_s: Annotated[float, Field(ge=0, le=3600)] = 5.0
@@ -72,3 +77,9 @@ class MonitorSection(Strict):
     idle_exempt_interactive: bool = True
     idle_exempt_partitions: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_\-.]+$")]] = []
     mail_command: Annotated[str, Field(pattern=r"^/")] = "/usr/bin/mail"
+
+    @model_validator(mode="after")
+    def _scrape_auth(self):
+        if (self.scrape_username is None) != (self.scrape_password_file is None):
+            raise ValueError("scrape_username and scrape_password_file go together (Prometheus's basic_auth)")
+        return self
