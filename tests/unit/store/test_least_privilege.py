@@ -274,3 +274,23 @@ def test_store_prune_is_told_from_events_removed_by_someone_else(tmp_path):
     c.commit()
     out = chain.verify(r)
     assert [(p["id"], p["kind"]) for p in out["chains"][0]["problems"]] == [(4, "gap")]
+
+
+def test_bmc_recovers_first_health_run_is_the_nodes_own(tmp_path):
+    from contextlib import contextmanager
+
+    from slurmadm.bmc.recover import Recovery
+
+    # after the power cycle (t=10) n1 ships a clean run in n2's name before n2's own failing one
+    sec, c = central_with_results(tmp_path, [("n1", "n2", "forged", "pass", 11.0), ("n2", "n2", "own", "fail", 12.0)])
+
+    @contextmanager
+    def results():
+        yield read.Reader(c, central=True, host="head")
+
+    rec = Recovery.__new__(Recovery)
+    rec.results_factory, rec.store = results, None
+    rec.cfg = SimpleNamespace(health_checks=[])
+    rec._drains = lambda node, check, status: True
+    ok, detail = rec._health("n2", 10.0)
+    assert not ok and detail.startswith("gpu-count")
