@@ -33,6 +33,9 @@ def exporter(ctx: click.Context, mode: str | None, listen: str | None, node: str
     if listen is not None:
         parse_listen(listen)  # a bad address is a usage error before anything is read
     site = get_site(site_file)
+    from ..exporter import webconfig
+
+    web = webconfig.load(web_config or site.monitor.web_config_file)  # a bad file: one line, before any read
     if mode == "node":
         name = local_node(node)
         if name not in site.node_group_of:
@@ -42,9 +45,6 @@ def exporter(ctx: click.Context, mode: str | None, listen: str | None, node: str
     else:
         collector = head_collector(site)
         listen = listen or site.monitor.head_listen
-    from ..exporter import webconfig
-
-    web = webconfig.load(web_config or site.monitor.web_config_file)
     server = make_server(collector, listen, web=web)
     info(f"slurmadm exporter ({mode}) on {'https' if web and web.tls else 'http'}://{listen}/metrics"
          + (" (basic auth)" if web and web.users else ""))
