@@ -172,3 +172,89 @@ def _local(dc):
 
     with Store.for_site(dc.site()) as s:
         yield s
+
+
+def test_the_head_exporter_on_the_dev_cluster_answers_only_over_tls_with_its_user(dev_cluster, env, tmp_path):
+    """The real `slurmadm exporter --mode head` process with an exporter-toolkit web config."""
+    import socket
+    import subprocess
+    import sys
+
+    import bcrypt
+    import yaml
+
+    from slurmadm.devcluster.redfish_emulator import make_certificate
+
+    make_certificate(tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "ca.pem")
+    (tmp_path / "web.yml").write_text(yaml.safe_dump({
+        "tls_server_config": {"cert_file": "cert.pem", "key_file": "key.pem"},
+        "basic_auth_users": {"prometheus": bcrypt.hashpw(b"s3cret-scrape", bcrypt.gensalt(rounds=6)).decode()}}))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "slurmadm", "exporter", "--mode", "head", "--listen",
+                             f"127.0.0.1:{port}", "--web-config-file", str(tmp_path / "web.yml")], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def curl(*args):
+        return subprocess.run(["curl", "-s", "--max-time", "20", "--cacert", str(tmp_path / "ca.pem"), *args,
+                               f"https://127.0.0.1:{port}/metrics"], capture_output=True, text=True, timeout=60)
+
+    try:
+        assert wait_for(lambda: proc.poll() is not None or curl("-o", "/dev/null").returncode == 0, 60), \
+            "the head exporter never answered"
+        assert proc.poll() is None, proc.stderr.read()
+        assert "slurmadm_" in curl("-u", "prometheus:s3cret-scrape").stdout
+        assert curl("-o", "/dev/null", "-w", "%{http_code}").stdout == "401"
+        assert curl("-o", "/dev/null", "-w", "%{http_code}", "-u", "prometheus:nope").stdout == "401"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_jobs_environment_and_planted_files_do_not_steer_slurms_prolog(dev_cluster, env, tmp_path):
+    """Slurm's own Prolog on the dev cluster, for a job that exports a hostile environment and
+    after files were planted where a job user can write (its directory, /tmp, /dev/shm): the
+    faulty node is still drained by the prolog, and none of the planted code runs as root."""
+    import shutil
+    from pathlib import Path
+
+    from tests.integration.helpers import sh, slurm_node
+
+    name = "b200-003"
+    mark = tmp_path / "shadow-ran"
+    shadow = f"open({str(mark)!r}, 'w').write('ran')\n"
+    places = [tmp_path / "job", Path("/tmp") / f"slurmadm-i24-{os.getpid()}", Path("/dev/shm") / f"slurmadm-i24-{os.getpid()}"]
+    for d in places:
+        for f in ("slurmadm/__init__.py", "slurmadm/health/__init__.py", "slurmadm/health/__main__.py",
+                  "sitecustomize.py"):
+            (d / f).parent.mkdir(parents=True, exist_ok=True)
+            (d / f).write_text(shadow)
+    os.chmod(tmp_path, 0o755)
+    hostile = ",".join([f"PYTHONPATH={places[1]}", f"PYTHONSTARTUP={places[1]}/sitecustomize.py",
+                        f"TMPDIR={places[2]}", f"SLURMADM_SITE={places[0]}/site.toml", "SLURMADM_ACTOR=mallory"])
+    job = ""
+    try:
+        t0 = time.time()
+        r = run_slurmadm(env, "dev-cluster", "gpu-fault", name, "--gpu", "1", "--kind", "ecc-uncorrected")
+        assert r.returncode == 0, r.stderr
+        job = sh(env, "sbatch", "--parsable", f"--export=ALL,{hostile}", "-D", str(places[0]), "-w", name,
+                 "--gres=gpu:8", "-o", "/dev/null", "--wrap", "true").strip()
+        assert wait_for(lambda: slurm_node(env, name).drained, 90, interval=0.5)
+        info = slurm_node(env, name)
+        assert info.reason.startswith("slurmadm: ecc-uncorrected: GPU1") and info.reason.endswith("[prolog]"), \
+            info.reason
+        assert not mark.exists()
+        from slurmadm.store import Store
+
+        with Store(dev_cluster.site().store.local_path(name)) as s:  # the node's own record of the drain
+            drains = [e for e in s.events(action="node.drain", target=name) if e.ts >= t0]
+        assert drains and all(e.actor != "mallory" for e in drains), drains
+    finally:
+        if job:
+            sh(env, "scancel", job, check=False)
+        run_slurmadm(env, "dev-cluster", "gpu-fault", name, "--clear")
+        if slurm_node(env, name).drained:
+            sh(env, "scontrol", "update", f"nodename={name}", "state=resume", check=False)
+        for d in places[1:]:
+            shutil.rmtree(d, ignore_errors=True)
