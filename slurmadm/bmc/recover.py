@@ -129,8 +129,11 @@ def evidence(events: list[SelEvent], limit: int = 2) -> str:
 class Recovery:
     def __init__(self, site, fleet: Fleet, backend: SlurmBackend, store: Store,
                  progress: Callable[[str], None] = lambda m: None, sleep: Callable[[float], None] = time.sleep,
-                 bar: Progress | None = None):
+                 bar: Progress | None = None, results_factory=None):
         self.site = site
+        # where the first health run is read (store/read.trusted: the central store by origin
+        # when the site has one); default: `store`
+        self.results_factory = results_factory
         self.cfg = site.bmc.recover
         self._health_cfg: dict = {}  # node -> its HealthConfig (the site's policy per check)
         self.fleet = fleet
@@ -266,9 +269,14 @@ class Recovery:
         """The first health run on `node` after `since` (None while there is none): clean when
         no check of the configured set (default: all) failed or errored in a way that, under the
         site's health policy, drains the node."""
-        rows = self.store.db.execute(
-            "SELECT run_id, check_id, status, detail FROM check_results WHERE node=? AND ts>=? AND context != 'bmc' ORDER BY id",
-            (node, since)).fetchall()
+        sql = ("SELECT run_id, check_id, status, detail FROM check_results WHERE node=? AND ts>=? AND context != 'bmc' "
+               "AND {trusted} ORDER BY {order}")
+        if self.results_factory is None:
+            rows = self.store.query(sql.format(trusted="1=1", order="id"), (node, since))
+        else:
+            with self.results_factory() as r:  # only the node's own runs (issue 24)
+                rows = r.query(sql.format(trusted="origin = node" if r.central else "1=1",
+                                          order="ts, seq" if r.central else "id"), (node, since))
         if not rows:
             return None
         first = rows[0]["run_id"]

@@ -61,7 +61,11 @@ def sweeps(store, *, limit: int = 20) -> list[dict[str, Any]]:
     """The newest sweeps. `store`: a local Store or a central store's reader (its rows carry
     `origin`, the host that ran the sweep and shipped it). `warnings`: the slowdowns past
     burnin.slowdown_warn_percent since the sweep before each (report.warnings)."""
-    out = store.query("SELECT * FROM burnin_sweeps ORDER BY started DESC LIMIT ?", (limit,))
+    from ..store.read import trusted_sql
+
+    # a sweep is the head's record: one a node's account shipped does not count (issue 24)
+    out = store.query(f"SELECT * FROM burnin_sweeps WHERE {trusted_sql(store, 'host')} ORDER BY started DESC "
+                      "LIMIT ?", (limit,))
     for d in out:
         d.pop("seq", None)
         try:

@@ -54,3 +54,36 @@ def log(site_file, as_json, since, action, target, host, limit) -> None:
         head.insert(1, "host")
         rows = [(row[0], e["host"], *row[1:]) for row, e in zip(rows, events)]
     console.print(table(None, head, rows, wrap=["target", "why"], optional=["who"]))
+
+
+@audit.command("verify")
+@site_option
+@json_option
+def verify(site_file, as_json) -> None:
+    """Check the audit trail's hash chains (one per host's store; every host's from the central
+    store when the site has one): report an edited event or a gap where events were removed.
+    Exit 1 when one is found."""
+    from ..store import chain
+
+    s = get_site(site_file)
+    with read.reader(s) as r:
+        out = chain.verify(r)
+        out["central"] = r.central
+    if as_json:
+        print_json(out)
+    else:
+        for c in out["chains"]:
+            name = c["origin"] + (f" (store {c['store_id']})" if c["store_id"] else "")
+            span = f"events {c['first_id']}..{c['last_id']}" if c["first_id"] is not None else "no chained events"
+            extra = [f"{c['unchained']} from before chaining"] if c["unchained"] else []
+            if c["pruned_before"]:
+                extra.append("earlier events pruned")
+            status = "ok" if not c["problems"] else f"{len(c['problems'])} problem(s)"
+            console.print(f"{name}: {c['events']} event(s), {span}" + (f" ({', '.join(extra)})" if extra else "")
+                          + f": {status}", markup=False, highlight=False)
+            for p in c["problems"]:
+                console.print(f"  event {p['id']}: {p['kind']}: {p['detail']}", markup=False, highlight=False)
+        if not out["chains"]:
+            console.print("no audit events")
+    if not out["ok"]:
+        raise SystemExit(1)

@@ -346,7 +346,10 @@ def recover(ctx, nodes, site_file, as_json, dry_run, trigger, sweep, reason) -> 
     from .common import ProgressBar
 
     with Store.for_site(site) as store, ProgressBar("recover", enabled=not as_json) as bar:
-        rec = Recovery(site, _fleet(site), _backend(), store, progress=info, bar=bar)
+        from ..store import read
+
+        rec = Recovery(site, _fleet(site), _backend(), store, progress=info, bar=bar,
+                       results_factory=(lambda: read.trusted(site)) if site.store.url else None)
         if dry_run:
             cands = rec.plan(names, record=False)
             _show_recover(cands, None, as_json, dry_run=True)

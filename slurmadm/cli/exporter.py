@@ -15,9 +15,12 @@ from .common import Group, console, dry_run_option, get_site, info, reason_optio
               "host, health verdicts and GPU->job map; head: the cluster as Slurm sees it.")
 @click.option("--listen", metavar="ADDR:PORT", help="Default: monitor.node_listen / monitor.head_listen.")
 @click.option("--node", help="node mode: act as this Slurm node (default: $SLURMD_NODENAME, then the host name).")
+@click.option("--web-config-file", "web_config", metavar="FILE",
+              help="exporter-toolkit web config (TLS, basic auth). Default: monitor.web_config_file.")
 @site_option
 @click.pass_context
-def exporter(ctx: click.Context, mode: str | None, listen: str | None, node: str | None, site_file: str | None) -> None:
+def exporter(ctx: click.Context, mode: str | None, listen: str | None, node: str | None, web_config: str | None,
+             site_file: str | None) -> None:
     """Serve Prometheus metrics: `slurmadm exporter --mode node|head [--listen ADDR:PORT]`."""
     if ctx.invoked_subcommand is not None:
         return
@@ -30,6 +33,9 @@ def exporter(ctx: click.Context, mode: str | None, listen: str | None, node: str
     if listen is not None:
         parse_listen(listen)  # a bad address is a usage error before anything is read
     site = get_site(site_file)
+    from ..exporter import webconfig
+
+    web = webconfig.load(web_config or site.monitor.web_config_file)  # a bad file: one line, before any read
     if mode == "node":
         name = local_node(node)
         if name not in site.node_group_of:
@@ -39,8 +45,9 @@ def exporter(ctx: click.Context, mode: str | None, listen: str | None, node: str
     else:
         collector = head_collector(site)
         listen = listen or site.monitor.head_listen
-    server = make_server(collector, listen)
-    info(f"slurmadm exporter ({mode}) on http://{listen}/metrics")
+    server = make_server(collector, listen, web=web)
+    info(f"slurmadm exporter ({mode}) on {'https' if web and web.tls else 'http'}://{listen}/metrics"
+         + (" (basic auth)" if web and web.users else ""))
     serve_forever(server)
 
 

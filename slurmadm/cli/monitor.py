@@ -113,9 +113,16 @@ def webhook_cmd(site_file: str | None, listen: str | None) -> None:
     m = site.monitor
     token = read_token(m.webhook_token_file)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    isolator = Isolator(site=site, backend=get_backend(), store_factory=lambda: Store.for_site(site))
-    server = make_server(listen or m.webhook_listen, token=token, max_bytes=m.webhook_max_bytes, isolator=isolator)
-    info(f"slurmadm monitor webhook on http://{listen or m.webhook_listen}/alerts")
+    from ..store import read
+
+    isolator = Isolator(site=site, backend=get_backend(), store_factory=lambda: Store.for_site(site),
+                        results_factory=(lambda: read.trusted(site)) if site.store.url else None)
+    from ..exporter import webconfig
+
+    web = webconfig.load(m.web_config_file)
+    server = make_server(listen or m.webhook_listen, token=token, max_bytes=m.webhook_max_bytes, isolator=isolator,
+                         web=web)
+    info(f"slurmadm monitor webhook on {'https' if web and web.tls else 'http'}://{listen or m.webhook_listen}/alerts")
     start_sweeper(isolator, m.resume_check_s)
     serve_forever(server)
 

@@ -364,11 +364,16 @@ class DevCluster:
             f"CREATE DATABASE IF NOT EXISTS `{name}`;\n"
             f"CREATE USER IF NOT EXISTS '{name}'@'127.0.0.1' IDENTIFIED BY '{password}';\n"
             f"ALTER USER '{name}'@'127.0.0.1' IDENTIFIED BY '{password}';\n"
-            f"GRANT ALL ON `{name}`.* TO '{name}'@'127.0.0.1';\n"
+            # the head's account: owns the database and creates the nodes' accounts (store grants)
+            f"GRANT ALL ON `{name}`.* TO '{name}'@'127.0.0.1' WITH GRANT OPTION;\n"
+            f"GRANT CREATE USER ON *.* TO '{name}'@'127.0.0.1';\n"
         )
         run([client, "--no-defaults", "-S", str(self.p("mysql", "mysqld.sock")), "-u", "root"], input=sql, timeout=30)
+        from ..store import grants
+
         with central.connected(site.store) as c:
             found, steps = central.migrate(c)
+            grants.apply(site, c, grants.plan(site))
         if steps:
             progress(f"central store: schema version {found} -> {central.schema.SCHEMA_VERSION}")
 

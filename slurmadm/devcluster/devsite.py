@@ -380,4 +380,7 @@ def store_section(state_dir: Path, ports: Ports, *, central: bool) -> dict[str, 
         return {"path": f"{d}/slurmadm.db", "audit_log": f"{d}/log/audit.jsonl"}
     return {"path": f"{d}/stores/{{node}}.db", "audit_log": f"{d}/log/audit.jsonl",
             "url": f"mysql://{CENTRAL_DB}@127.0.0.1:{ports.mysql}/{CENTRAL_DB}",
-            "password_file": f"{d}/etc/store.password", "stale_after_minutes": 5, "ship_batch": 500}
+            "password_file": f"{d}/etc/store.password", "stale_after_minutes": 5, "ship_batch": 500,
+            # least privilege (issue 24): each fake node ships as its own account
+            "node_user": "slurmadm-{node}", "node_password_file": f"{d}/etc/store-nodes/{{node}}.password",
+            "node_account_host": "127.0.0.1"}

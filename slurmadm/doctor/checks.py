@@ -233,6 +233,90 @@ def store(ctx: Context) -> Finding:
                    "" if writable else "run slurmadm as root (or the store's owner) to record", data)
 
 
+@register("store-privileges", "central store: what the nodes' account may do")
+def store_privileges(ctx: Context) -> Finding:
+    """A compute node's account may only add its own rows (issue 24): warn when the account
+    this host's nodes ship as can do more (DELETE, UPDATE of events, DDL, another database)."""
+    from ..store import central, grants
+    from ..store.ship import host_name
+
+    sec = ctx.site.store
+    url = sec.central()
+    fix = "set store.node_user and run `slurmadm store grants --apply` (docs/SECURITY.md)"
+    if url is None:
+        return Finding("store-privileges", "ok", "no central store (store.url not set): each host keeps its own records")
+    if url.dialect != "mysql":
+        return Finding("store-privileges", "warn", f"central store {url} is a shared SQLite file: any host that can "
+                       "write it can rewrite every host's records", "use MariaDB with store.node_user for a fleet "
+                       "(docs/SECURITY.md)", {"url": str(url)})
+    host = host_name(ctx.node)
+    as_node = sec.node_user is not None and host in ctx.site.node_names
+    account = sec.node_account(host) if as_node else url.user
+    data: dict = {"url": str(url), "account": account, "node_user": sec.node_user}
+    try:
+        with central.connected(sec, node=host if as_node else None) as c:
+            lines = [next(iter(r.values())) for r in c.query("SHOW GRANTS")]
+            listed = (c.query("SELECT account, origin FROM store_accounts")
+                      if not as_node and sec.node_user is not None and central.has_table(c, "store_accounts") else [])
+    except SlurmadmError as exc:
+        return Finding("store-privileges", "warn", f"central store {url}: cannot read {account}'s privileges ({exc})",
+                       "check store.url and the password file", data)
+    more = grants.excess(lines, url.database) if as_node or sec.node_user is None else []
+    data.update({"grants": lines, "excess": more})
+    if sec.node_user is None:
+        return Finding("store-privileges", "warn", f"every node ships as {url.user}, the head's account"
+                       + (f", which can also do {'; '.join(more[:4])}" if more else "")
+                       + ": root on one node could rewrite or delete any host's records", fix, data)
+    if more:
+        return Finding("store-privileges", "warn", f"node account {account} can do more than it needs: "
+                       + "; ".join(more[:6]), "run `slurmadm store grants --apply` on the head", data)
+    if as_node:
+        return Finding("store-privileges", "ok", f"node account {account}: only adds its own rows", data=data)
+    have = {r["account"] for r in listed}
+    missing = [n for n in ctx.site.node_names if sec.node_account(n) not in have]
+    data["missing"] = missing
+    if missing:
+        from ..hostlist import compress
+
+        return Finding("store-privileges", "warn", f"{len(missing)} node(s) without their own account in the "
+                       f"central store: {compress(missing)}", "run `slurmadm store grants --apply`", data)
+    return Finding("store-privileges", "ok", f"{len(have)} node account(s) ({sec.node_user}) that only add their "
+                   f"own rows; {url.user} reads and prunes", data=data)
+
+
+@register("listeners", "exporters' and webhook's listen addresses")
+def listeners(ctx: Context) -> Finding:
+    """An exporter or the webhook on all interfaces without TLS (issue 24): anyone on the
+    network may read it (exporters) or reach it in clear text (the webhook's bearer token)."""
+    from ..exporter import webconfig
+
+    m = ctx.site.monitor
+    try:
+        web = webconfig.load(m.web_config_file)
+    except SlurmadmError as exc:
+        return Finding("listeners", "fail", str(exc), "fix monitor.web_config_file", {"web_config_file":
+                                                                                        m.web_config_file})
+    tls = bool(web and web.tls)
+    auth = bool(web and web.users)
+    listens = {"monitor.node_listen": m.node_listen, "monitor.head_listen": m.head_listen,
+               "monitor.webhook_listen": m.webhook_listen}
+    wide = [k for k, v in listens.items() if v.rpartition(":")[0].strip("[]") in ("0.0.0.0", "::", "")]
+    data = {"listen": listens, "all_interfaces": wide, "tls": tls, "basic_auth": auth,
+            "web_config_file": m.web_config_file}
+    if wide and not tls:
+        return Finding("listeners", "warn", f"{', '.join(f'{k} = {listens[k]}' for k in wide)}: all interfaces "
+                       "without TLS (anyone on the network reads the metrics" + (
+                           ", and the webhook's token travels in clear text" if "monitor.webhook_listen" in wide
+                           else "") + ")",
+                       "set monitor.web_config_file (tls_server_config, basic_auth_users) or listen on a "
+                       "management address", data)
+    if auth and not tls:
+        return Finding("listeners", "warn", "basic_auth_users without tls_server_config: passwords in clear text",
+                       "add tls_server_config to monitor.web_config_file", data)
+    return Finding("listeners", "ok", ("TLS" + (" and basic auth" if auth else "") + f" from {m.web_config_file}")
+                   if tls else "no listener on all interfaces", data=data)
+
+
 # ------------------------------------------------------------------------------ hooks
 
 

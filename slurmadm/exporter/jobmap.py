@@ -56,6 +56,10 @@ def record_from_env(env: dict[str, str], node: str, directory: str, context: str
     if not _JOBID.match(job) or not _NAME.match(node):
         return "no job"
     path = os.path.join(directory, node, f"{job}.json")
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    why = _unsafe(directory, os.path.dirname(path))
+    if why:  # a job user could have planted a link or a file here: write and remove nothing
+        return f"not recorded: {why}"
     if context == "epilog":
         try:
             os.unlink(path)
@@ -71,7 +75,6 @@ def record_from_env(env: dict[str, str], node: str, directory: str, context: str
         "gpus": list(gpus),
         "start": time.time(),
     }
-    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
     # a private temporary name (O_EXCL), renamed over the map file; not tempfile: it pulls
     # random, shutil, bz2 and lzma into every prolog
     tmp = os.path.join(os.path.dirname(path), f".job-{os.getpid()}-{time.monotonic_ns()}")
@@ -90,8 +93,27 @@ def record_from_env(env: dict[str, str], node: str, directory: str, context: str
     return f"recorded job {job} GPUs {list(gpus)}"
 
 
+def _unsafe(*dirs: str) -> str:
+    """'' when each directory is a real directory (not a link) that only its owner, root or
+    this process's user, can write; else why not (the prolog runs as root)."""
+    me = os.geteuid()
+    for d in dirs:
+        try:
+            st = os.lstat(d)
+        except OSError as exc:
+            return f"{d}: {exc.strerror}"
+        if not os.path.isdir(d) or os.path.islink(d):
+            return f"{d} is not a directory (a link?)"
+        if st.st_uid not in (0, me):
+            return f"{d} is owned by uid {st.st_uid}"
+        if st.st_mode & 0o022:
+            return f"{d} is writable by others (mode {st.st_mode & 0o7777:04o})"
+    return ""
+
+
 def read(directory: str, node: str) -> dict[int, JobGpus]:
-    """GPU index -> the job holding it, from the node's map files (bad files are skipped)."""
+    """GPU index -> the job holding it, from the node's map files (bad files are skipped, and
+    so are files another user than root or this process's owns: a job user's forgeries)."""
     out: dict[int, JobGpus] = {}
     d = os.path.join(directory, node)
     try:
@@ -102,7 +124,11 @@ def read(directory: str, node: str) -> dict[int, JobGpus]:
         if not name.endswith(".json") or name.startswith("."):
             continue
         try:
-            with open(os.path.join(d, name)) as fh:
+            fd = os.open(os.path.join(d, name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            if os.fstat(fd).st_uid not in (0, os.geteuid()):
+                os.close(fd)
+                continue
+            with os.fdopen(fd) as fh:
                 raw = json.load(fh)
             job = JobGpus(str(raw["job_id"]), str(raw.get("user", "")), str(raw.get("account", "")),
                           str(raw.get("partition", "")), tuple(int(g) for g in raw.get("gpus", [])),

@@ -50,24 +50,54 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def listen_http(handler: type[BaseHTTPRequestHandler], listen: str, what: str = "--listen") -> ThreadingHTTPServer:
-    """A threading HTTP server on ADDR:PORT, or a UsageError naming `what` (port taken, bad address)."""
+class _Guarded:
+    """Before any do_*: the web config's basic_auth_users (401 otherwise); a client that opens
+    a connection and sends nothing is dropped after `timeout` s (its own thread waits, no other)."""
+    web = None
+    basic_auth = True
+    timeout = 30
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if self.web is not None and self.basic_auth and not self.web.authorized(self.headers.get("Authorization")):
+            body = b"unauthorized\n"
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="slurmadm"')
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return False
+        return True
+
+
+def listen_http(handler: type[BaseHTTPRequestHandler], listen: str, what: str = "--listen", *,
+                web=None, basic_auth: bool = True) -> ThreadingHTTPServer:
+    """A threading HTTP server on ADDR:PORT, or a UsageError naming `what` (port taken, bad
+    address). `web`: an exporter-toolkit web config (webconfig.load): TLS, and its
+    basic_auth_users unless `basic_auth` is False (the webhook authenticates by bearer token)."""
     host, port = parse_listen(listen, what)
+    ctx = web.context() if web is not None else None
+    guarded = type(handler.__name__, (_Guarded, handler), {"web": web, "basic_auth": basic_auth})
     try:
-        server = ThreadingHTTPServer((host, port), handler)
+        server = ThreadingHTTPServer((host, port), guarded)
     except OSError as exc:
         raise UsageError(f"{what} {listen}: cannot listen ({exc.strerror or exc})") from None
+    if ctx is not None:
+        # the handshake happens in the request's thread: a client that never finishes it holds no one else
+        server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     server.daemon_threads = True
     return server
 
 
-def make_server(collector, listen: str) -> ThreadingHTTPServer:
+def make_server(collector, listen: str, web=None) -> ThreadingHTTPServer:
     from .selfinfo import register_self
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     register_self(registry, getattr(collector, "mode", ""))
-    return listen_http(type("Handler", (_Handler,), {"registry": registry}), listen)
+    return listen_http(type("Handler", (_Handler,), {"registry": registry}), listen, web=web)
 
 
 def serve_forever(server: ThreadingHTTPServer) -> None:

@@ -35,9 +35,10 @@ def facts(r: read.Reader, site=None, now: float | None = None) -> dict[str, Any]
     -> nodes; arrivals (central only): host -> last arrival; silent (central, with a site): site
     nodes whose records stopped arriving (store.stale_after_minutes)."""
     out = empty()
+    ok = read.trusted_sql(r)  # a node's account's rows about another node do not count (issue 24)
     for row in r.query("SELECT b.node AS node, b.ts AS ts, b.verdict AS verdict FROM burnin_nodes b JOIN "
-                       "(SELECT node, MAX(ts) AS ts FROM burnin_nodes GROUP BY node) newest "
-                       "ON b.node = newest.node AND b.ts = newest.ts"):
+                       f"(SELECT node, MAX(ts) AS ts FROM burnin_nodes WHERE {ok} GROUP BY node) newest "
+                       f"ON b.node = newest.node AND b.ts = newest.ts WHERE {read.trusted_sql(r, 'b.node', 'b.origin')}"):
         out["burnin"][str(row["node"])] = (float(row["ts"]), str(row["verdict"]))
     drift = None
     for row in read.latest_results(r):

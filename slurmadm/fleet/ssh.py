@@ -114,6 +114,9 @@ class ParamikoRemote:
         path = Path(self.fleet.key_file)
         if not path.is_file():
             raise UsageError(f"fleet.key_file: {path} does not exist")
+        mode = path.stat().st_mode
+        if mode & 0o077:  # as ssh itself refuses it
+            raise UsageError(f"fleet.key_file: {path} is readable by others (mode {mode & 0o7777:04o}); chmod 600 it")
         try:
             return paramiko.PKey.from_path(str(path))
         except paramiko.PasswordRequiredException:

@@ -20,12 +20,15 @@ from ..site import Site
 def latest_busbw(store, since: float) -> dict[str, tuple[float, float, str]]:
     """node -> (ts, GB/s, source) of its newest passing single-node all-reduce since `since`.
     `store`: a local Store or a central store's reader (anything with `.query`)."""
+    from ..store.read import trusted_sql
+
+    ok = trusted_sql(store)  # a node's account's rows about another node do not count (issue 24)
     rows = store.query(
         "SELECT node, value AS busbw, ts, 'health' AS source FROM check_results "
-        "WHERE check_id = 'nccl-allreduce' AND status = 'pass' AND value IS NOT NULL AND ts >= ? "
+        f"WHERE check_id = 'nccl-allreduce' AND status = 'pass' AND value IS NOT NULL AND ts >= ? AND {ok} "
         "UNION ALL "
         "SELECT node, busbw, ts, 'burn-in' FROM burnin_nodes "
-        "WHERE verdict = 'pass' AND busbw IS NOT NULL AND ts >= ? "
+        f"WHERE verdict = 'pass' AND busbw IS NOT NULL AND ts >= ? AND {ok} "
         "ORDER BY ts", (since, since))
     return {r["node"]: (r["ts"], r["busbw"], r["source"]) for r in rows}
 

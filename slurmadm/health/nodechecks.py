@@ -59,8 +59,9 @@ def fabric_info(nv, handle):
     return None
 
 
-def process_running(comm: str, proc: str = "/proc") -> bool:
-    """Whether a process whose /proc/<pid>/comm is `comm` (15 characters at most) runs."""
+def process_running(comm: str, proc: str = "/proc", uid: int | None = 0) -> bool:
+    """Whether a process whose /proc/<pid>/comm is `comm` (15 characters at most) runs as
+    `uid` (root: a job user's process named like the daemon does not count; None: anyone's)."""
     want = comm[:15]
     try:
         pids = [p for p in os.listdir(proc) if p.isdigit()]
@@ -69,7 +70,7 @@ def process_running(comm: str, proc: str = "/proc") -> bool:
     for pid in pids:
         try:
             with open(f"{proc}/{pid}/comm", encoding="utf-8", errors="replace") as fh:
-                if fh.read().strip() == want:
+                if fh.read().strip() == want and (uid is None or os.stat(f"{proc}/{pid}").st_uid == uid):
                     return True
         except OSError:
             continue

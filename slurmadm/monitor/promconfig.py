@@ -27,6 +27,11 @@ def prometheus_config(site: Site, *, rules_file: str, alertmanager: str,
     c = site.cluster.name  # every target carries cluster=<name> (the dashboard's cluster variable)
     node_target = node_target or (lambda _i, name: f"{name}:{_port(m.node_listen)}")
     head_target = head_target or f"{site.cluster.controllers[0]}:{_port(m.head_listen)}"
+    auth: dict = {}  # the exporters behind an exporter-toolkit web config (monitor.web_config_file)
+    if m.scrape_ca_file:
+        auth.update(scheme="https", tls_config={"ca_file": m.scrape_ca_file})
+    if m.scrape_username:
+        auth["basic_auth"] = {"username": m.scrape_username, "password_file": m.scrape_password_file}
     return {
         "global": {"scrape_interval": interval, "evaluation_interval": interval,
                    "scrape_timeout": interval if interval.endswith("s") and int(interval[:-1]) <= 10 else "10s"},
@@ -35,9 +40,9 @@ def prometheus_config(site: Site, *, rules_file: str, alertmanager: str,
         "scrape_configs": [
             # honor_labels: the exporter sets `node` itself; the target's `node` label (which `up`
             # carries) would otherwise rename the exporter's to `exported_node` on every series
-            {"job_name": m.node_job, "honor_labels": True, "static_configs": [
+            {"job_name": m.node_job, "honor_labels": True, **auth, "static_configs": [
                 {"targets": [node_target(i, n)], "labels": {"cluster": c, "node": n}} for i, n in enumerate(site.node_names)]},
-            {"job_name": m.head_job, "static_configs": [{"targets": [head_target], "labels": {"cluster": c}}]},
+            {"job_name": m.head_job, **auth, "static_configs": [{"targets": [head_target], "labels": {"cluster": c}}]},
             *([{"job_name": m.host_job, "static_configs": [
                 {"targets": [f"{n}:{m.host_port}"], "labels": {"cluster": c, "node": n}} for n in site.node_names]}]
               if m.host_port else []),

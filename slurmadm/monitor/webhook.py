@@ -93,10 +93,13 @@ class Slurm(Protocol):
 class Isolator:
     """What an alert does to a node: pure rules over Slurm's view, acting through the adapter."""
 
-    def __init__(self, *, site, backend: Slurm, store_factory):
+    def __init__(self, *, site, backend: Slurm, store_factory, results_factory=None):
         self.site = site
         self.backend = backend
         self.store_factory = store_factory  # a Store per request: an SQLite handle stays in its thread
+        # where the clean runs are counted (store/read.trusted: the central store by origin when
+        # the site has one); default: the store the audit events go to
+        self.results_factory = results_factory
         self.store = None
         self.actions = dict(site.monitor.actions)
         self.nodes = set(site.node_names)
@@ -106,10 +109,17 @@ class Isolator:
     def clean_runs_since(self, node: str, since: float) -> int:
         """Consecutive clean periodic health runs on the node since `since`, counted back from the
         latest (a run with a failing or erroring check resets the count), as health counts them."""
-        rows = self.store.db.execute(
-            "SELECT run_id, MIN(ts) AS t, MAX(CASE WHEN status IN ('fail', 'error') THEN 1 ELSE 0 END) AS bad "
-            "FROM check_results WHERE node=? AND context='periodic' AND ts > ? GROUP BY run_id ORDER BY t",
-            (node, since)).fetchall()
+        from ..store.read import Reader
+
+        sql = ("SELECT run_id, MIN(ts) AS t, MAX(CASE WHEN status IN ('fail', 'error') THEN 1 ELSE 0 END) AS bad "
+               "FROM check_results WHERE node=? AND context='periodic' AND ts > ? AND {trusted} GROUP BY run_id "
+               "ORDER BY t")
+        if self.results_factory is None:
+            r = Reader(self.store, central=False, host="")
+            rows = r.query(sql.format(trusted=r.trusted()), (node, since))
+        else:
+            with self.results_factory() as r:  # only the node's own runs count (issue 24)
+                rows = r.query(sql.format(trusted=f"origin = node" if r.central else "1=1"), (node, since))
         count = 0
         for r in rows:
             count = 0 if r["bad"] else count + 1
@@ -223,7 +233,7 @@ def read_token(path: str) -> str:
     return token
 
 
-def make_server(listen: str, *, token: str, max_bytes: int, isolator: Isolator) -> ThreadingHTTPServer:
+def make_server(listen: str, *, token: str, max_bytes: int, isolator: Isolator, web=None) -> ThreadingHTTPServer:
     from ..exporter.server import listen_http
 
     expected = f"Bearer {token}".encode()
@@ -281,4 +291,5 @@ def make_server(listen: str, *, token: str, max_bytes: int, isolator: Isolator) 
         def log_message(self, format: str, *args) -> None:  # noqa: A002
             pass
 
-    return listen_http(Handler, listen, "monitor.webhook_listen")
+    # web: TLS from the site's web config; the bearer token stays the webhook's credential
+    return listen_http(Handler, listen, "monitor.webhook_listen", web=web, basic_auth=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .profiles import Strict
 
@@ -16,8 +16,18 @@ ListenAddr = Annotated[str, Field(pattern=r"^[0-9A-Za-z.\-:\[\]]+:\d{1,5}$")]
 
 class MonitorSection(Strict):
     # Where the exporters listen (`slurmadm exporter --mode node|head`, default --listen).
+    # The defaults are what the roles need: Prometheus scrapes both exporters over the network
+    # (the head's by controllers[0]'s name); the webhook below only hears the head's Alertmanager.
     node_listen: ListenAddr = "0.0.0.0:9410"
     head_listen: ListenAddr = "0.0.0.0:9411"
+    # TLS and basic auth for the exporters (TLS only for the webhook, which keeps its bearer
+    # token): a Prometheus exporter-toolkit web config file, as node_exporter's --web.config.file.
+    web_config_file: Annotated[str, Field(pattern=r"^/")] | None = None
+    # How the generated Prometheus configuration scrapes them then (`slurmadm monitor
+    # prometheus-config`): https verified with this CA, basic auth with this user and password file.
+    scrape_ca_file: Annotated[str, Field(pattern=r"^/")] | None = None
+    scrape_username: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")] | None = None
+    scrape_password_file: Annotated[str, Field(pattern=r"^/")] | None = None
     # A source (NVML, sysfs, the store, Slurm) is read at most once per this many seconds; a
     # scrape in between answers from the last read.
     node_cache_s: Annotated[float, Field(ge=0, le=3600)] = 5.0
@@ -102,3 +112,9 @@ class MonitorSection(Strict):
     runbook_base_url: Annotated[str, Field(pattern=r"^(https?://|file:///|/)[A-Za-z0-9._~:/?#@!$&'()*+,;=%-]*$")] = (
         "file:///usr/share/doc/slurmadm/runbooks"
     )
+
+    @model_validator(mode="after")
+    def _scrape_auth(self):
+        if (self.scrape_username is None) != (self.scrape_password_file is None):
+            raise ValueError("scrape_username and scrape_password_file go together (Prometheus's basic_auth)")
+        return self

@@ -102,6 +102,15 @@ class StoreSection(Strict):
     # At most this many unshipped records wait locally (the central store down for weeks); past
     # it the oldest are dropped from the queue and an audit event says how many.
     max_unshipped: Annotated[int, Field(ge=1000, le=100_000_000)] = 2_000_000
+    # Least privilege (MariaDB): each compute node ships as its own account, named by this
+    # template (e.g. "slurmadm-{node}"), which may only add its own rows; MariaDB records their
+    # origin from the account (`slurmadm store grants`). The url's user is then the head's account.
+    node_user: str | None = None
+    # That account's password on each node (a root-only file; `store grants --apply` writes one
+    # per node on the head, to copy to its node): `{node}` in the file name stands for the node.
+    node_password_file: AbsPath = "/etc/slurmadm/store-{node}.password"
+    # Where node accounts may connect from (MariaDB's host part: a subnet such as 10.1.%, or %).
+    node_account_host: str = "%"
 
     @field_validator("url")
     @classmethod
@@ -116,6 +125,39 @@ class StoreSection(Strict):
         if value.count(NODE_MARK) > 1 or NODE_MARK in value.rsplit("/", 1)[0]:
             raise ValueError(f"{NODE_MARK} may appear once, in the file name only")
         return value
+
+    @field_validator("node_user")
+    @classmethod
+    def _node_user(cls, value: str | None) -> str | None:
+        if value is not None:
+            if value.count(NODE_MARK) != 1:
+                raise ValueError(f"must contain {NODE_MARK} once (one account per node), e.g. slurmadm-{NODE_MARK}")
+            bare = value.replace(NODE_MARK, "")
+            if not re.match(r"^[A-Za-z0-9_.\-]{1,15}$", bare):
+                raise ValueError("besides {node}: 1 to 15 letters, digits or _.- (MariaDB names have at most 80)")
+        return value
+
+    @field_validator("node_password_file")
+    @classmethod
+    def _node_password_file(cls, value: str) -> str:
+        if value.count(NODE_MARK) != 1 or NODE_MARK in value.rsplit("/", 1)[0]:
+            raise ValueError(f"{NODE_MARK} must appear once, in the file name (one password per node)")
+        return value
+
+    @field_validator("node_account_host")
+    @classmethod
+    def _account_host(cls, value: str) -> str:
+        if not re.match(r"^[A-Za-z0-9.%_:\-]{1,255}$", value):
+            raise ValueError("a MariaDB host pattern: letters, digits and . % _ : - (e.g. 10.1.% or %)")
+        return value
+
+    def node_account(self, node: str) -> str:
+        """The central store account node `node` ships as (node_user set)."""
+        assert self.node_user is not None
+        return self.node_user.replace(NODE_MARK, node)
+
+    def node_password_path(self, node: str) -> str:
+        return self.node_password_file.replace(NODE_MARK, node)
 
     def central(self) -> CentralUrl | None:
         return parse_url(self.url) if self.url else None

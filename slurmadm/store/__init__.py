@@ -124,7 +124,11 @@ class Store:
                 raise UsageError(schema.newer_error(f"store {self._path}", found))
             for step in schema.local_steps(found) if found < schema.SCHEMA_VERSION else []:
                 for statement in _statements(step):
-                    self._db.execute(statement)
+                    try:
+                        self._db.execute(statement)
+                    except sqlite3.OperationalError as exc:
+                        if not schema.is_duplicate_column(statement, exc):
+                            raise
             self._db.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")
             if ship is not None:
                 schema.ship_triggers(self._db, ship)
@@ -176,16 +180,22 @@ class Store:
     def audit_many(self, events: list[tuple[str, str, str, dict[str, Any]]]) -> list[int]:
         """Several events (action, target, reason, detail) in one transaction: one row each,
         the same as audit() would write, for a change that touched many targets at once."""
+        from .chain import event_hash
+
         ts = time.time()
         who = actor()
         ids: list[int] = []
-        with self.transaction() as db:
+        with self.transaction() as db:  # the write lock: the chain's tail cannot move meanwhile
+            last = db.execute("SELECT id, hash FROM events ORDER BY id DESC LIMIT 1").fetchone()
+            next_id, prev = (int(last["id"]) + 1, last["hash"]) if last is not None else (1, "")
             for action, target, reason, detail in events:
-                cur = db.execute(
-                    "INSERT INTO events (ts, actor, action, target, reason, detail) VALUES (?,?,?,?,?,?)",
-                    (ts, who, action, target, reason, json.dumps(detail, sort_keys=True, default=str)),
-                )
-                ids.append(int(cur.lastrowid))
+                text = json.dumps(detail, sort_keys=True, default=str)
+                digest = event_hash(prev, next_id, ts, who, action, target, reason, text)
+                db.execute(
+                    "INSERT INTO events (id, ts, actor, action, target, reason, detail, prev_hash, hash) "
+                    "VALUES (?,?,?,?,?,?,?,?,?)", (next_id, ts, who, action, target, reason, text, prev, digest))
+                ids.append(next_id)
+                next_id, prev = next_id + 1, digest
         if self.audit_log and events:
             lines = "".join(
                 json.dumps({"id": event_id, "ts": ts, "actor": who, "action": action, "target": target,
@@ -201,15 +211,18 @@ class Store:
         return ids
 
     def update_events(self, ids: list[int], **detail: Any) -> None:
-        """Merge `detail` into events already written (an intent recorded before a change,
-        marked done or refused after it): one transaction."""
-        with self.transaction() as db:
-            for event_id in ids:
-                row = db.execute("SELECT detail FROM events WHERE id=?", (event_id,)).fetchone()
-                if row is not None:
-                    merged = {**json.loads(row["detail"]), **detail}
-                    db.execute("UPDATE events SET detail=? WHERE id=?",
-                               (json.dumps(merged, sort_keys=True, default=str), event_id))
+        """Follow events already written (an intent recorded before a change, marked done or
+        refused after it) with one new event each, `detail` merged in and `follows` naming the
+        original: events are append-only (a changed one would break the hash chain)."""
+        rows = []
+        for event_id in ids:
+            row = self._db.execute("SELECT action, target, reason, detail FROM events WHERE id=?",
+                                   (event_id,)).fetchone()
+            if row is not None:
+                rows.append((row["action"], row["target"], row["reason"],
+                             {**json.loads(row["detail"]), **detail, "follows": event_id}))
+        if rows:
+            self.audit_many(rows)
 
     def events(self, *, since: float | None = None, action: str | None = None,
                target: str | None = None, limit: int = 1000) -> list[Event]:

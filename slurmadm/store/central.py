@@ -14,6 +14,7 @@ import stat
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -154,43 +155,59 @@ def password(section) -> str:
     env = os.environ.get(ENV_PASSWORD)
     if env:
         return env
-    path = Path(section.password_file)
+    return secret_file(section.password_file, "store.password_file", f"or set ${ENV_PASSWORD}")
+
+
+def node_password(section, node: str) -> str:
+    """The password of node `node`'s own account (store.node_password_file, root-only)."""
+    return secret_file(section.node_password_path(node), "store.node_password_file",
+                       "`slurmadm store grants --apply` writes one per node on the head")
+
+
+def secret_file(name: str, what: str, hint: str = "") -> str:
+    """A secret from a root-only regular file: refused, in one line, when group or others may read it."""
+    path = Path(name)
     try:
         st = path.stat()
     except FileNotFoundError:
-        raise UsageError(f"store.password_file {path}: missing (write the central store's password there, "
-                         f"mode 0600, or set ${ENV_PASSWORD})") from None
+        raise UsageError(f"{what} {path}: missing (write the secret there, mode 0600{', ' + hint if hint else ''})") \
+            from None
     except OSError as exc:
-        raise UsageError(f"store.password_file {path}: {exc.strerror}") from None
+        raise UsageError(f"{what} {path}: {exc.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"store.password_file {path}: not a regular file")
+        raise UsageError(f"{what} {path}: not a regular file")
     if st.st_mode & 0o077:
-        raise UsageError(f"store.password_file {path}: readable by others (mode {stat.S_IMODE(st.st_mode):04o}); "
+        raise UsageError(f"{what} {path}: readable by others (mode {stat.S_IMODE(st.st_mode):04o}); "
                          "chmod 600 it")
     if st.st_uid not in (0, os.geteuid()):
-        raise UsageError(f"store.password_file {path}: owned by uid {st.st_uid}, not root")
+        raise UsageError(f"{what} {path}: owned by uid {st.st_uid}, not root")
     try:
         text = path.read_text().strip()
     except OSError as exc:
-        raise UsageError(f"store.password_file {path}: {exc.strerror}") from None
+        raise UsageError(f"{what} {path}: {exc.strerror}") from None
     if not text:
-        raise UsageError(f"store.password_file {path}: empty")
+        raise UsageError(f"{what} {path}: empty")
     return text
 
 
-def connect(section) -> Central:
-    """Open the central store named by a site's `[store]`; UsageError when none is set."""
+def connect(section, *, node: str | None = None) -> Central:
+    """Open the central store named by a site's `[store]`; UsageError when none is set.
+    `node`: connect as that compute node's own account (store.node_user), which may only add
+    its own rows; else as the url's user (the head's account)."""
     url = section.central()
     if url is None:
         raise UsageError("store.url: not set in the site (every host keeps only its own store)")
     if url.dialect == "sqlite":
         return SqliteCentral(url, section.connect_timeout_s)
+    if node is not None and section.node_user is not None:
+        return MysqlCentral(replace(url, user=section.node_account(node)), node_password(section, node),
+                            section.connect_timeout_s)
     return MysqlCentral(url, password(section), section.connect_timeout_s)
 
 
 @contextmanager
-def connected(section) -> Iterator[Central]:
-    c = connect(section)
+def connected(section, *, node: str | None = None) -> Iterator[Central]:
+    c = connect(section, node=node)
     try:
         yield c
     finally:
@@ -255,7 +272,11 @@ def migrate(c: Central) -> tuple[int, list[str]]:
     try:
         found, steps = plan(c)
         for sql in steps:
-            c.execute(sql)
+            try:
+                c.execute(sql)
+            except sqlite3.OperationalError as exc:  # a central SQLite file that has the column already
+                if not schema.is_duplicate_column(sql, exc):
+                    raise
         if steps:
             upsert = ("INSERT INTO {t} (name, value) VALUES (?, ?) ON DUPLICATE KEY UPDATE value = VALUES(value)"
                       if c.dialect == "mysql" else

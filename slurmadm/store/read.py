@@ -36,6 +36,15 @@ class Reader:
             return "origin"
         return f"'{self.host}'" if _SAFE_HOST.match(self.host) else "''"
 
+    def trusted(self, node_col: str = "node", origin_col: str = "origin") -> str:
+        """SQL: the row came from the node it is about, or from a host that is no node's
+        account (the head, for head-side checks): what a node's account ships about another
+        node (its origin set by MariaDB, store.node_user) is left out. Always true locally."""
+        if not self.central:
+            return "1=1"
+        return (f"({origin_col} = {node_col} OR {origin_col} NOT IN "
+                "(SELECT store_accounts.origin FROM store_accounts))")
+
     @property
     def newest_first(self) -> str:
         """Arrival order: the central store's `seq`, a local store's row id."""
@@ -67,6 +76,29 @@ def reader(site, *, node: str | None = None, warn: Callable[[str], None] = _warn
         except SlurmadmError as exc:
             c.rollback()
             warn(f"this host's records not shipped: {exc}")
+        central.require_current(c)
+        yield Reader(c, central=True, host=host)
+
+
+def trusted_sql(source, node_col: str = "node", origin_col: str = "origin") -> str:
+    """Reader.trusted() for anything with `.query` (a local Store is trusted as it is)."""
+    return source.trusted(node_col, origin_col) if isinstance(source, Reader) else "1=1"
+
+
+@contextmanager
+def trusted(site, *, node: str | None = None) -> Iterator[Reader]:
+    """What a decision reads (the webhook's clean-run count, `bmc recover`'s first health
+    run): the central store when the site has one, else this host's own store. Filter rows with
+    `Reader.trusted()`. Nothing is shipped first (a decision never waits for that)."""
+    from . import Store, central
+    from .ship import host_name
+
+    host = host_name(node)
+    if site.store.url is None:
+        with Store.for_site(site, node=node) as store:
+            yield Reader(store, central=False, host=host)
+        return
+    with central.connected(site.store) as c:
         central.require_current(c)
         yield Reader(c, central=True, host=host)
 
@@ -111,9 +143,9 @@ def latest_results(r: Reader, nodes: set[str] | None = None) -> list[dict[str, A
         # newest by time (several hosts may report on one node), ties to the later arrival
         rows = r.query(
             f"SELECT origin AS host, c.seq, {', '.join('c.' + x.strip() for x in RESULT_COLUMNS.split(','))} "
-            "FROM check_results c JOIN (SELECT node, check_id, MAX(ts) AS ts FROM check_results "
+            f"FROM check_results c JOIN (SELECT node, check_id, MAX(ts) AS ts FROM check_results WHERE {r.trusted()} "
             "GROUP BY node, check_id) last ON c.node = last.node AND c.check_id = last.check_id AND c.ts = last.ts "
-            "ORDER BY c.node, c.check_id, c.seq")
+            f"WHERE {r.trusted('c.node', 'c.origin')} ORDER BY c.node, c.check_id, c.seq")
         newest: dict[tuple[str, str], dict[str, Any]] = {}
         for row in rows:
             newest[(row["node"], row["check_id"])] = row
@@ -123,7 +155,7 @@ def latest_results(r: Reader, nodes: set[str] | None = None) -> list[dict[str, A
 
 def history(r: Reader, *, node: str | None = None, check_id: str | None = None, status: str | None = None,
             context: str | None = None, since: float | None = None, limit: int = 200) -> list[dict[str, Any]]:
-    sql, args = f"SELECT {r.origin} AS host, {RESULT_COLUMNS} FROM check_results WHERE 1=1", []
+    sql, args = f"SELECT {r.origin} AS host, {RESULT_COLUMNS} FROM check_results WHERE {r.trusted()}", []
     for col, val in (("node", node), ("check_id", check_id), ("status", status), ("context", context)):
         if val:
             sql += f" AND {col} = ?"

@@ -37,10 +37,19 @@ class Table:
     # never overwrites what it shipped before.
     key: tuple[str, ...] = ()
     retain: str | None = None     # timestamp column: shipped rows older than store.keep_days are pruned locally
+    # Rows are never changed once written (audit events): shipped with INSERT IGNORE, and the
+    # central store refuses an UPDATE of one (only the head's prune may DELETE).
+    append_only: bool = False
 
     @property
     def shipped(self) -> bool:
         return self.where == "both"
+
+    @property
+    def insert_only(self) -> bool:
+        """Shipped with INSERT IGNORE (a row shipped again stays as it is): audit events, and
+        the tables keyed by local row id, whose rows are never changed once written."""
+        return self.append_only or not self.key
 
 
 TABLES: list[Table] = [
@@ -53,11 +62,13 @@ CREATE TABLE IF NOT EXISTS events (
     action  TEXT NOT NULL,      -- what: e.g. node.drain, accounts.add-account, config.apply
     target  TEXT NOT NULL,      -- on what: a node, an account, a file
     reason  TEXT NOT NULL,      -- why
-    detail  TEXT NOT NULL       -- JSON
+    detail  TEXT NOT NULL,      -- JSON
+    prev_hash TEXT NOT NULL DEFAULT '',  -- version 4: the hash of this store's previous event
+    hash    TEXT NOT NULL DEFAULT ''     -- sha256 over prev_hash and this event (store/chain.py)
 );
 CREATE INDEX IF NOT EXISTS events_ts ON events(ts);
 CREATE INDEX IF NOT EXISTS events_target ON events(target, ts);
-""", retain="ts"),
+""", retain="ts", append_only=True),
     # ---- health check results (health/record.py) ----
     Table("check_results", """
 CREATE TABLE IF NOT EXISTS check_results (
@@ -193,6 +204,26 @@ CREATE TABLE IF NOT EXISTS fleet_rollout_nodes (
     PRIMARY KEY (rollout, node)
 );
 """, since=3, key=("rollout", "node")),
+    # Central, version 4 (least privilege): each compute node's own account and the origin
+    # MariaDB records on every row that account inserts (triggers; `slurmadm store grants`).
+    Table("store_accounts", """
+CREATE TABLE IF NOT EXISTS store_accounts (
+    account TEXT PRIMARY KEY,        -- the MariaDB user name
+    origin  TEXT NOT NULL            -- the node it is
+);
+""", since=4, where="central"),
+    # Central, version 4: where `store prune` cut each audit chain (its newest removed event), so
+    # `audit verify` tells a prune from events removed by someone else.
+    Table("event_anchors", """
+CREATE TABLE IF NOT EXISTS event_anchors (
+    origin   TEXT NOT NULL,
+    store_id TEXT NOT NULL,
+    id       INTEGER NOT NULL,      -- the newest event removed
+    hash     TEXT NOT NULL,         -- its hash: the next event's prev_hash
+    ts       REAL NOT NULL,         -- when it was pruned
+    PRIMARY KEY (origin, store_id)
+);
+""", since=4, where="central"),
 ]
 
 
@@ -204,12 +235,17 @@ class Migration:
     local: list[str] = field(default_factory=list)            # SQLite, the local store
     central_sqlite: list[str] = field(default_factory=list)   # a central SQLite store
     central_mysql: list[str] = field(default_factory=list)    # a central MariaDB/MySQL store
+    # (table, column, SQLite type and default): added where missing, locally and centrally
+    columns: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 MIGRATIONS: list[Migration] = [
     Migration(2, "shipping: the local store's identity", local=[
         "INSERT OR IGNORE INTO store_info (name, value) VALUES ('store_id', lower(hex(randomblob(8))))"]),
+    Migration(4, "tamper-evident audit: each event chained to the previous one by hash", columns=[
+        ("events", "prev_hash", "TEXT NOT NULL DEFAULT ''"), ("events", "hash", "TEXT NOT NULL DEFAULT ''")]),
 ]
+ORIGIN_VERSION = 4  # from this version the central store records the origin of a node account's rows
 
 SCHEMA_VERSION = max([t.since for t in TABLES] + [m.version for m in MIGRATIONS])
 
@@ -240,7 +276,26 @@ def local_steps(found: int) -> list[str]:
     are IF NOT EXISTS), which is exactly version 1's tables plus what came later."""
     out = [t.ddl for t in TABLES if t.where in ("both", "local") and (found == 0 or t.since > found)]
     out += [s for m in MIGRATIONS if m.version > found for s in m.local]
+    out += [add_column(t, c, decl, "sqlite") for m in MIGRATIONS if m.version > found for t, c, decl in m.columns
+            if by_name(t).where != "central"]
     return out
+
+
+ADD_COLUMN = " ADD COLUMN "
+
+
+def add_column(table: str, column: str, decl: str, dialect: str) -> str:
+    """ALTER TABLE ... ADD COLUMN (MariaDB: IF NOT EXISTS; SQLite: the caller skips a
+    `duplicate column` error, the column being there already)."""
+    if dialect == "mysql":
+        typ, _, rest = decl.partition(" ")
+        typ = {"TEXT": "LONGTEXT", "INTEGER": "BIGINT", "REAL": "DOUBLE"}.get(typ, typ)
+        return f"ALTER TABLE {table}{ADD_COLUMN}IF NOT EXISTS `{column}` {typ} {rest}".rstrip()
+    return f'ALTER TABLE {table}{ADD_COLUMN}"{column}" {decl}'
+
+
+def is_duplicate_column(sql: str, exc: Exception) -> bool:
+    return ADD_COLUMN in sql and "duplicate column" in str(exc).lower()
 
 
 def ship_triggers(db: sqlite3.Connection, on: bool) -> bool:
@@ -378,6 +433,38 @@ def central_steps(found: int, dialect: str) -> list[str]:
     for m in MIGRATIONS:
         if m.version > found:
             out += m.central_mysql if dialect == "mysql" else m.central_sqlite
+            out += [add_column(t, c, decl, dialect) for t, c, decl in m.columns]
+    out += [s for t in TABLES if t.where in ("both", "central") and (found < ORIGIN_VERSION or t.since > found)
+            for s in guard_triggers(t, dialect)]
+    return out
+
+
+ACCOUNT_ORIGIN = ("(SELECT a.origin FROM store_accounts a WHERE a.account = SUBSTRING_INDEX(USER(), '@', 1))")
+APPEND_ONLY = "slurmadm: audit events are append-only"
+OTHERS_ROWS = "slurmadm: a node account may change only its own rows"
+
+
+def guard_triggers(table: Table, dialect: str) -> list[str]:
+    """The central store's own guards. MariaDB: a row inserted by a node's account (listed in
+    store_accounts) carries that node as its origin whatever the client sent; such an account
+    may change only its own rows; audit events are never changed by anyone. A central SQLite
+    file (anyone who can write it can do anything) gets only the append-only guard."""
+    col = "host" if table.name == "hosts" else ORIGIN
+    if table.name in ("store_accounts", "event_anchors"):
+        return []
+    if dialect != "mysql":
+        return ([f"CREATE TRIGGER IF NOT EXISTS {table.name}_append_only BEFORE UPDATE ON {table.name} "
+                 f"BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY}'); END"] if table.append_only else [])
+    out = [f"CREATE TRIGGER IF NOT EXISTS {table.name}_origin_ins BEFORE INSERT ON {table.name} FOR EACH ROW "
+           f"SET NEW.`{col}` = COALESCE({ACCOUNT_ORIGIN}, NEW.`{col}`)"]
+    if table.append_only:
+        out.append(f"CREATE TRIGGER IF NOT EXISTS {table.name}_append_only BEFORE UPDATE ON {table.name} "
+                   f"FOR EACH ROW SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{APPEND_ONLY}'")
+    else:
+        out.append(f"CREATE TRIGGER IF NOT EXISTS {table.name}_origin_upd BEFORE UPDATE ON {table.name} "
+                   f"FOR EACH ROW IF {ACCOUNT_ORIGIN} IS NOT NULL AND ({ACCOUNT_ORIGIN} <> OLD.`{col}` OR "
+                   f"{ACCOUNT_ORIGIN} <> NEW.`{col}`) THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = "
+                   f"'{OTHERS_ROWS}'; END IF")
     return out
 
 

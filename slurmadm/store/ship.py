@@ -55,6 +55,8 @@ def _upsert_sql(table: schema.Table, dialect: str) -> str:
     key = set(schema.central_key(table))
     q = (lambda c: f"`{c}`") if dialect == "mysql" else (lambda c: f'"{c}"')
     head = f"INSERT INTO {table.name} ({', '.join(q(c) for c in cols)}) VALUES ({', '.join('?' for _ in cols)})"
+    if table.insert_only:  # shipped again after a lost acknowledgement: the copy there stays as it is
+        return head.replace("INSERT INTO", "INSERT IGNORE INTO" if dialect == "mysql" else "INSERT OR IGNORE INTO", 1)
     rest = [c for c in cols if c not in key]
     if dialect == "mysql":
         return head + " ON DUPLICATE KEY UPDATE " + ", ".join(f"{q(c)} = VALUES({q(c)})" for c in rest)
@@ -162,10 +164,12 @@ def _batch(local, table_rows: list[tuple[int, str, int]], store_id: str) -> tupl
 
 
 def ship(section, *, host: str, local_path: str, audit_log: str | None = None, central=None,
-         deadline: float | None = None) -> Shipment:
+         deadline: float | None = None, as_node: bool = False) -> Shipment:
     """Ship everything queued in `local_path` to the central store of `section` (a site's
-    `[store]`). `central`: an open connection to reuse. Raises UnreachableError / UsageError
-    when the central store cannot be used; what was committed before stays committed."""
+    `[store]`). `central`: an open connection to reuse. `as_node`: connect as this compute
+    node's own account (store.node_user), whose rows MariaDB itself marks with its origin.
+    Raises UnreachableError / UsageError when the central store cannot be used; what was
+    committed before stays committed."""
     from . import Store
     from . import central as central_mod
     from .. import __version__
@@ -183,7 +187,7 @@ def ship(section, *, host: str, local_path: str, audit_log: str | None = None, c
         local = Store(local_path, audit_log=audit_log, ship=True, timeout_s=10.0)
         _bound_queue(local, section, out)
         if own:
-            central = central_mod.connect(section)
+            central = central_mod.connect(section, node=host if as_node else None)
         central_mod.require_current(central)
         sql = {t.name: _upsert_sql(t, central.dialect) for t in schema.shipped_tables()}
         (store_id,) = local.db.execute("SELECT value FROM store_info WHERE name = 'store_id'").fetchone()
@@ -220,6 +224,11 @@ def ship(section, *, host: str, local_path: str, audit_log: str | None = None, c
         lock.release()
         out.seconds = round(time.monotonic() - started, 3)
     return out
+
+
+def ships_as_node(site, host: str) -> bool:
+    """A compute node of the site ships as its own account once store.node_user is set."""
+    return site.store.node_user is not None and host in site.node_names
 
 
 def spawn(site_file: str, node: str) -> None:
@@ -263,8 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         site = load_site(args.site)
         if site.store.url is None:
             return 0
-        out = ship(site.store, host=host_name(node), local_path=site.store.local_path(node),
-                   audit_log=site.store.audit_log)
+        host = host_name(node)
+        out = ship(site.store, host=host, local_path=site.store.local_path(node),
+                   audit_log=site.store.audit_log, as_node=ships_as_node(site, host))
     except SlurmadmError as exc:
         syslog.syslog(syslog.LOG_WARNING, f"not shipped: {exc}")
         if not args.quiet:

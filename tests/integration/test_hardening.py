@@ -183,7 +183,9 @@ def test_prune_removes_a_user_of_two_projects(dev_cluster, env, tmp_path):
         assert mine() == []
         with Store(dev_cluster.site().store.path) as store:
             gone = [e for e in store.events(action="accounts.delete-user") if e.reason == "hard prune"]
-        assert gone and all(e.detail["status"] == "done" for e in gone)
+        # append-only audit (issue 24): each intent ("started") is followed by a "done" event
+        started = {e.id for e in gone if e.detail["status"] == "started"}
+        assert started and started == {e.detail.get("follows") for e in gone if e.detail["status"] == "done"}
     finally:
         r = run_slurmadm(env, "accounts", "apply", "--site", str(dev_cluster.site_path), timeout=300)
         assert r.returncode == 0, r.stderr

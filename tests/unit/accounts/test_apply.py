@@ -321,5 +321,9 @@ def test_finished_changes_are_marked_done(tmp_path):
         apply_site(site, Slurmdbd(), store, prune=False, reason="r")
     with Store(tmp_path / "s.db") as store:
         events = store.events(action="accounts.*")
-    assert events and {e.detail["status"] for e in events} == {"done"}
+    # append-only audit (issue 24): each intent is followed by an event saying it is done
+    started = {e.id for e in events if e.detail["status"] == "started"}
+    followed = {e.detail.get("follows") for e in events if e.detail["status"] == "done"}
+    assert started and started == followed
+    assert {e.detail["status"] for e in events} == {"started", "done"}
     assert all(e.detail["command"].startswith("sacctmgr -i ") for e in events)

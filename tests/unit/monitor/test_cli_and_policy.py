@@ -206,3 +206,28 @@ def test_prometheus_and_alertmanager_configs_pass_their_own_checkers(site_file, 
     if amtool:  # Debian's prometheus-alertmanager ships it
         p = subprocess.run([amtool, "check-config", str(am)], capture_output=True, text=True)
         assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_prometheus_config_scrapes_over_tls_with_basic_auth_when_the_site_says_so(tmp_path):
+    """Issue 24: exporters behind an exporter-toolkit web config; promtool checks the result."""
+    import yaml
+
+    from slurmadm.monitor import promconfig
+
+    (tmp_path / "ca.pem").write_text("")
+    (tmp_path / "pw").write_text("x\n")
+    site = site_with(scrape_ca_file=str(tmp_path / "ca.pem"), scrape_username="prometheus",
+                     scrape_password_file=str(tmp_path / "pw"))
+    cfg = promconfig.prometheus_config(site, rules_file=str(tmp_path / "rules.yml"), alertmanager="127.0.0.1:9093")
+    ours = [j for j in cfg["scrape_configs"] if j["job_name"] in (site.monitor.node_job, site.monitor.head_job)]
+    assert len(ours) == 2  # slurmadm's own exporters; node_exporter's and dcgm-exporter's jobs are the site's
+    for job in ours:
+        assert job["scheme"] == "https" and job["tls_config"] == {"ca_file": str(tmp_path / "ca.pem")}
+        assert job["basic_auth"] == {"username": "prometheus", "password_file": str(tmp_path / "pw")}
+    (tmp_path / "rules.yml").write_text("groups: []\n")
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(cfg))
+    p = subprocess.run(["promtool", "check", "config", "--syntax-only", str(tmp_path / "prometheus.yml")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with pytest.raises(Exception, match="go together"):
+        site_with(scrape_username="prometheus")
