@@ -28,6 +28,7 @@ import jinja2
 
 from ..files import write_atomic
 from ..resources import templates_dir
+from .fleet import describe as fleet_describe
 
 # Chart geometry (SVG user units; the viewBox scales it to the page width).
 CHART_W = 860
@@ -125,10 +126,17 @@ def _cpu_only(node: dict[str, Any]) -> bool:
 
 
 def node_level(node: dict[str, Any], slow: set[str]) -> str:
-    """pass | warn | fail | skipped for the counts: a node that passed but got slower, or has a
-    warning other than the labelled CPU stand-in, is a warning."""
+    """pass | warn | straggler | fail | skipped for the counts: a node that passed but is slow
+    against the fleet (burnin/fleet.py level `slow`) is a straggler, counted apart from failures;
+    one that passed but got slower, is below the fleet's warn line, or has a warning other than
+    the labelled CPU stand-in, is a warning."""
     if node["verdict"] != "pass":
         return node["verdict"] if node["verdict"] in ("fail", "skipped") else "skipped"
+    fleet_level = (node.get("fleet") or {}).get("level")
+    if fleet_level == "slow":
+        return "straggler"
+    if fleet_level == "warn":
+        return "warn"
     other_warn = any(t["status"] == "warn" and not (t["test"] == "stress" and (t.get("data") or {}).get("device")
                                                     == "cpu") for t in node["tests"])
     return "warn" if node["node"] in slow or other_warn else "pass"
@@ -146,7 +154,7 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
     slow_list = slowdowns(summary)
     slow_nodes = {w["what"] for w in slow_list if w["kind"] == "node"}
     levels = {n["node"]: node_level(n, slow_nodes) for n in nodes}
-    counts = {k: sum(1 for v in levels.values() if v == k) for k in ("pass", "warn", "fail", "skipped")}
+    counts = {k: sum(1 for v in levels.values() if v == k) for k in ("pass", "warn", "straggler", "fail", "skipped")}
     total = len(nodes)
     parts = []
     failed = [n for n in nodes if levels[n["node"]] == "fail"]
@@ -161,6 +169,15 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
     links = summary.get("links") or []
     if links:
         parts.append(f"{len(links)} bad link(s): " + ", ".join(f"{lk['a']}↔{lk['b']}" for lk in links[:3]))
+    stragglers = [n for n in nodes if levels[n["node"]] == "straggler"]
+    if stragglers:
+        shown = []
+        for n in stragglers[:3]:
+            w = n["fleet"].get("worst")
+            action = (n.get("action") or "").split(":")[0] or f"slow {n.get('slow_streak') or 1} sweep(s) in a row"
+            shown.append(f"{n['node']} {fleet_describe(w) if w else 'slow'} → {action}")
+        more = f"; and {len(stragglers) - 3} more" if len(stragglers) > 3 else ""
+        parts.append(f"{len(stragglers)}/{total} STRAGGLER: " + "; ".join(shown) + more)
     warned = [n for n in nodes if levels[n["node"]] == "warn"]
     slow_by_node = {w["what"]: w for w in slow_list if w["kind"] == "node"}
     slow_pairs = [w for w in slow_list if w["kind"] == "pair"]
@@ -168,8 +185,11 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
         shown = []
         for n in warned[:3]:
             w = slow_by_node.get(n["node"])
+            fw = (n.get("fleet") or {}).get("worst")
             if w:
                 shown.append(f"{n['node']} busbw {w['change'] * 100:+.0f}% since the previous sweep")
+            elif fw:
+                shown.append(f"{n['node']} {fleet_describe(fw)}")
             else:
                 t = next(t for t in n["tests"] if t["status"] == "warn")
                 shown.append(f"{n['node']} {t['test']}: {_short(t['detail'], 60)}")
@@ -186,7 +206,8 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
         parts.append(f"{counts['skipped']} skipped")
     if not total:
         parts = ["no node tested"]
-    level = "fail" if failed or links else "warn" if (warned or slow_pairs or counts["skipped"]) else "pass"
+    level = "fail" if failed or links else "warn" if (warned or stragglers or slow_pairs or counts["skipped"]) \
+        else "pass"
     text = "; ".join(parts)
     if summary.get("status") not in (None, "done"):
         text = f"{str(summary['status']).upper()}: {text}"

@@ -94,7 +94,7 @@ def test_verdict_banner_counts_and_names_the_failure():
     s = summary()
     s["previous"] = report.compare(s, None)
     v = report.verdict(s)
-    assert v["level"] == "fail" and v["counts"] == {"pass": 1, "warn": 0, "fail": 1, "skipped": 0}
+    assert v["level"] == "fail" and v["counts"] == {"pass": 1, "warn": 0, "straggler": 0, "fail": 1, "skipped": 0}
     assert v["text"] == ("1/2 FAIL: b200-002 allreduce-node: busbw 120 GB/s < floor 300 → drained; "
                          "1/2 pass")
     s["status"] = "interrupted"
