@@ -28,6 +28,7 @@ import jinja2
 
 from ..files import write_atomic
 from ..resources import templates_dir
+from .fleet import METRICS
 from .fleet import describe as fleet_describe
 
 # Chart geometry (SVG user units; the viewBox scales it to the page width).
@@ -304,6 +305,91 @@ def charts(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# ------------------------------------------------------------------------------ fleet distributions
+
+DIST_H_ROW = 13  # vertical step between stacked dots
+DIST_R = 5
+
+
+def dist_charts(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """One strip chart per metric and profile (burnin/fleet.py groups): every node's value as a
+    share of the fleet median on one axis, dots stacked where they meet, the median, warn and
+    slow lines drawn, the node coloured by its fleet level; warn and slow nodes labelled."""
+    fl = summary.get("fleet") or {}
+    cfg = fl.get("settings") or {}
+    levels = {n["node"]: n.get("fleet") or {} for n in summary.get("nodes") or []}
+    out = []
+    for g in fl.get("groups") or []:
+        if g["unit"] or not g["median"]:
+            continue
+        m = METRICS.get(g["metric"])
+        if m is None:
+            continue
+        warn_p, fail_p = cfg.get("warn_percent", 92.0), cfg.get("fail_percent", 85.0)
+        lines = [(100.0, "median"), (warn_p, "warn"), (fail_p, "slow")] if m.higher_is_better else \
+            [(100.0, "median"), (200 - warn_p, "warn"), (200 - fail_p, "slow")]
+        shares = {n: v / g["median"] * 100 for n, v in g["values"].items()}
+        lo = min([*shares.values(), *(x for x, _ in lines)]) - 3
+        hi = max([*shares.values(), *(x for x, _ in lines)]) + 3
+        ticks = [t for t in range(int(math.floor(lo / 5) * 5), int(math.ceil(hi / 5) * 5) + 1, 5)]
+        lo, hi = ticks[0], ticks[-1]
+        plot_x, plot_w = 30, CHART_W - 60
+
+        def x(v: float) -> float:
+            return round(plot_x + (v - lo) / (hi - lo) * plot_w, 1)
+
+        stacks: dict[int, int] = {}
+        dots = []
+        for node, share in sorted(shares.items(), key=lambda kv: kv[1]):
+            col = int(x(share) // (2 * DIST_R))
+            k = stacks.get(col, 0)
+            stacks[col] = k + 1
+            entry = (levels.get(node) or {}).get("metrics", {}).get(g["metric"]) or {}
+            level = entry.get("level") or "none"
+            dots.append({"node": node, "share": round(share, 1), "x": x(share), "k": k, "level": level,
+                         "color": {"slow": COLORS["fail"], "warn": COLORS["warn"], "ok": COLORS["pass"]}
+                         .get(level, COLORS["none"]),
+                         "title": f"{node}: {_num(g['values'][node])} {m.unit} = {share:.0f}% of the fleet median"
+                                  f" {_num(g['median'])} ({level})"})
+        rows = max([d["k"] for d in dots] + [0]) + 1
+        top = 22
+        base_y = top + rows * DIST_H_ROW + 4
+        for d in dots:
+            d["y"] = base_y - DIST_R - d["k"] * DIST_H_ROW
+        labelled = [d for d in dots if d["level"] in ("warn", "slow")]
+        label_y = base_y + 44
+        for i, d in enumerate(labelled):
+            d["label_y"] = label_y + i * 15
+            d["label"] = f"{d['node']} {d['share']:.0f}%"
+        height = label_y + len(labelled) * 15 + 6
+        out.append({
+            "id": f"dist-{g['profile']}-{g['metric']}", "metric": g["metric"], "label": m.label, "unit": m.unit,
+            "profile": g["profile"], "nodes": g["nodes"], "median": _num(g["median"]), "mad": _num(g["mad"]),
+            "judged": g["judged"], "higher_is_better": m.higher_is_better,
+            "width": CHART_W, "height": height, "plot_x": plot_x, "plot_end": plot_x + plot_w, "top_y": top,
+            "axis_y": base_y, "r": DIST_R, "dots": dots, "labelled": labelled, "min_width": MIN_W,
+            "ticks": [{"x": x(t), "text": f"{t}%"} for t in ticks],
+            "lines": [{"x": x(v), "kind": kind, "text": "median" if kind == "median" else f"{kind} {v:g}%"}
+                      for v, kind in lines],
+        })
+    return out
+
+
+def trend_table(summary: dict[str, Any]) -> dict[str, Any]:
+    """Per node, the last sweeps' shares of the fleet median per metric, oldest first
+    (summary["trend"], written by the sweep from the store)."""
+    trend = summary.get("trend") or {}
+    metrics = [m for m in METRICS if any(m in (t.get("shares") or {}) for rows in trend.values() for t in rows)]
+    rows = []
+    for node, hist in trend.items():
+        cells = {}
+        for m in metrics:
+            cells[m] = [{"sweep": t["sweep_id"], "share": (t.get("shares") or {}).get(m),
+                         "level": ((t.get("levels") or {}).get(m) or "none")} for t in hist]
+        rows.append({"node": node, "cells": cells})
+    return {"metrics": metrics, "rows": rows, "sweeps": max((len(v) for v in trend.values()), default=0)}
+
+
 # ------------------------------------------------------------------------------ tables and notes
 
 
@@ -425,6 +511,8 @@ def render_html(summary: dict[str, Any]) -> str:
         "slowdowns": slowdowns(summary),
         "not_paired": not_paired(summary),
         "grid": check_grid(summary),
+        "dists": dist_charts(summary),
+        "trend": trend_table(summary),
         "has_previous": bool(prev.get("sweep_id")),
         "changes": [(node, p["verdict"], after[node]) for node, p in prev["nodes"].items()
                     if p["verdict_changed"]],

@@ -39,6 +39,7 @@ POLL_S = 0.5
 RECOVER_WAIT_S = 120.0
 CONTEXT = "burnin"
 STRAGGLER_REASON = "slurmadm: burnin-straggler:"
+TREND_SWEEPS = 8  # sweeps per node in the report's trend table
 
 
 class Interrupted(SlurmadmError):
@@ -622,6 +623,7 @@ class Sweep:
             "fleet": {k: v for k, v in self.fleet.items() if k != "nodes"} if self.fleet else None,
             "exit_code": 1 if failed else 0,
         }
+        summary["trend"] = self._trend() if self.fleet else {}
         previous = history.previous_summary(self.store, self.id)
         summary["previous"] = report.compare(summary, previous)
         paths = report.write(summary, self.report_root)
@@ -634,6 +636,21 @@ class Sweep:
                          skipped=verdicts.count("skipped"), report=str(paths["html"]))
         return summary
 
+
+    def _trend(self) -> dict[str, list[dict[str, Any]]]:
+        """node -> its last TREND_SWEEPS sweeps (this one last): shares of the fleet median and
+        levels per metric, for the report's trend table."""
+        out = {}
+        for name, run in self.runs.items():
+            past = [h for h in history.node_history(self.store, name, limit=TREND_SWEEPS - 1) if h["sweep_id"] != self.id]
+            rows = [{"sweep_id": h["sweep_id"], "shares": fleet.shares(h["fleet"]),
+                     "levels": {m: r["level"] for m, r in ((h["fleet"] or {}).get("metrics") or {}).items()}}
+                    for h in reversed(past)]
+            rows.append({"sweep_id": self.id, "shares": fleet.shares(run.fleet),
+                         "levels": {m: r["level"] for m, r in ((run.fleet or {}).get("metrics") or {}).items()}})
+            if any(r["shares"] for r in rows):
+                out[name] = rows
+        return out
 
     def _seed_baselines(self, summary: dict[str, Any]) -> None:
         """A profile with no baseline yet gets this sweep's medians, when the sweep passed
