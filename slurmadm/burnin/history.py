@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from ..store import Store
+from . import fleet
 from .report import warnings
 
 # node_state keys
@@ -68,7 +69,22 @@ def sweeps(store, *, limit: int = 20) -> list[dict[str, Any]]:
             summary = json.loads(d.pop("summary") or "{}")
             d["warnings"] = warnings(summary) if summary.get("nodes") is not None else []
         except (ValueError, KeyError, TypeError):
-            d["warnings"] = []
+            summary, d["warnings"] = {}, []
+        d["fleet"] = fleet_view(summary)
+        d["stragglers"] = sorted(n for n, f in d["fleet"].items() if f["level"] == "slow")
+    return out
+
+
+def fleet_view(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """node -> its fleet-relative verdict in the sweep: level, sweeps in a row slow, each
+    metric's share of the fleet median, and the worst finding as text."""
+    out = {}
+    for n in summary.get("nodes") or []:
+        f = n.get("fleet") if isinstance(n, dict) else None
+        if not f:
+            continue
+        out[n["node"]] = {"level": f.get("level"), "slow_streak": n.get("slow_streak") or 0,
+                          "shares": fleet.shares(f), "worst": fleet.describe(f["worst"]) if f.get("worst") else None}
     return out
 
 

@@ -109,14 +109,19 @@ def status(site_file, limit, as_json) -> None:
     def when(ts):
         return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else ""
 
-    console.print(table(None, ["sweep", "started", "took", "status", "nodes", "pass", "fail", "skipped", "warn"],
+    console.print(table(None, ["sweep", "started", "took", "status", "nodes", "pass", "fail", "skipped", "warn",
+                               "straggler"],
                         [(r["id"], when(r["started"]), f"{r['finished'] - r['started']:.0f} s" if r["finished"] else "",
                           r["status"], r["nodes"], r["passed"], r["failed"], r["skipped"],
-                          styled(len(r["warnings"]), "yellow") if r["warnings"] else "0") for r in rows],
+                          styled(len(r["warnings"]), "yellow") if r["warnings"] else "0",
+                          styled(len(r["stragglers"]), "magenta") if r["stragglers"] else "0") for r in rows],
                         wrap=["nodes"]))
     latest = rows[0]
     for line in latest["warnings"]:
         warn(f"sweep {latest['id']}: slower: {line}")
+    for node in latest["stragglers"]:
+        f = latest["fleet"][node]
+        warn(f"sweep {latest['id']}: straggler {node}: {f['worst']} ({f['slow_streak']} sweep(s) in a row)")
     if latest["report"]:
         console.print(f"latest report: {latest['report']}")
 

@@ -98,6 +98,19 @@ def build(site: Site) -> list[Rule]:
         Rule("StoreNodesSilent", "slurmadm_store_silent_nodes > 0", "0s", "warning", cluster,
              f"{{{{ $value }}}} nodes have sent the central store nothing for over "
              f"{site.store.stale_after_minutes} min (a node down, or its shipper failing)"),
+    ] + burnin_rules(site)
+
+
+def burnin_rules(site: Site) -> list[Rule]:
+    """Burn-in stragglers (burnin/fleet.py): a node that stays slower than its fleet, sweep after
+    sweep, while it passes every check (the head exporter's slurmadm_burnin_slow_sweeps). It fires
+    at burnin.straggler.drain_after sweeps in a row: where the sweep drains it, or where the
+    breaker kept it in service."""
+    n = site.burnin.straggler.drain_after
+    return [
+        Rule("BurninStraggler", f"max by (node) (slurmadm_burnin_slow_sweeps) >= {n}", "0s", "warning",
+             "slurmadm-burnin", "{{ $labels.node }}: slower than the fleet in {{ $value }} burn-in sweeps in a row "
+             "(passes every check; `slurmadm burnin history {{ $labels.node }}`)"),
     ]
 
 

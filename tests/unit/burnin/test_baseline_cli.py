@@ -99,3 +99,18 @@ def test_a_bad_baseline_file_is_one_line_and_changes_nothing(tmp_path, content, 
     assert expected in res.output and f"{f}:" in res.output and "Traceback" not in res.output
     assert len(res.output.strip().splitlines()) == 1
     assert history.baselines(Store(parse_site(path.read_text()).store.path)) == {}
+
+
+def test_status_json_carries_the_fleet_relative_shares(swept):
+    path, _, _ = swept
+    res = invoke("burnin", "status", "--site", str(path), "--json")
+    assert res.exit_code == 0, res.output
+    rows = sorted(json.loads(res.output), key=lambda r: r["id"])
+    assert [r["stragglers"] for r in rows] == [["b200-008"], ["b200-008"], []]
+    second = rows[1]["fleet"]["b200-008"]
+    assert second["level"] == "slow" and second["slow_streak"] == 2
+    assert second["shares"]["stress-tflops"] == pytest.approx(800 / 1002.5, abs=1e-3)
+    assert second["worst"] == "stress-tflops 800 = 80% of fleet median 1002"
+    assert rows[2]["fleet"]["b200-001"]["shares"]["allreduce-node"] == 1.0
+    text = invoke("burnin", "status", "--site", str(path))
+    assert text.exit_code == 0 and "straggler" in text.output

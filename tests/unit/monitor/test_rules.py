@@ -109,6 +109,13 @@ CASES: dict[str, tuple[dict[str, str], str, dict[str, str], str, str]] = {
                          "shipper failing)", "0m"),
 }
 
+# burn-in stragglers (rules.burnin_rules): fires at burnin.straggler.drain_after (2) slow sweeps in a row
+CASES["BurninStraggler"] = ({sel("slurmadm_burnin_slow_sweeps", node="b200-001"): "0 1 2 2",
+                             sel("slurmadm_burnin_slow_sweeps", node="b200-002"): "1 1 1 1"},
+                            "2m", {"node": "b200-001", "severity": "warning"},
+                            "b200-001: slower than the fleet in 2 burn-in sweeps in a row (passes every check; "
+                            "`slurmadm burnin history b200-001`)", "1m")
+
 
 @pytest.fixture(scope="module")
 def rules_file(tmp_path_factory) -> Path:
