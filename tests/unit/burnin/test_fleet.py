@@ -9,9 +9,11 @@ sm_clock_mhz / temp_c)."""
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
+import tomli_w
 
 from slurmadm.burnin import fleet
 from slurmadm.errors import SiteError
@@ -167,8 +169,10 @@ def test_baseline_from_an_evaluation_and_shares():
 
 
 def _site(extra: str) -> str:
-    text = EXAMPLE.read_text()
-    return text + "\n[burnin.straggler]\n" + extra + "\n"
+    """site.example.toml with burnin.straggler keys set from `extra` (TOML lines)."""
+    data = tomllib.loads(EXAMPLE.read_text())
+    data["burnin"]["straggler"] = {**data["burnin"].get("straggler", {}), **tomllib.loads(extra)}
+    return tomli_w.dumps(data)
 
 
 @pytest.mark.parametrize("extra,expected", [
@@ -188,5 +192,6 @@ def test_site_section_errors_are_one_line(extra, expected):
 def test_site_section_defaults_and_settings():
     site = parse_site(_site("warn_percent = 95.0\nmin_nodes = 6"))
     s = fleet.Settings.from_site(site.burnin.straggler)
+    assert parse_site(EXAMPLE.read_text()).burnin.straggler == type(site.burnin.straggler)()  # example = defaults
     assert (s.warn_percent, s.fail_percent, s.min_nodes, s.mad_k) == (95.0, 85.0, 6, 3.0)
     assert site.burnin.straggler.enabled and site.burnin.straggler.drain_after == 2

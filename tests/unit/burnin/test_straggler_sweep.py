@@ -111,7 +111,7 @@ def test_a_baseline_catches_a_fleet_that_degraded_together(site, tmp_path):
 def test_straggler_verdicts_can_be_turned_off(tmp_path):
     text = EXAMPLE.read_text().replace("/var/lib/slurmadm/slurmadm.db", f"{tmp_path}/s.db")
     text = text.replace("/var/log/slurmadm/audit.jsonl", f"{tmp_path}/audit.jsonl")
-    site = parse_site(text + "\n[burnin.straggler]\nenabled = false\n")
+    site = parse_site(text.replace("[burnin.straggler]\nenabled = true ", "[burnin.straggler]\nenabled = false"))
     slurm = FakeSlurm(fleet(40))
     one_sweep(site, tmp_path, slurm, 1, {"b200-008": 800.0})
     sw, s = one_sweep(site, tmp_path, slurm, 2, {"b200-008": 800.0})
