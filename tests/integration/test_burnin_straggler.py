@@ -11,8 +11,10 @@ see tests/unit/burnin/test_fleet.py), with a fault far outside that noise."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import tomllib
+from pathlib import Path
 
 import pytest
 import tomli_w
@@ -32,6 +34,15 @@ def straggler_site(dev_cluster, tmp_path):
     path = tmp_path / "site-straggler.toml"
     path.write_text(tomli_w.dumps(data))
     return path
+
+
+def record(summary: dict) -> None:
+    """$SLURMADM_RECORD_DIR set: keep the sweep's summary (how tests/fixtures/burnin/sweep-straggler.json
+    was made)."""
+    d = os.environ.get("SLURMADM_RECORD_DIR")
+    if d:
+        Path(d).mkdir(parents=True, exist_ok=True)
+        (Path(d) / "sweep-straggler.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
 
 
 def sweep(env) -> dict:
@@ -64,6 +75,7 @@ def test_a_straggler_warns_then_is_drained_and_a_clean_sweep_resumes_it(burnin_e
 
         # 2: slow again: drained with the straggler reason
         s2 = sweep(env)
+        record(s2)
         by = {n["node"]: n for n in s2["nodes"]}
         assert s2["exit_code"] == 1 and by[SLOW]["action"] == "drained" and by[SLOW]["slow_streak"] == 2
         reason = by[SLOW]["reason"]
