@@ -195,3 +195,25 @@ def test_site_section_defaults_and_settings():
     assert parse_site(EXAMPLE.read_text()).burnin.straggler == type(site.burnin.straggler)()  # example = defaults
     assert (s.warn_percent, s.fail_percent, s.min_nodes, s.mad_k) == (95.0, 85.0, 6, 3.0)
     assert site.burnin.straggler.enabled and site.burnin.straggler.drain_after == 2
+
+
+STRAGGLER = FIXTURE.with_name("sweep-straggler.json")
+
+
+def test_a_recorded_dev_cluster_straggler_sweep_judges_the_same_again():
+    """tests/fixtures/burnin/sweep-straggler.json: the summary of the second sweep of
+    tests/integration/test_burnin_straggler.py (SLURMADM_RECORD_DIR), b200-003 with the stand-in
+    straggler at 70%: real CPU stand-in rates and gloo all-reduces of four fake nodes."""
+    s = json.loads(STRAGGLER.read_text())
+    cfg = s["fleet"]["settings"]
+    settings = fleet.Settings(cfg["warn_percent"], cfg["fail_percent"], cfg["min_nodes"], cfg["mad_k"],
+                              tuple(sorted({g["metric"] for g in s["fleet"]["groups"]})))
+    profile = {g["profile"] for g in s["fleet"]["groups"]}.pop()
+    again = ev(s, profile=profile, settings=settings)
+    recorded = {n["node"]: n["fleet"] for n in s["nodes"] if n.get("fleet")}
+    assert {n: e["level"] for n, e in again["nodes"].items()} == {n: f["level"] for n, f in recorded.items()}
+    assert [n for n, f in recorded.items() if f["level"] == "slow"] == ["b200-003"]
+    slow = next(n for n in s["nodes"] if n["node"] == "b200-003")
+    assert slow["action"] == "drained" and slow["reason"].startswith("slurmadm: burnin-straggler: stress-cpu ")
+    share = recorded["b200-003"]["metrics"]["stress-cpu"]["share"]
+    assert 0.1 < share < 0.5  # the stand-in's 70% slower, give or take the machine's noise

@@ -44,3 +44,11 @@ def test_slow_down_scales_the_rates_and_says_so_without_failing():
     assert out[1].status == "pass" and "stand-in straggler: reported 40% slower" in out[1].detail
     assert out[2].detail == "12 checks passed" and "stand_in_slowdown_pct" not in out[2].data
     assert nodejob.slow_down(TestResult("stress", "pass", "x", value=2.0), 0.0).value == 2.0
+
+
+def test_the_dev_site_leaves_fleet_verdicts_off(tmp_path):
+    from tests.unit.devcluster.test_devsite import derive
+
+    site = derive(tmp_path, nodes=4)
+    assert site.burnin.straggler.enabled is False
+    assert site.burnin.straggler.warn_percent == 92.0  # the rest as the source site has it
