@@ -48,6 +48,7 @@ METRICS: dict[str, Metric] = {m.id: m for m in (
     Metric("gpu-temp", "GPU temperature under load", "C", False, "hottest GPU at the end of the stress load"),
     Metric("allreduce-node", "single-node all-reduce", "GB/s", True, "single-node all-reduce bus bandwidth"),
     Metric("allreduce-pair", "two-node all-reduce", "GB/s", True, "median bus bandwidth of the node's pair tests"),
+    Metric("hca-rate", "InfiniBand port rate", "Gb/s", True, "slowest compute HCA port's link rate"),
     Metric("thermal", "hottest GPU after load", "C", False, "health check thermal: hottest GPU after the load"),
 )}
 
@@ -92,6 +93,11 @@ def node_values(node: dict[str, Any], pairs: Iterable[dict[str, Any]] = ()) -> d
                 values = _per_gpu(t, key)
                 if values:
                     out[metric] = pick(values)
+        elif test == "fabric" and t.get("status") == "pass":
+            rates = [float(v) for v in (data.get("per_hca") or {}).values()
+                     if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
+            if rates:
+                out["hca-rate"] = min(rates)
         elif test == "allreduce-node" and t.get("status") == "pass" and isinstance(t.get("value"), (int, float)):
             out["allreduce-node"] = float(t["value"])
         elif test == "health":

@@ -140,6 +140,31 @@ def health_suite(timeout: float) -> TestResult:
     return TestResult("health", "error", f"`slurmadm health run` exited {proc.returncode}: {last}")
 
 
+def fabric_rates(spec: dict[str, Any]) -> TestResult:
+    """Each compute HCA port's link rate from sysfs (`<root>/class/infiniband/<hca>/ports/<port>/rate`,
+    e.g. "400 Gb/sec (4X NDR)"), for the fleet-relative verdict `hca-rate`. The health suite's
+    `infiniband` check judges the rate against the profile; this only measures."""
+    hcas = spec.get("hcas") or []
+    if not hcas:
+        return TestResult("fabric", "skip", "the profile lists no compute HCAs")
+    root = os.path.join(spec.get("sysfs_root") or "/sys", "class", "infiniband")
+    port = spec.get("hca_port", 1)
+    rates: dict[str, float] = {}
+    for hca in hcas:
+        try:
+            with open(os.path.join(root, hca, "ports", str(port), "rate"), encoding="utf-8") as fh:
+                text = fh.read().strip()
+            rates[hca] = float(text.split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    if not rates:
+        return TestResult("fabric", "skip", f"no port rate readable under {root}")
+    low = min(rates.values())
+    missing = [h for h in hcas if h not in rates]
+    detail = f"{len(rates)} HCA port(s): >= {low:g} Gb/s" + (f"; unreadable: {', '.join(missing)}" if missing else "")
+    return TestResult("fabric", "pass", detail, value=low, unit="Gb/s", data={"per_hca": rates, "port": port})
+
+
 def single_node_allreduce(spec: dict[str, Any]) -> TestResult:
     backend = spec["collective"]
     torch = allreduce.import_torch()
@@ -185,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("stress", lambda: stress.stress(spec["stress_seconds"], cpu_only=spec["collective"] == "gloo")),
         ("dcgm", lambda: stress.dcgm_diag(spec["dcgm_level"], spec["dcgm_timeout"])),
         ("allreduce-node", lambda: single_node_allreduce(spec)),
+        ("fabric", lambda: fabric_rates(spec)),
         ("health", lambda: health_suite(spec["step_timeout"])),
     ]
     tests = []

@@ -20,7 +20,7 @@ from ..errors import SlurmadmError, UsageError
 from ..proc import run as run_command
 from ..files import exclusive_lock
 from ..health.actions import breaker
-from ..hostlist import compress
+from ..hostlist import compress, expand
 from ..site import Site, site_path
 from ..site.accounts import slurm_time_seconds
 from ..slurm import SlurmBackend, get_backend
@@ -340,7 +340,15 @@ class Sweep:
             "collective": self.b.collective, "allreduce_mib": self.b.allreduce_mib,
             "allreduce_iters": self.b.allreduce_iters, "rendezvous_port": self.b.rendezvous_port,
             "node_floor_gbps": floor, "step_timeout": self._step_timeout(),
+            **self._fabric_spec(node),
         }
+
+    def _fabric_spec(self, node: str) -> dict[str, Any]:
+        """Where the node job reads its HCA port rates (as the health suite's infiniband check)."""
+        nics = self.site.node_profile(node).nics
+        hcas = expand(nics.hcas, what="nics.hcas") if nics.hcas and nics.count else []
+        return {"hcas": hcas, "hca_port": nics.port,
+                "sysfs_root": self.site.health.sysfs_root.replace("{node}", node)}
 
     def _node_request(self, node: str) -> sjobs.JobRequest:
         argv = [self.python, "-m", "slurmadm.burnin.node", "--spec", json.dumps(self.node_spec(node), sort_keys=True)]

@@ -15,7 +15,7 @@ GBps = Annotated[float, Field(gt=0)]
 
 # Fleet-relative metrics (slurmadm/burnin/fleet.py METRICS, the same ids).
 FleetMetric = Literal["stress-tflops", "stress-copy", "stress-cpu", "gpu-clock", "gpu-temp", "allreduce-node",
-                      "allreduce-pair", "thermal"]
+                      "allreduce-pair", "hca-rate", "thermal"]
 Percent = Annotated[float, Field(gt=0, lt=100)]
 
 
@@ -37,7 +37,7 @@ class StragglerSection(Strict):
     # Slow in this many sweeps in a row (the node's sweeps): drained `burnin-straggler`.
     drain_after: Annotated[int, Field(ge=1, le=10)] = 2
     metrics: list[FleetMetric] = ["stress-tflops", "stress-copy", "stress-cpu", "gpu-clock", "gpu-temp",
-                                  "allreduce-node", "allreduce-pair", "thermal"]
+                                  "allreduce-node", "allreduce-pair", "hca-rate", "thermal"]
 
     @model_validator(mode="after")
     def _fail_below_warn(self) -> "StragglerSection":

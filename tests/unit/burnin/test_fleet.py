@@ -217,3 +217,14 @@ def test_a_recorded_dev_cluster_straggler_sweep_judges_the_same_again():
     assert slow["action"] == "drained" and slow["reason"].startswith("slurmadm: burnin-straggler: stress-cpu ")
     share = recorded["b200-003"]["metrics"]["stress-cpu"]["share"]
     assert 0.1 < share < 0.5  # the stand-in's 70% slower, give or take the machine's noise
+
+
+def test_an_hca_port_at_half_rate_makes_a_slow_node():
+    def with_fabric(name, low):
+        n = gpu_node(name)
+        n["tests"].append({"test": "fabric", "status": "pass", "value": low, "unit": "Gb/s",
+                           "data": {"per_hca": {f"mlx5_{i}": (low if i == 3 else 400.0) for i in range(8)}}})
+        return n
+    res = ev(sweep([with_fabric(f"n{i}", 400.0) for i in range(5)] + [with_fabric("hdr", 200.0)]))
+    e = res["nodes"]["hdr"]
+    assert e["level"] == "slow" and fleet.describe(e["worst"]) == "hca-rate 200 = 50% of fleet median 400"

@@ -52,3 +52,21 @@ def test_the_dev_site_leaves_fleet_verdicts_off(tmp_path):
     site = derive(tmp_path, nodes=4)
     assert site.burnin.straggler.enabled is False
     assert site.burnin.straggler.warn_percent == 92.0  # the rest as the source site has it
+
+
+def test_fabric_rates_from_the_stand_in_sysfs(tmp_path):
+    """The node job reads each compute HCA port's rate (the dev cluster's InfiniBand stand-in tree,
+    laid out as Linux's sysfs); a port trained at HDR is the node's hca-rate."""
+    from slurmadm.burnin import fleet
+    from slurmadm.devcluster import ibsysfs
+
+    hcas = ibsysfs.write_healthy(tmp_path, "b200-001", B200)
+    spec = {"hcas": hcas, "hca_port": 1, "sysfs_root": str(ibsysfs.root_of(tmp_path, "b200-001"))}
+    t = nodejob.fabric_rates(spec)
+    assert (t.status, t.value, len(t.data["per_hca"])) == ("pass", 400.0, 8)
+    ibsysfs.ib_fault(tmp_path, "b200-001", hcas[3], "rate")
+    t = nodejob.fabric_rates(spec)
+    assert t.value == 200.0 and t.data["per_hca"][hcas[3]] == 200.0
+    assert fleet.node_values({"node": "b200-001", "tests": [t.to_json()]}) == {"hca-rate": 200.0}
+    assert nodejob.fabric_rates({**spec, "hcas": []}).status == "skip"
+    assert nodejob.fabric_rates({**spec, "sysfs_root": str(tmp_path / "none")}).status == "skip"
