@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -49,7 +50,11 @@ def record(summary: dict) -> None:
 
 
 def sweep(env) -> dict:
-    res = burnin(env, "run", "--json")
+    try:  # a loaded CI machine can take minutes per sweep; what it was doing is kept if it hangs
+        res = burnin(env, "run", "--json", timeout=600)
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr
+        raise AssertionError(f"sweep still running after {exc.timeout} s; its progress:\n{err}") from None
     assert res.returncode in (0, 1), res.stderr + res.stdout
     return json.loads(res.stdout)
 
