@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from ..store import Store
+from . import fleet
 from .report import warnings
 
 # node_state keys
@@ -72,7 +73,22 @@ def sweeps(store, *, limit: int = 20) -> list[dict[str, Any]]:
             summary = json.loads(d.pop("summary") or "{}")
             d["warnings"] = warnings(summary) if summary.get("nodes") is not None else []
         except (ValueError, KeyError, TypeError):
-            d["warnings"] = []
+            summary, d["warnings"] = {}, []
+        d["fleet"] = fleet_view(summary)
+        d["stragglers"] = sorted(n for n, f in d["fleet"].items() if f["level"] == "slow")
+    return out
+
+
+def fleet_view(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """node -> its fleet-relative verdict in the sweep: level, sweeps in a row slow, each
+    metric's share of the fleet median, and the worst finding as text."""
+    out = {}
+    for n in summary.get("nodes") or []:
+        f = n.get("fleet") if isinstance(n, dict) else None
+        if not f:
+            continue
+        out[n["node"]] = {"level": f.get("level"), "slow_streak": n.get("slow_streak") or 0,
+                          "shares": fleet.shares(f), "worst": fleet.describe(f["worst"]) if f.get("worst") else None}
     return out
 
 
@@ -98,3 +114,67 @@ def mark_abandoned(store: Store, sweep_id: str) -> None:
 def last_tested(store: Store) -> dict[str, float]:
     rows = store.db.execute("SELECT node, MAX(ts) AS ts FROM burnin_nodes WHERE verdict != 'skipped' GROUP BY node")
     return {r["node"]: r["ts"] for r in rows}
+
+
+# ------------------------------------------------------------------------------ fleet-relative
+
+
+def node_history(store, node: str, *, limit: int = 10) -> list[dict[str, Any]]:
+    """The node's last `limit` sweeps that tested it, newest first: sweep id, started, verdict,
+    action, and its fleet-relative entry (burnin/fleet.py; None in sweeps before fleet verdicts
+    or when it did not pass). `store`: a local Store or a central reader."""
+    rows = store.query("SELECT n.sweep_id, n.verdict, n.action, n.reason, s.started, s.summary "
+                       "FROM burnin_nodes n JOIN burnin_sweeps s ON s.id = n.sweep_id "
+                       "WHERE n.node = ? AND n.verdict != 'skipped' ORDER BY s.started DESC LIMIT ?", (node, limit))
+    out = []
+    for r in rows:
+        try:
+            summary = json.loads(r.get("summary") or "{}")
+        except ValueError:
+            summary = {}
+        entry = next((n for n in summary.get("nodes") or [] if n.get("node") == node), {})
+        out.append({"sweep_id": r["sweep_id"], "started": r["started"], "verdict": r["verdict"],
+                    "action": r["action"], "reason": r["reason"], "fleet": entry.get("fleet")})
+    return out
+
+
+def slow_streak(store, node: str, *, before: str, limit: int = 10) -> int:
+    """How many of the node's sweeps before sweep `before`, newest first and in a row, found it
+    slow (fleet level `slow`)."""
+    n = 0
+    for h in node_history(store, node, limit=limit + 1):
+        if h["sweep_id"] >= before:
+            continue
+        if (h["fleet"] or {}).get("level") != "slow":
+            break
+        n += 1
+        if n >= limit:
+            break
+    return n
+
+
+def baselines(store) -> dict[str, dict[str, dict[str, Any]]]:
+    """profile -> metric -> {median, mad, nodes, source, ts}."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in store.query("SELECT profile, metric, median, mad, nodes, source, ts FROM burnin_baselines "
+                         "ORDER BY profile, metric"):
+        out.setdefault(r["profile"], {})[r["metric"]] = {k: r[k] for k in ("median", "mad", "nodes", "source", "ts")}
+    return out
+
+
+def set_baselines(store: Store, rows: dict[str, dict[str, dict[str, Any]]], *, source: str) -> None:
+    with store.transaction() as db:
+        for profile, metrics in rows.items():
+            for metric, b in metrics.items():
+                db.execute("INSERT OR REPLACE INTO burnin_baselines (profile, metric, median, mad, nodes, source, ts) "
+                           "VALUES (?,?,?,?,?,?,?)", (profile, metric, float(b["median"]), float(b.get("mad") or 0),
+                                                      int(b.get("nodes") or 0), source, time.time()))
+
+
+def reset_baselines(store: Store, profile: str | None = None) -> int:
+    with store.transaction() as db:
+        if profile:
+            cur = db.execute("DELETE FROM burnin_baselines WHERE profile = ?", (profile,))
+        else:
+            cur = db.execute("DELETE FROM burnin_baselines")
+        return cur.rowcount

@@ -37,6 +37,46 @@ HEALTH_ARGV = ["-m", "slurmadm", "health", "run", "--dry-run", "--json"]
 HEALTH_CHECKS_ARGV = ["-m", "slurmadm", "health", "checks", "--json"]
 HEALTH_CONTEXT = "run"
 MEASURED_HERE = {"nccl-allreduce"}
+# The dev cluster's stand-in straggler (`dev-cluster gpu-fault NODE --gpu N --kind slow --value PCT`):
+# its stand-in GPU state (SLURMADM_FAKE_NVML_DIR, set only there) carries gpu.N.<key>=PCT.
+STANDIN_SLOWDOWN_KEY = "burnin_slowdown_pct"
+SLOWED = ("stress", "allreduce-node")
+
+
+def stand_in_slowdown(node: str, env: dict[str, str] | None = None) -> float:
+    """Percent slower the dev cluster's stand-in makes this node (0: none, or not a dev cluster)."""
+    env = os.environ if env is None else env
+    d = env.get("SLURMADM_FAKE_NVML_DIR")
+    if not d:
+        return 0.0
+    try:
+        with open(os.path.join(d, f"{os.path.basename(node)}.state"), encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError:
+        return 0.0
+    pct = 0.0
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.startswith("gpu.") and key.endswith("." + STANDIN_SLOWDOWN_KEY):
+            try:
+                pct = max(pct, float(value))
+            except ValueError:
+                continue
+    return min(pct, 95.0)
+
+
+def slow_down(result: TestResult, pct: float) -> TestResult:
+    """The stand-in straggler: the measured rate scaled down by `pct` percent, and said so."""
+    if not pct or result.test not in SLOWED or result.value is None:
+        return result
+    factor = 1 - pct / 100
+    result.value *= factor
+    for key in ("busbw_gbps", "algbw_gbps"):
+        if isinstance(result.data.get(key), (int, float)):
+            result.data[key] *= factor
+    result.data["stand_in_slowdown_pct"] = pct
+    result.detail += f" [dev-cluster stand-in straggler: reported {pct:g}% slower]"
+    return result
 
 
 def _emit(obj: dict[str, Any]) -> None:
@@ -100,6 +140,31 @@ def health_suite(timeout: float) -> TestResult:
     return TestResult("health", "error", f"`slurmadm health run` exited {proc.returncode}: {last}")
 
 
+def fabric_rates(spec: dict[str, Any]) -> TestResult:
+    """Each compute HCA port's link rate from sysfs (`<root>/class/infiniband/<hca>/ports/<port>/rate`,
+    e.g. "400 Gb/sec (4X NDR)"), for the fleet-relative verdict `hca-rate`. The health suite's
+    `infiniband` check judges the rate against the profile; this only measures."""
+    hcas = spec.get("hcas") or []
+    if not hcas:
+        return TestResult("fabric", "skip", "the profile lists no compute HCAs")
+    root = os.path.join(spec.get("sysfs_root") or "/sys", "class", "infiniband")
+    port = spec.get("hca_port", 1)
+    rates: dict[str, float] = {}
+    for hca in hcas:
+        try:
+            with open(os.path.join(root, hca, "ports", str(port), "rate"), encoding="utf-8") as fh:
+                text = fh.read().strip()
+            rates[hca] = float(text.split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    if not rates:
+        return TestResult("fabric", "skip", f"no port rate readable under {root}")
+    low = min(rates.values())
+    missing = [h for h in hcas if h not in rates]
+    detail = f"{len(rates)} HCA port(s): >= {low:g} Gb/s" + (f"; unreadable: {', '.join(missing)}" if missing else "")
+    return TestResult("fabric", "pass", detail, value=low, unit="Gb/s", data={"per_hca": rates, "port": port})
+
+
 def single_node_allreduce(spec: dict[str, Any]) -> TestResult:
     backend = spec["collective"]
     torch = allreduce.import_torch()
@@ -145,9 +210,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("stress", lambda: stress.stress(spec["stress_seconds"], cpu_only=spec["collective"] == "gloo")),
         ("dcgm", lambda: stress.dcgm_diag(spec["dcgm_level"], spec["dcgm_timeout"])),
         ("allreduce-node", lambda: single_node_allreduce(spec)),
+        ("fabric", lambda: fabric_rates(spec)),
         ("health", lambda: health_suite(spec["step_timeout"])),
     ]
     tests = []
+    slowdown = stand_in_slowdown(node)
     for name, step in steps:
         if name == "dcgm" and not spec["dcgm_level"]:
             continue
@@ -157,6 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as exc:  # an unexpected failure is reported as this test's error
             result = TestResult(name, "error", f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:400])
         result.duration_s = result.duration_s or time.monotonic() - start
+        result = slow_down(result, slowdown)
         tests.append(result)
         _emit({"event": "test", **result.to_json()})
     _emit({"event": "result", "node": node, "tests": [t.to_json() for t in tests]})

@@ -28,6 +28,8 @@ import jinja2
 
 from ..files import write_atomic
 from ..resources import templates_dir
+from .fleet import METRICS
+from .fleet import describe as fleet_describe
 
 # Chart geometry (SVG user units; the viewBox scales it to the page width).
 CHART_W = 860
@@ -125,10 +127,17 @@ def _cpu_only(node: dict[str, Any]) -> bool:
 
 
 def node_level(node: dict[str, Any], slow: set[str]) -> str:
-    """pass | warn | fail | skipped for the counts: a node that passed but got slower, or has a
-    warning other than the labelled CPU stand-in, is a warning."""
+    """pass | warn | straggler | fail | skipped for the counts: a node that passed but is slow
+    against the fleet (burnin/fleet.py level `slow`) is a straggler, counted apart from failures;
+    one that passed but got slower, is below the fleet's warn line, or has a warning other than
+    the labelled CPU stand-in, is a warning."""
     if node["verdict"] != "pass":
         return node["verdict"] if node["verdict"] in ("fail", "skipped") else "skipped"
+    fleet_level = (node.get("fleet") or {}).get("level")
+    if fleet_level == "slow":
+        return "straggler"
+    if fleet_level == "warn":
+        return "warn"
     other_warn = any(t["status"] == "warn" and not (t["test"] == "stress" and (t.get("data") or {}).get("device")
                                                     == "cpu") for t in node["tests"])
     return "warn" if node["node"] in slow or other_warn else "pass"
@@ -146,7 +155,7 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
     slow_list = slowdowns(summary)
     slow_nodes = {w["what"] for w in slow_list if w["kind"] == "node"}
     levels = {n["node"]: node_level(n, slow_nodes) for n in nodes}
-    counts = {k: sum(1 for v in levels.values() if v == k) for k in ("pass", "warn", "fail", "skipped")}
+    counts = {k: sum(1 for v in levels.values() if v == k) for k in ("pass", "warn", "straggler", "fail", "skipped")}
     total = len(nodes)
     parts = []
     failed = [n for n in nodes if levels[n["node"]] == "fail"]
@@ -161,6 +170,15 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
     links = summary.get("links") or []
     if links:
         parts.append(f"{len(links)} bad link(s): " + ", ".join(f"{lk['a']}↔{lk['b']}" for lk in links[:3]))
+    stragglers = [n for n in nodes if levels[n["node"]] == "straggler"]
+    if stragglers:
+        shown = []
+        for n in stragglers[:3]:
+            w = n["fleet"].get("worst")
+            action = (n.get("action") or "").split(":")[0] or f"slow {n.get('slow_streak') or 1} sweep(s) in a row"
+            shown.append(f"{n['node']} {fleet_describe(w) if w else 'slow'} → {action}")
+        more = f"; and {len(stragglers) - 3} more" if len(stragglers) > 3 else ""
+        parts.append(f"{len(stragglers)}/{total} STRAGGLER: " + "; ".join(shown) + more)
     warned = [n for n in nodes if levels[n["node"]] == "warn"]
     slow_by_node = {w["what"]: w for w in slow_list if w["kind"] == "node"}
     slow_pairs = [w for w in slow_list if w["kind"] == "pair"]
@@ -168,8 +186,11 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
         shown = []
         for n in warned[:3]:
             w = slow_by_node.get(n["node"])
+            fw = (n.get("fleet") or {}).get("worst")
             if w:
                 shown.append(f"{n['node']} busbw {w['change'] * 100:+.0f}% since the previous sweep")
+            elif fw:
+                shown.append(f"{n['node']} {fleet_describe(fw)}")
             else:
                 t = next(t for t in n["tests"] if t["status"] == "warn")
                 shown.append(f"{n['node']} {t['test']}: {_short(t['detail'], 60)}")
@@ -186,7 +207,8 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
         parts.append(f"{counts['skipped']} skipped")
     if not total:
         parts = ["no node tested"]
-    level = "fail" if failed or links else "warn" if (warned or slow_pairs or counts["skipped"]) else "pass"
+    level = "fail" if failed or links else "warn" if (warned or stragglers or slow_pairs or counts["skipped"]) \
+        else "pass"
     text = "; ".join(parts)
     if summary.get("status") not in (None, "done"):
         text = f"{str(summary['status']).upper()}: {text}"
@@ -281,6 +303,91 @@ def charts(summary: dict[str, Any]) -> dict[str, Any]:
         "nodes": bar_chart(node_items, distinct.pop() if len(distinct) == 1 else None, "GB/s"),
         "pairs": bar_chart(pair_items, summary["floors"]["pair_busbw_gbps"], "GB/s"),
     }
+
+
+# ------------------------------------------------------------------------------ fleet distributions
+
+DIST_H_ROW = 13  # vertical step between stacked dots
+DIST_R = 5
+
+
+def dist_charts(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """One strip chart per metric and profile (burnin/fleet.py groups): every node's value as a
+    share of the fleet median on one axis, dots stacked where they meet, the median, warn and
+    slow lines drawn, the node coloured by its fleet level; warn and slow nodes labelled."""
+    fl = summary.get("fleet") or {}
+    cfg = fl.get("settings") or {}
+    levels = {n["node"]: n.get("fleet") or {} for n in summary.get("nodes") or []}
+    out = []
+    for g in fl.get("groups") or []:
+        if g["unit"] or not g["median"]:
+            continue
+        m = METRICS.get(g["metric"])
+        if m is None:
+            continue
+        warn_p, fail_p = cfg.get("warn_percent", 92.0), cfg.get("fail_percent", 85.0)
+        lines = [(100.0, "median"), (warn_p, "warn"), (fail_p, "slow")] if m.higher_is_better else \
+            [(100.0, "median"), (200 - warn_p, "warn"), (200 - fail_p, "slow")]
+        shares = {n: v / g["median"] * 100 for n, v in g["values"].items()}
+        lo = min([*shares.values(), *(x for x, _ in lines)]) - 3
+        hi = max([*shares.values(), *(x for x, _ in lines)]) + 3
+        ticks = [t for t in range(int(math.floor(lo / 5) * 5), int(math.ceil(hi / 5) * 5) + 1, 5)]
+        lo, hi = ticks[0], ticks[-1]
+        plot_x, plot_w = 30, CHART_W - 60
+
+        def x(v: float) -> float:
+            return round(plot_x + (v - lo) / (hi - lo) * plot_w, 1)
+
+        stacks: dict[int, int] = {}
+        dots = []
+        for node, share in sorted(shares.items(), key=lambda kv: kv[1]):
+            col = int(x(share) // (2 * DIST_R))
+            k = stacks.get(col, 0)
+            stacks[col] = k + 1
+            entry = (levels.get(node) or {}).get("metrics", {}).get(g["metric"]) or {}
+            level = entry.get("level") or "none"
+            dots.append({"node": node, "share": round(share, 1), "x": x(share), "k": k, "level": level,
+                         "color": {"slow": COLORS["fail"], "warn": COLORS["warn"], "ok": COLORS["pass"]}
+                         .get(level, COLORS["none"]),
+                         "title": f"{node}: {_num(g['values'][node])} {m.unit} = {share:.0f}% of the fleet median"
+                                  f" {_num(g['median'])} ({level})"})
+        rows = max([d["k"] for d in dots] + [0]) + 1
+        top = 22
+        base_y = top + rows * DIST_H_ROW + 4
+        for d in dots:
+            d["y"] = base_y - DIST_R - d["k"] * DIST_H_ROW
+        labelled = [d for d in dots if d["level"] in ("warn", "slow")]
+        label_y = base_y + 44
+        for i, d in enumerate(labelled):
+            d["label_y"] = label_y + i * 15
+            d["label"] = f"{d['node']} {d['share']:.0f}%"
+        height = label_y + len(labelled) * 15 + 6
+        out.append({
+            "id": f"dist-{g['profile']}-{g['metric']}", "metric": g["metric"], "label": m.label, "unit": m.unit,
+            "profile": g["profile"], "nodes": g["nodes"], "median": _num(g["median"]), "mad": _num(g["mad"]),
+            "judged": g["judged"], "higher_is_better": m.higher_is_better,
+            "width": CHART_W, "height": height, "plot_x": plot_x, "plot_end": plot_x + plot_w, "top_y": top,
+            "axis_y": base_y, "r": DIST_R, "dots": dots, "labelled": labelled, "min_width": MIN_W,
+            "ticks": [{"x": x(t), "text": f"{t}%"} for t in ticks],
+            "lines": [{"x": x(v), "kind": kind, "text": "median" if kind == "median" else f"{kind} {v:g}%"}
+                      for v, kind in lines],
+        })
+    return out
+
+
+def trend_table(summary: dict[str, Any]) -> dict[str, Any]:
+    """Per node, the last sweeps' shares of the fleet median per metric, oldest first
+    (summary["trend"], written by the sweep from the store)."""
+    trend = summary.get("trend") or {}
+    metrics = [m for m in METRICS if any(m in (t.get("shares") or {}) for rows in trend.values() for t in rows)]
+    rows = []
+    for node, hist in trend.items():
+        cells = {}
+        for m in metrics:
+            cells[m] = [{"sweep": t["sweep_id"], "share": (t.get("shares") or {}).get(m),
+                         "level": ((t.get("levels") or {}).get(m) or "none")} for t in hist]
+        rows.append({"node": node, "cells": cells})
+    return {"metrics": metrics, "rows": rows, "sweeps": max((len(v) for v in trend.values()), default=0)}
 
 
 # ------------------------------------------------------------------------------ tables and notes
@@ -404,6 +511,8 @@ def render_html(summary: dict[str, Any]) -> str:
         "slowdowns": slowdowns(summary),
         "not_paired": not_paired(summary),
         "grid": check_grid(summary),
+        "dists": dist_charts(summary),
+        "trend": trend_table(summary),
         "has_previous": bool(prev.get("sweep_id")),
         "changes": [(node, p["verdict"], after[node]) for node, p in prev["nodes"].items()
                     if p["verdict_changed"]],

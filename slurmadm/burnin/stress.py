@@ -61,6 +61,21 @@ def _checksum(torch: Any, c: Any) -> str:
     return f"{int(bits.sum())}:{int((bits * weights).sum())}"
 
 
+def under_load(torch: Any, gpu: int) -> dict[str, float]:
+    """The GPU's SM clock (MHz) and temperature (C) read at the end of its load, for the
+    fleet-relative verdicts (burnin/fleet.py gpu-clock, gpu-temp); what torch cannot read
+    (no pynvml) is left out."""
+    out: dict[str, float] = {}
+    for key, fn in (("sm_clock_mhz", "clock_rate"), ("temp_c", "temperature")):
+        try:
+            value = getattr(torch.cuda, fn)(gpu)
+        except Exception:  # pynvml missing or the query unsupported: no reading, not a failure
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            out[key] = float(value)
+    return out
+
+
 def gpu_stress(torch: Any, seconds: float) -> TestResult:
     count = torch.cuda.device_count()
     per_gpu: dict[int, dict[str, Any]] = {}
@@ -91,8 +106,9 @@ def gpu_stress(torch: Any, seconds: float) -> TestResult:
                 torch.cuda.synchronize(dev)
                 cp_time += time.perf_counter() - t0
                 moved += 2 * src.numel()  # read + write
+            load = under_load(torch, gpu)  # still hot from the loop
             again = _checksum(torch, a @ b)
-            per_gpu[gpu] = {
+            per_gpu[gpu] = {**load,
                 "tflops": flop / mm_time / 1e12 if mm_time else 0.0,
                 "copy_gbps": moved / cp_time / 1e9 if cp_time else 0.0,
                 "checksum": checksum if again == checksum else f"unstable:{again}",

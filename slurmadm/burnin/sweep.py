@@ -20,7 +20,7 @@ from ..errors import SlurmadmError, UsageError
 from ..proc import run as run_command
 from ..files import exclusive_lock
 from ..health.actions import breaker
-from ..hostlist import compress
+from ..hostlist import compress, expand
 from ..site import Site, site_path
 from ..site.accounts import slurm_time_seconds
 from ..slurm import SlurmBackend, get_backend
@@ -28,7 +28,7 @@ from ..slurm import jobs as sjobs
 from ..slurm.model import NodeInfo
 from ..slurm.ownership import format_reason, is_ours, may_drain, may_resume, reason_check_id, reason_detail
 from ..store import Store, actor
-from . import history, report
+from . import fleet, history, report
 from .model import PairResult, TestResult, is_failure
 from .pairs import PairPlan
 from .select import Selection, burnin_partition, named_nodes, select
@@ -38,6 +38,8 @@ OWN_RESERVATION_FLAGS = frozenset({"MAINTENANCE", "RESERVED"})
 POLL_S = 0.5
 RECOVER_WAIT_S = 120.0
 CONTEXT = "burnin"
+STRAGGLER_REASON = "slurmadm: burnin-straggler:"
+TREND_SWEEPS = 8  # sweeps per node in the report's trend table
 
 
 class Interrupted(SlurmadmError):
@@ -59,6 +61,8 @@ class NodeRun:
     action: str = ""
     reason: str = ""  # drain reason set by this sweep
     output: str = ""  # the job's stdout file, relative to the sweep's report directory
+    fleet: dict[str, Any] | None = None  # fleet-relative verdict (burnin/fleet.py), passed nodes only
+    slow_streak: int = 0  # sweeps in a row, this one included, that found it slow
 
     def busbw(self) -> float | None:
         return next((t.value for t in self.tests if t.test == "allreduce-node" and t.value is not None), None)
@@ -69,6 +73,7 @@ class NodeRun:
             "failed_test": self.failed_test, "job_id": self.job_id, "busbw_gbps": self.busbw(),
             "action": self.action, "reason": self.reason, "prior_reason": self.prior_reason,
             "output": self.output, "tests": [t.to_json() for t in self.tests],
+            "fleet": self.fleet, "slow_streak": self.slow_streak,
         }
 
 
@@ -143,6 +148,7 @@ class Sweep:
         self.status = "running"
         self.reserved = False
         self.timings: dict[str, float] = {}  # seconds per phase
+        self.fleet: dict[str, Any] | None = None  # fleet.evaluate() of this sweep (None: off)
         self.secs = {k: slurm_time_seconds(getattr(self.b, k)) or 0
                      for k in ("job_time_limit", "start_timeout", "sweep_time_limit")}
 
@@ -334,7 +340,15 @@ class Sweep:
             "collective": self.b.collective, "allreduce_mib": self.b.allreduce_mib,
             "allreduce_iters": self.b.allreduce_iters, "rendezvous_port": self.b.rendezvous_port,
             "node_floor_gbps": floor, "step_timeout": self._step_timeout(),
+            **self._fabric_spec(node),
         }
+
+    def _fabric_spec(self, node: str) -> dict[str, Any]:
+        """Where the node job reads its HCA port rates (as the health suite's infiniband check)."""
+        nics = self.site.node_profile(node).nics
+        hcas = expand(nics.hcas, what="nics.hcas") if nics.hcas and nics.count else []
+        return {"hcas": hcas, "hca_port": nics.port,
+                "sysfs_root": self.site.health.sysfs_root.replace("{node}", node)}
 
     def _node_request(self, node: str) -> sjobs.JobRequest:
         argv = [self.python, "-m", "slurmadm.burnin.node", "--spec", json.dumps(self.node_spec(node), sort_keys=True)]
@@ -501,12 +515,38 @@ class Sweep:
                 if run.verdict == "pass":
                     run.verdict, run.detail = "skipped", "sweep interrupted before the pair tests finished"
         try:
+            self._fleet_verdicts()
+        except SlurmadmError as exc:  # the store unreadable: no fleet verdicts, the sweep still acts
+            self.progress(f"no fleet-relative verdicts: {exc}")
+        try:
             self._act()
         finally:
             if self.reserved:
                 sjobs.delete_reservation(self.reservation)
                 self.store.audit("burnin.reservation.delete", self.reservation, f"burn-in sweep {self.id} ended")
                 self.reserved = False
+
+    def _fleet_verdicts(self) -> None:
+        """Each passed node against the fleet of this sweep (same profile, same scalable unit)
+        and the profile's baseline (burnin/fleet.py); how many sweeps in a row found it slow."""
+        cfg = self.b.straggler
+        if not cfg.enabled or not self.runs:
+            return
+        profile_of = {n: self.site.node_group_of[n].profile for n in self.runs}
+        unit_of = {n: unit for unit, members in self.site.scalable_units for n in members if n in self.runs}
+        summary = {"nodes": [r.to_json() for r in self.runs.values()],
+                   "pairs": [p.to_json() for p in (self.plan.results if self.plan else [])]}
+        self.fleet = fleet.evaluate(summary, profile_of=profile_of, unit_of=unit_of,
+                                    settings=fleet.Settings.from_site(cfg), baselines=history.baselines(self.store))
+        for name, entry in self.fleet["nodes"].items():
+            run = self.runs[name]
+            run.fleet = entry
+            if entry["level"] == "slow":
+                run.slow_streak = 1 + history.slow_streak(self.store, name, before=self.id, limit=cfg.drain_after)
+
+    def _straggler_due(self, run: NodeRun) -> bool:
+        return (run.verdict == "pass" and bool(run.fleet) and run.fleet["level"] == "slow"
+                and run.fleet.get("worst") is not None and run.slow_streak >= self.b.straggler.drain_after)
 
     def _act(self) -> None:
         if not self.runs:
@@ -527,6 +567,8 @@ class Sweep:
                 run.action, run.reason = "already drained", node.reason
             elif run.verdict == "fail":
                 self._drain_failed(run, node, view)
+            elif self._straggler_due(run):
+                self._drain_failed(run, node, view, test="straggler", detail=fleet.describe(run.fleet["worst"]))
             elif run.prior_reason and run.verdict == "pass":
                 run.action = "resumed"
                 view[name] = actual[name]
@@ -538,8 +580,9 @@ class Sweep:
             if run.prior_reason:
                 self.store.delete_node_state(name, history.REQUALIFY_KEY)
 
-    def _drain_failed(self, run: NodeRun, node: NodeInfo, view: dict[str, NodeInfo]) -> None:
-        reason = format_reason(f"burnin-{run.failed_test}", run.detail, CONTEXT)
+    def _drain_failed(self, run: NodeRun, node: NodeInfo, view: dict[str, NodeInfo], *, test: str = "",
+                      detail: str = "") -> None:
+        reason = format_reason(f"burnin-{test or run.failed_test}", detail or run.detail, CONTEXT)
         if not run.prior_reason:  # a node in service: ownership rules and the breaker apply
             verdict = may_drain(node)
             if not verdict.act:
@@ -557,7 +600,8 @@ class Sweep:
 
     # ------------------------------------------------------------------ record and report
     def _finish(self) -> dict[str, Any]:
-        failed = any(r.verdict == "fail" for r in self.runs.values()) or bool(self.links)
+        failed = any(r.verdict == "fail" for r in self.runs.values()) or bool(self.links) \
+            or any(r.reason.startswith(STRAGGLER_REASON) for r in self.runs.values() if r.action == "drained")
         problem = ""
         if self.runs and not any(r.verdict in ("pass", "fail") for r in self.runs.values()):
             # nodes were selected and none was tested (jobs refused, never started): not a success
@@ -584,18 +628,55 @@ class Sweep:
             "pair_note": self.pair_note,
             "problem": problem,
             "slowdown_warn_percent": self.b.slowdown_warn_percent,
+            "fleet": {k: v for k, v in self.fleet.items() if k != "nodes"} if self.fleet else None,
             "exit_code": 1 if failed else 0,
         }
+        summary["trend"] = self._trend() if self.fleet else {}
         previous = history.previous_summary(self.store, self.id)
         summary["previous"] = report.compare(summary, previous)
         paths = report.write(summary, self.report_root)
         summary["report"] = str(paths["html"])
         history.finish_sweep(self.store, self.id, status=self.status, summary=summary, report=str(paths["html"]))
+        self._seed_baselines(summary)
         verdicts = [r.verdict for r in self.runs.values()]
         self.store.audit("burnin.sweep", self.id, f"burn-in sweep {self.status}", nodes=compress(self.runs),
                          passed=verdicts.count("pass"), failed=verdicts.count("fail"),
                          skipped=verdicts.count("skipped"), report=str(paths["html"]))
         return summary
+
+
+    def _trend(self) -> dict[str, list[dict[str, Any]]]:
+        """node -> its last TREND_SWEEPS sweeps (this one last): shares of the fleet median and
+        levels per metric, for the report's trend table."""
+        out = {}
+        for name, run in self.runs.items():
+            past = [h for h in history.node_history(self.store, name, limit=TREND_SWEEPS - 1) if h["sweep_id"] != self.id]
+            rows = [{"sweep_id": h["sweep_id"], "shares": fleet.shares(h["fleet"]),
+                     "levels": {m: r["level"] for m, r in ((h["fleet"] or {}).get("metrics") or {}).items()}}
+                    for h in reversed(past)]
+            rows.append({"sweep_id": self.id, "shares": fleet.shares(run.fleet),
+                         "levels": {m: r["level"] for m, r in ((run.fleet or {}).get("metrics") or {}).items()}})
+            if any(r["shares"] for r in rows):
+                out[name] = rows
+        return out
+
+    def _seed_baselines(self, summary: dict[str, Any]) -> None:
+        """A profile with no baseline yet gets this sweep's medians, when the sweep passed
+        (nothing failed, no straggler): later sweeps are then also judged against it, so a fleet
+        that degrades together is caught. Changed after that only with `burnin baseline`."""
+        if not self.fleet or summary["exit_code"] or self.status != "done":
+            return
+        if any(e["level"] == "slow" for e in self.fleet["nodes"].values()):
+            return
+        have = history.baselines(self.store)
+        new = {p: {m: b for m, b in metrics.items() if m not in have.get(p, {})}
+               for p, metrics in fleet.baseline_from(self.fleet).items()}
+        new = {p: m for p, m in new.items() if m}
+        if new:
+            history.set_baselines(self.store, new, source=f"sweep {self.id}")
+            for p, metrics in new.items():
+                self.store.audit("burnin.baseline.seed", p, f"first passed sweep {self.id} with fleet verdicts",
+                                 metrics=sorted(metrics))
 
 
 # ------------------------------------------------------------------------------ output parsing

@@ -7,10 +7,12 @@ import datetime as dt
 import click
 from rich.text import Text
 
-from ..burnin import history, report, schedule
+from ..burnin import baseline as baselines
+from ..burnin import fleet, history, report, schedule
 from ..burnin.sweep import Sweep
+from ..errors import UsageError
 from ..site import site_path
-from ..store import read
+from ..store import Store, read
 from .common import (Group, console, dry_run_option, get_site, info, install_files, json_option, print_json, progress,
                      reason_option, say, site_option, styled, table, warn)
 
@@ -107,14 +109,19 @@ def status(site_file, limit, as_json) -> None:
     def when(ts):
         return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else ""
 
-    console.print(table(None, ["sweep", "started", "took", "status", "nodes", "pass", "fail", "skipped", "warn"],
+    console.print(table(None, ["sweep", "started", "took", "status", "nodes", "pass", "fail", "skipped", "warn",
+                               "straggler"],
                         [(r["id"], when(r["started"]), f"{r['finished'] - r['started']:.0f} s" if r["finished"] else "",
                           r["status"], r["nodes"], r["passed"], r["failed"], r["skipped"],
-                          styled(len(r["warnings"]), "yellow") if r["warnings"] else "0") for r in rows],
+                          styled(len(r["warnings"]), "yellow") if r["warnings"] else "0",
+                          styled(len(r["stragglers"]), "magenta") if r["stragglers"] else "0") for r in rows],
                         wrap=["nodes"]))
     latest = rows[0]
     for line in latest["warnings"]:
         warn(f"sweep {latest['id']}: slower: {line}")
+    for node in latest["stragglers"]:
+        f = latest["fleet"][node]
+        warn(f"sweep {latest['id']}: straggler {node}: {f['worst']} ({f['slow_streak']} sweep(s) in a row)")
     if latest["report"]:
         console.print(f"latest report: {latest['report']}")
 
@@ -135,3 +142,102 @@ def install_schedule(site_file, kind, dest, dry_run, reason, as_json) -> None:
                   action="burnin.install-schedule", reason=reason, dry_run=dry_run, as_json=as_json,
                   then=f"systemctl daemon-reload && systemctl enable --now {schedule.UNIT}.timer"
                   if kind == "systemd" else None)
+
+
+@burnin.command("history")
+@site_option
+@click.argument("node")
+@click.option("--limit", type=click.IntRange(1, 1000), default=10, show_default=True, help="Last N sweeps.")
+@json_option
+def history_cmd(site_file, node, limit, as_json) -> None:
+    """NODE's last sweeps, newest first: verdict, action, and each metric as a share of the fleet
+    median (a slow decline shows before it fails)."""
+    s = get_site(site_file)
+    if node not in s.node_group_of:
+        raise UsageError(f"{node}: not a node of the site")
+    with read.reader(s) as r:
+        rows = history.node_history(r, node, limit=limit)
+    if as_json:
+        print_json({"node": node, "sweeps": [{**h, "shares": fleet.shares(h["fleet"])} for h in rows]})
+        return
+    if not rows:
+        console.print(f"{node}: no burn-in sweep tested it yet")
+        return
+    metrics = [m for m in fleet.METRICS if any(m in fleet.shares(h["fleet"]) for h in rows)]
+    level_style = {"slow": "red", "warn": "yellow", "ok": "green"}
+    out = []
+    for h in rows:
+        sh = fleet.shares(h["fleet"])
+        level = (h["fleet"] or {}).get("level", "")
+        out.append([h["sweep_id"], h["verdict"], styled(level, level_style.get(level, "")), h["action"]]
+                   + [f"{sh[m] * 100:.0f}%" if m in sh else "" for m in metrics])
+    console.print(table(f"{node}: share of the fleet median per sweep", ["sweep", "verdict", "fleet", "action"]
+                        + metrics, out))
+
+
+@burnin.group(cls=Group)
+def baseline() -> None:
+    """Baselines per hardware profile: the medians of a passed sweep that later sweeps are also
+    judged against (a fleet that degrades together)."""
+
+
+@baseline.command("show")
+@site_option
+@json_option
+def baseline_show(site_file, as_json) -> None:
+    """The baselines kept in the store."""
+    s = get_site(site_file)
+    with read.reader(s) as r:
+        data = baselines.show(r)
+    if as_json:
+        print_json(data)
+        return
+    rows = [(p, m, f"{b['median']:.4g}", f"{b['mad']:.3g}", b["nodes"], b["source"])
+            for p, metrics in data["baselines"].items() for m, b in metrics.items()]
+    if not rows:
+        console.print("no baseline kept yet (the first passed sweep with fleet verdicts seeds one)")
+        return
+    console.print(table("burn-in baselines", ["profile", "metric", "median", "MAD", "nodes", "from"], rows))
+
+
+@baseline.command("set")
+@site_option
+@click.option("--from", "from_file", type=click.Path(dir_okay=False), default=None,
+              help="A baseline file (the JSON `baseline show --json` prints).")
+@click.option("--sweep", "sweep_id", default=None, help="From this passed sweep (default: the newest passed one).")
+@dry_run_option
+@reason_option("burn-in baseline")
+@json_option
+def baseline_set(site_file, from_file, sweep_id, dry_run, reason, as_json) -> None:
+    """Set the baselines from a passed sweep or from a file."""
+    s = get_site(site_file)
+    store = Store.for_site(s)
+    plan = baselines.plan_set(store, s, from_file=from_file, sweep_id=sweep_id)
+    if not dry_run:
+        baselines.apply_set(store, plan, reason=reason)
+    if as_json:
+        print_json({**plan, "dry_run": dry_run})
+        return
+    console.print(table(f"baselines from {plan['source']}", ["profile", "metric", "median", "was"],
+                        [(c["profile"], c["metric"], f"{c['median']:.4g}",
+                          f"{c['was']:.4g}" if c["was"] is not None else "") for c in plan["changes"]]))
+    console.print("dry run: nothing changed" if dry_run else f"{len(plan['changes'])} baseline(s) set")
+
+
+@baseline.command("reset")
+@site_option
+@click.option("--profile", default=None, help="Only this profile's baselines.")
+@dry_run_option
+@reason_option("burn-in baseline reset")
+@json_option
+def baseline_reset(site_file, profile, dry_run, reason, as_json) -> None:
+    """Forget the baselines (the next passed sweep seeds new ones)."""
+    s = get_site(site_file)
+    store = Store.for_site(s)
+    plan = baselines.plan_reset(store, profile)
+    removed = 0 if dry_run else baselines.apply_reset(store, plan, reason=reason)
+    if as_json:
+        print_json({**plan, "removed": removed, "dry_run": dry_run})
+        return
+    what = ", ".join(f"{p} ({len(m)} metric(s))" for p, m in plan["removes"].items()) or "nothing"
+    console.print(f"{'would remove' if dry_run else 'removed'}: {what}")

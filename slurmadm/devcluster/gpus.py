@@ -519,6 +519,10 @@ _KINDS = [
     FaultKind("missing-gpu", "the GPU fell off the bus: not enumerated, old handles report GPU lost",
               _set(present=0)),
     FaultKind("hang", "every NVML call on the GPU blocks until cleared (or an hour)", _set(hang=1)),
+    # a straggler: passes every check, only slower (read by slurmadm.burnin.node, STANDIN_SLOWDOWN_KEY)
+    FaultKind("slow", "the node's burn-in stress throughput and single-node all-reduce are this many percent "
+              "slower (a straggler: no check fails; on any GPU, it slows the node)",
+              _set_value("burnin_slowdown_pct"), "percent slower", 30, 95),
 ]
 FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in _KINDS}
 

@@ -384,6 +384,17 @@ class HeadCollector:
             for node, (when, verdict) in sorted(extra["burnin"].items()):
                 ts.add_metric([node, verdict], when)
             yield ts
+        if extra.get("burnin_fleet"):
+            share = GaugeMetricFamily("slurmadm_burnin_fleet_share", "The node's measurement in its last burn-in "
+                                      "as a share of the fleet median (same profile, same sweep)",
+                                      labels=["node", "metric"])
+            slow = GaugeMetricFamily("slurmadm_burnin_slow_sweeps", "Burn-in sweeps in a row, the last included, "
+                                     "that found the node slower than the fleet (0: not slow)", labels=["node"])
+            for node, f in sorted(extra["burnin_fleet"].items()):
+                for metric, v in sorted(f["shares"].items()):
+                    share.add_metric([node, metric], v)
+                slow.add_metric([node], f["streak"])
+            yield from (share, slow)
         if extra["drift"] is not None:
             f = GaugeMetricFamily("slurmadm_fleet_drift_nodes", "Nodes whose facts differ from the baseline")
             f.add_metric([], extra["drift"])

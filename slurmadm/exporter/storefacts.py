@@ -9,6 +9,7 @@ read-only (nothing is created or migrated by a scrape). Both answer the same que
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -25,7 +26,7 @@ class StoreFacts(Protocol):
 
 
 def empty() -> dict[str, Any]:
-    return {"burnin": {}, "drift": None, "failing": {}, "last": {}, "checks": {}, "arrivals": None, "silent": None}
+    return {"burnin": {}, "burnin_fleet": {}, "drift": None, "failing": {}, "last": {}, "checks": {}, "arrivals": None, "silent": None}
 
 
 def facts(r: read.Reader, site=None, now: float | None = None) -> dict[str, Any]:
@@ -36,10 +37,14 @@ def facts(r: read.Reader, site=None, now: float | None = None) -> dict[str, Any]
     nodes whose records stopped arriving (store.stale_after_minutes)."""
     out = empty()
     ok = read.trusted_sql(r)  # a node's account's rows about another node do not count (issue 24)
-    for row in r.query("SELECT b.node AS node, b.ts AS ts, b.verdict AS verdict FROM burnin_nodes b JOIN "
+    newest: dict[str, str] = {}
+    for row in r.query("SELECT b.node AS node, b.ts AS ts, b.verdict AS verdict, b.sweep_id AS sweep_id "
+                       "FROM burnin_nodes b JOIN "
                        f"(SELECT node, MAX(ts) AS ts FROM burnin_nodes WHERE {ok} GROUP BY node) newest "
                        f"ON b.node = newest.node AND b.ts = newest.ts WHERE {read.trusted_sql(r, 'b.node', 'b.origin')}"):
         out["burnin"][str(row["node"])] = (float(row["ts"]), str(row["verdict"]))
+        newest[str(row["node"])] = str(row["sweep_id"])
+    out["burnin_fleet"] = burnin_fleet(r, newest)
     drift = None
     for row in read.latest_results(r):
         node, check, status = str(row["node"]), str(row["check_id"]), str(row["status"])
@@ -56,6 +61,31 @@ def facts(r: read.Reader, site=None, now: float | None = None) -> dict[str, Any]
                            if h["last_arrival"] is not None}
         if site is not None:
             out["silent"] = len(read.silent_nodes(r, site, now))
+    return out
+
+
+def burnin_fleet(r: read.Reader, newest: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """node -> {"shares": {metric: share of the fleet median}, "streak": sweeps in a row slow}
+    from the node's newest burn-in sweep (burnin/fleet.py); nodes without fleet verdicts there
+    are left out."""
+    ids = sorted(set(newest.values()))
+    out: dict[str, dict[str, Any]] = {}
+    for k in range(0, len(ids), 200):
+        chunk = ids[k:k + 200]
+        rows = r.query(f"SELECT id, summary FROM burnin_sweeps WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+        for row in rows:
+            try:
+                nodes = json.loads(row["summary"] or "{}").get("nodes") or []
+            except (ValueError, AttributeError):
+                continue
+            for n in nodes:
+                fl = n.get("fleet") if isinstance(n, dict) else None
+                if not fl or newest.get(n.get("node")) != row["id"]:
+                    continue
+                shares = {m: e["share"] for m, e in (fl.get("metrics") or {}).items()
+                          if isinstance(e, dict) and isinstance(e.get("share"), (int, float))}
+                out[n["node"]] = {"shares": shares, "level": fl.get("level"),
+                                  "streak": int(n.get("slow_streak") or 0) if fl.get("level") == "slow" else 0}
     return out
 
 

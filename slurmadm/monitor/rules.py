@@ -199,7 +199,7 @@ def build(site: Site) -> list[Rule]:
              f"{site.store.stale_after_minutes} min (a node down, or its shipper failing)",
              "Nodes' health records stopped arriving at the central store."),
     ]
-    out += hook_rules()
+    out += burnin_rules(site) + hook_rules()
     if m.host_port:
         hsel = f'job="{m.host_job}"'
         out += [
@@ -247,6 +247,21 @@ def hook_rules() -> list[Rule]:
              "(`slurmadm health status` names them)",
              "The prolog, epilog and HealthCheckProgram on these nodes cannot load the site file (a syntax "
              "error, a non-UTF-8 byte, a missing install): they let every job run and drain nothing."),
+    ]
+
+
+def burnin_rules(site: Site) -> list[Rule]:
+    """Burn-in stragglers (burnin/fleet.py): a node that stays slower than its fleet, sweep after
+    sweep, while it passes every check (the head exporter's slurmadm_burnin_slow_sweeps). It fires
+    at burnin.straggler.drain_after sweeps in a row: where the sweep drains it, or where the
+    breaker kept it in service."""
+    n = site.burnin.straggler.drain_after
+    return [
+        Rule("BurninStraggler", f"max by (node) (slurmadm_burnin_slow_sweeps) >= {n}", "0s", "warning",
+             "slurmadm-burnin", "{{ $labels.node }}: slower than the fleet in {{ $value }} burn-in sweeps in a row "
+             "(passes every check; `slurmadm burnin history {{ $labels.node }}`)",
+             "The node passes every burn-in check but its throughput or bandwidth stays below its hardware "
+             "profile's fleet median (median and MAD, burnin.straggler): it slows every multi-node job it is in."),
     ]
 
 

@@ -4,13 +4,46 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, model_validator
 
 from .accounts import SlurmName, SlurmTime
 from .profiles import Strict
 
 HHMM = Annotated[str, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")]
 GBps = Annotated[float, Field(gt=0)]
+
+
+# Fleet-relative metrics (slurmadm/burnin/fleet.py METRICS, the same ids).
+FleetMetric = Literal["stress-tflops", "stress-copy", "stress-cpu", "gpu-clock", "gpu-temp", "allreduce-node",
+                      "allreduce-pair", "hca-rate", "thermal"]
+Percent = Annotated[float, Field(gt=0, lt=100)]
+
+
+class StragglerSection(Strict):
+    """Fleet-relative verdicts (`burnin.straggler`): each node's measurements against the median
+    of the nodes of the same hardware profile in the same sweep (and of its scalable unit), and
+    against the profile's baseline (`slurmadm burnin baseline`)."""
+
+    enabled: bool = True
+    # Below warn_percent of the median: a warning; below fail_percent: slow (drained after
+    # drain_after sweeps in a row). Lower-is-better metrics (temperatures) mirror them: above
+    # 200 - warn_percent (108%) warns, above 200 - fail_percent (115%) is slow.
+    warn_percent: Percent = 92.0
+    fail_percent: Percent = 85.0
+    # A group (profile, or profile within a scalable unit) smaller than this gives no verdict.
+    min_nodes: Annotated[int, Field(ge=3, le=100000)] = 4
+    # Also at least this many robust deviations (1.4826 x MAD) from the median; 0: share alone.
+    mad_k: Annotated[float, Field(ge=0, le=100)] = 3.0
+    # Slow in this many sweeps in a row (the node's sweeps): drained `burnin-straggler`.
+    drain_after: Annotated[int, Field(ge=1, le=10)] = 2
+    metrics: list[FleetMetric] = ["stress-tflops", "stress-copy", "stress-cpu", "gpu-clock", "gpu-temp",
+                                  "allreduce-node", "allreduce-pair", "hca-rate", "thermal"]
+
+    @model_validator(mode="after")
+    def _fail_below_warn(self) -> "StragglerSection":
+        if self.fail_percent >= self.warn_percent:
+            raise ValueError(f"fail_percent {self.fail_percent:g} must be below warn_percent {self.warn_percent:g}")
+        return self
 
 
 class BurninSection(Strict):
@@ -54,3 +87,4 @@ class BurninSection(Strict):
     # Python with slurmadm (and torch) on the compute nodes; default: the one running the sweep.
     python: Annotated[str, Field(pattern=r"^/")] | None = None
     report_dir: Annotated[str, Field(pattern=r"^/")] = "/var/lib/slurmadm/burnin"
+    straggler: StragglerSection = StragglerSection()

@@ -145,6 +145,19 @@ CREATE TABLE IF NOT EXISTS burnin_pairs (
 );
 CREATE INDEX IF NOT EXISTS burnin_pairs_sweep ON burnin_pairs(sweep_id);
 """),
+    # ---- burn-in baselines per hardware profile (burnin/history.py, `burnin baseline`), version 4 ----
+    Table("burnin_baselines", """
+CREATE TABLE IF NOT EXISTS burnin_baselines (
+    profile  TEXT NOT NULL,         -- hardware profile (nodes.profile of the site)
+    metric   TEXT NOT NULL,         -- burnin/fleet.py METRICS id
+    median   REAL NOT NULL,
+    mad      REAL NOT NULL DEFAULT 0,
+    nodes    INTEGER NOT NULL DEFAULT 0,
+    source   TEXT NOT NULL,         -- sweep <id> | file <path> | set by hand
+    ts       REAL NOT NULL,
+    PRIMARY KEY (profile, metric)
+);
+""", since=4, key=("profile", "metric")),
     # ---- shipping (store/ship.py), version 2 ----
     # Local: what is still to ship, in order (filled by triggers while store.url is set).
     Table("outbox", """

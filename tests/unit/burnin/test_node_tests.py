@@ -126,3 +126,20 @@ def test_last_result_line_wins():
                      json.dumps({"event": "result", "busbw_gbps": 2.0})])
     assert collective.last_result(out)["busbw_gbps"] == 2.0
     assert collective.last_result("no json here") is None
+
+
+def test_clock_and_temperature_under_load_for_the_fleet_verdicts():
+    from types import SimpleNamespace
+
+    from slurmadm.burnin.stress import under_load
+
+    def no_nvml(_gpu):
+        raise ModuleNotFoundError("pynvml does not seem to be installed")
+
+    torch = SimpleNamespace(cuda=SimpleNamespace(clock_rate=lambda g: 1965 - g, temperature=lambda g: 71))
+    assert under_load(torch, 3) == {"sm_clock_mhz": 1962.0, "temp_c": 71.0}
+    assert under_load(SimpleNamespace(cuda=SimpleNamespace(clock_rate=no_nvml, temperature=no_nvml)), 0) == {}
+    # judge_gpus ignores the extra readings
+    per = {g: {"tflops": 1000.0, "copy_gbps": 3000.0, "checksum": "a", "sm_clock_mhz": 1965.0, "temp_c": 70.0}
+           for g in range(8)}
+    assert judge_gpus(per)[0] == "pass"

@@ -94,7 +94,7 @@ def test_verdict_banner_counts_and_names_the_failure():
     s = summary()
     s["previous"] = report.compare(s, None)
     v = report.verdict(s)
-    assert v["level"] == "fail" and v["counts"] == {"pass": 1, "warn": 0, "fail": 1, "skipped": 0}
+    assert v["level"] == "fail" and v["counts"] == {"pass": 1, "warn": 0, "straggler": 0, "fail": 1, "skipped": 0}
     assert v["text"] == ("1/2 FAIL: b200-002 allreduce-node: busbw 120 GB/s < floor 300 → drained; "
                          "1/2 pass")
     s["status"] = "interrupted"
@@ -220,5 +220,5 @@ def test_burnin_status_lists_the_slowdowns_of_each_sweep(tmp_path):
     r = CliRunner().invoke(cli, ["burnin", "status", "--site", str(site)])
     assert r.exit_code == 0, r.output
     header, row = r.output.splitlines()[:2]
-    assert header.split()[-1] == "warn" and row.split()[-1] == "1"
+    assert header.split()[-2:] == ["warn", "straggler"] and row.split()[-2:] == ["1", "0"]
     assert "slower: b200-001: single-node busbw 370 GB/s" in r.output

@@ -159,6 +159,14 @@ CASES: dict[str, tuple[dict[str, str], str, dict[str, str], str, str]] = {
         "b200-001: /scratch is not mounted", "1m"),
 }
 
+# burn-in stragglers (rules.burnin_rules): fires at burnin.straggler.drain_after (2) slow sweeps in a row
+CASES["BurninStraggler"] = ({sel("slurmadm_burnin_slow_sweeps", node="b200-001"): "0 1 2 2",
+                             sel("slurmadm_burnin_slow_sweeps", node="b200-002"): "1 1 1 1"},
+                            "2m", {"node": "b200-001", "severity": "warning"},
+                            "b200-001: slower than the fleet in 2 burn-in sweeps in a row (passes every check; "
+                            "`slurmadm burnin history b200-001`)", "1m")
+
+
 # issue 25: the hooks of b200-001 and b200-002 cannot load the site (b200-003's can again)
 CASES["HealthEnforcementOff"] = (
     {sel("slurmadm_health_enforcement_off", node="b200-001", instance="a:9410"): "0 1 1",

@@ -36,7 +36,10 @@ def replace_line(key: str, value: str) -> str:
         if lines[i].startswith(f"{key} ="):
             lines[i] = f"{key} = {value}"
             return "\n".join(lines) + "\n"
-    return "\n".join(lines) + f"\n{key} = {value}\n"
+    # not set in the example: add it at the end of the [burnin] table (before [burnin.straggler])
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")), len(lines))
+    lines.insert(end, f"{key} = {value}")
+    return "\n".join(lines) + "\n"
 
 
 @pytest.mark.parametrize("key,value,expected", [

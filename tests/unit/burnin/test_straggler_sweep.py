@@ -1,0 +1,118 @@
+"""Stragglers through the sweep (fake Slurm backend, real store): slow in one sweep warns, slow in
+two in a row drains `burnin-straggler` through the breaker, a clean sweep resumes it; baselines
+are seeded from a passed sweep and judge the next one."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from slurmadm.burnin import history, report
+from slurmadm.burnin.model import TestResult
+from slurmadm.burnin.sweep import NodeRun, Sweep
+from slurmadm.site import parse_site
+from slurmadm.store import Store
+
+from tests.unit.burnin.test_fleet import gpu_node
+from tests.unit.burnin.test_sweep_logic import EXAMPLE, FakeSlurm, fleet, node
+
+pytestmark = pytest.mark.unit
+
+NODES = [f"b200-{i:03d}" for i in range(1, 9)]
+REASON = "slurmadm: burnin-straggler: stress-tflops 800 = 80% of fleet median 1002 [burnin]"
+
+
+@pytest.fixture()
+def site(tmp_path):
+    text = EXAMPLE.read_text().replace("/var/lib/slurmadm/slurmadm.db", f"{tmp_path}/s.db")
+    text = text.replace("/var/log/slurmadm/audit.jsonl", f"{tmp_path}/audit.jsonl")
+    return parse_site(text)
+
+
+def one_sweep(site, tmp_path, slurm, day: int, slow: dict[str, float], prior: dict[str, str] | None = None):
+    """A sweep over NODES whose per-node jobs all passed; `slow`: node -> its slowest GPU's TFLOPS."""
+    prior = prior or {}
+    sw = Sweep(site, backend=slurm, store=Store(site.store.path), site_file=str(EXAMPLE),
+               report_dir=str(tmp_path / "reports"), now=dt.datetime(2026, 12, day, 1, 30))
+    history.start_sweep(sw.store, sw.id, pid=1, host="h", actor="root", nodes="b200-[001-008]")
+    sw.status = "done"
+    for i, n in enumerate(NODES):
+        entry = gpu_node(n, tflops=slow.get(n, 1000.0 + i))
+        sw.runs[n] = NodeRun(n, "requalify" if n in prior else "idle", prior_reason=prior.get(n, ""),
+                             verdict="pass", tests=[TestResult.from_json(t) for t in entry["tests"]])
+    sw._conclude()
+    return sw, sw._finish()
+
+
+def test_slow_twice_in_a_row_is_drained_and_a_clean_sweep_resumes_it(site, tmp_path):
+    slurm = FakeSlurm(fleet(40))
+    sw1, s1 = one_sweep(site, tmp_path, slurm, 1, {"b200-008": 800.0})
+    r1 = sw1.runs["b200-008"]
+    assert (r1.fleet["level"], r1.slow_streak, r1.action) == ("slow", 1, "")
+    assert slurm.calls == [] and s1["exit_code"] == 0
+    v = report.verdict(s1)
+    assert v["counts"]["straggler"] == 1 and v["counts"]["fail"] == 0
+    assert "1/8 STRAGGLER: b200-008 stress-tflops 800 = 80% of fleet median 1002" in v["text"]
+    assert history.baselines(sw1.store) == {}  # a sweep with a straggler seeds no baseline
+
+    sw2, s2 = one_sweep(site, tmp_path, slurm, 2, {"b200-008": 800.0})
+    r2 = sw2.runs["b200-008"]
+    assert (r2.slow_streak, r2.action, r2.reason) == (2, "drained", REASON)
+    assert slurm.calls == [("drain", ("b200-008",), REASON)]
+    assert s2["exit_code"] == 1
+    assert [e.target for e in sw2.store.events(action="node.drain")] == ["b200-008"]
+    assert "drained" in report.verdict(s2)["text"]
+
+    # the next sweep re-qualifies it (an own drain): clean this time, so it is resumed
+    slurm.resume(["b200-008"])  # what the sweep's _prepare does inside its reservation
+    sw3, s3 = one_sweep(site, tmp_path, slurm, 3, {}, prior={"b200-008": REASON})
+    assert sw3.runs["b200-008"].action == "resumed" and sw3.runs["b200-008"].fleet["level"] == "ok"
+    assert s3["exit_code"] == 0
+    # a passed sweep seeds the baseline of the profile
+    base = history.baselines(sw3.store)["hgx-b200"]["stress-tflops"]
+    assert base["nodes"] == 8 and base["source"] == f"sweep {sw3.id}"
+    hist = history.node_history(sw3.store, "b200-008")
+    assert [h["fleet"]["level"] for h in hist] == ["ok", "slow", "slow"]
+
+
+def test_a_requalifying_straggler_still_slow_stays_drained(site, tmp_path):
+    slurm = FakeSlurm(fleet(40))
+    one_sweep(site, tmp_path, slurm, 1, {"b200-008": 800.0})
+    one_sweep(site, tmp_path, slurm, 2, {"b200-008": 800.0})
+    slurm.resume(["b200-008"])
+    sw3, _ = one_sweep(site, tmp_path, slurm, 3, {"b200-008": 790.0}, prior={"b200-008": REASON})
+    assert sw3.runs["b200-008"].action == "drained"
+    assert sw3.runs["b200-008"].reason.startswith("slurmadm: burnin-straggler: stress-tflops 790 = 79%")
+
+
+def test_the_breaker_caps_straggler_drains(site, tmp_path):
+    drained = {f"b200_0{i}": node(f"b200-0{i}", flags={"DRAIN"}, reason="slurmadm: xid: x [prolog]")
+               for i in (30, 31, 32, 33)}  # 4 of 40 already: the cap (drain_cap_fraction 0.10)
+    slurm = FakeSlurm(fleet(40, **drained))
+    one_sweep(site, tmp_path, slurm, 1, {"b200-008": 800.0})
+    sw2, _ = one_sweep(site, tmp_path, slurm, 2, {"b200-008": 800.0})
+    assert sw2.runs["b200-008"].action.startswith("not drained (breaker)")
+    assert slurm.calls == []
+    assert [e.target for e in sw2.store.events(action="burnin.drain-capped")] == ["b200-008"]
+
+
+def test_a_baseline_catches_a_fleet_that_degraded_together(site, tmp_path):
+    slurm = FakeSlurm(fleet(40))
+    store = Store(site.store.path)
+    history.set_baselines(store, {"hgx-b200": {"stress-tflops": {"median": 1250.0, "mad": 2.0, "nodes": 8}}},
+                          source="file baseline.json")
+    sw, s = one_sweep(site, tmp_path, slurm, 1, {})
+    assert all(r.fleet["level"] == "slow" for r in sw.runs.values())  # 1000 = 80% of 1250
+    assert sw.runs["b200-001"].fleet["worst"]["scope"] == "baseline"
+    assert s["fleet"]["fleet"][0]["share"] == pytest.approx(1003.5 / 1250.0, abs=1e-3)
+
+
+def test_straggler_verdicts_can_be_turned_off(tmp_path):
+    text = EXAMPLE.read_text().replace("/var/lib/slurmadm/slurmadm.db", f"{tmp_path}/s.db")
+    text = text.replace("/var/log/slurmadm/audit.jsonl", f"{tmp_path}/audit.jsonl")
+    site = parse_site(text.replace("[burnin.straggler]\nenabled = true ", "[burnin.straggler]\nenabled = false"))
+    slurm = FakeSlurm(fleet(40))
+    one_sweep(site, tmp_path, slurm, 1, {"b200-008": 800.0})
+    sw, s = one_sweep(site, tmp_path, slurm, 2, {"b200-008": 800.0})
+    assert sw.runs["b200-008"].fleet is None and slurm.calls == [] and s["fleet"] is None
