@@ -52,6 +52,37 @@ class TlsPolicy:
             ctx.verify_flags &= ~ssl.VERIFY_X509_STRICT
         self.context = ctx
 
+    def connection(self, host: str, port: int, *, timeout: float) -> http.client.HTTPSConnection:
+        """An HTTPS connection that applies this policy to every TCP connection it makes: its
+        first one and every reconnect http.client makes by itself (a BMC that closes after each
+        response, HTTP/1.0 or `Connection: close`, makes one per request)."""
+        return PinnedHTTPSConnection(host, port, timeout=timeout, context=self.context, fingerprint=self.fingerprint)
+
+
+class PinMismatch(ssl.SSLError):
+    """The peer's certificate is not the pinned one (bmc.tls_fingerprint)."""
+
+
+class PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """http.client.HTTPSConnection whose connect() - the one method http.client calls for the
+    first connection and for each automatic reconnect - checks the certificate's SHA-256
+    fingerprint after the handshake and before any byte of a request is sent."""
+
+    def __init__(self, host: str, port: int, *, timeout: float, context: ssl.SSLContext, fingerprint: str | None):
+        super().__init__(host, port, timeout=timeout, context=context)
+        self._fingerprint = fingerprint
+        self.connects = 0  # how many TLS connections this object made (tests read it)
+
+    def connect(self) -> None:
+        super().connect()
+        self.connects += 1
+        if self._fingerprint:
+            der = self.sock.getpeercert(binary_form=True) or b""
+            if not secrets.compare_digest(hashlib.sha256(der).hexdigest(), self._fingerprint):
+                sock, self.sock = self.sock, None
+                sock.close()
+                raise PinMismatch("certificate fingerprint does not match bmc.tls_fingerprint")
+
 
 class RedfishClient:
     def __init__(self, target: Target, creds: Credentials, tls: TlsPolicy, *, timeout: float):
@@ -82,23 +113,22 @@ class RedfishClient:
 
     def _connect(self) -> http.client.HTTPSConnection:
         if self._conn is None:
-            conn = http.client.HTTPSConnection(self.target.host, self.target.redfish_port, timeout=self._timeout,
-                                               context=self._tls.context)
+            conn = self._tls.connection(self.target.host, self.target.redfish_port, timeout=self._timeout)
             try:
                 conn.connect()
-            except ssl.SSLCertVerificationError as exc:
-                raise UnreachableError(f"{self.node}: BMC {self._where()}: certificate not trusted "
-                                       f"({exc.verify_message}); see bmc.tls_ca_file / tls_fingerprint") from None
-            except (OSError, ssl.SSLError) as exc:
-                raise UnreachableError(f"{self.node}: BMC {self._where()}: {exc}") from None
-            if self._tls.fingerprint:
-                der = conn.sock.getpeercert(binary_form=True) or b""
-                if not secrets.compare_digest(hashlib.sha256(der).hexdigest(), self._tls.fingerprint):
-                    conn.close()
-                    raise UnreachableError(f"{self.node}: BMC {self._where()}: certificate fingerprint does not "
-                                           "match bmc.tls_fingerprint")
+            except Exception as exc:
+                raise self._tls_error(exc) from None
             self._conn = conn
         return self._conn
+
+    def _tls_error(self, exc: BaseException) -> UnreachableError:
+        if isinstance(exc, PinMismatch):
+            return UnreachableError(f"{self.node}: BMC {self._where()}: certificate fingerprint does not match "
+                                    "bmc.tls_fingerprint")
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return UnreachableError(f"{self.node}: BMC {self._where()}: certificate not trusted "
+                                    f"({exc.verify_message}); see bmc.tls_ca_file / tls_fingerprint")
+        return UnreachableError(f"{self.node}: BMC {self._where()}: {self._creds.scrub(str(exc) or type(exc).__name__)}")
 
     def _request(self, method: str, path: str, body=None, *, auth: bool = True, raw: bytes | None = None,
                  content_type: str = "application/json") -> tuple[int, dict, dict]:
@@ -123,6 +153,9 @@ class RedfishClient:
                 resp = conn.getresponse()
                 payload = resp.read()
                 break
+            except (PinMismatch, ssl.SSLCertVerificationError) as exc:  # a reconnect to another certificate
+                self._conn = None
+                raise self._tls_error(exc) from None
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
                 self._conn = None  # keep-alive connection closed under us: one reconnect
                 if attempt == 2:
