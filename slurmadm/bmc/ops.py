@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import UsageError
+from ..errors import UnreachableError, UsageError
 from ..slurm.model import NodeInfo, SlurmBackend
 from ..slurm.ownership import format_reason, may_drain
 from ..store import Store
@@ -180,16 +180,42 @@ def read_sel(fleet: Fleet, nodes: list[str], *, since: float | None, clear: bool
 
 
 def read_inventory(fleet: Fleet, nodes: list[str], *, redfish: bool) -> list[Row]:
+    """FRU and firmware of each node. On a site with IPMI and Redfish, a half that fails does
+    not throw away the half that answered: the row keeps what was read, with the failure under
+    "errors" (the command still exits 3). Only when nothing answered is the row an error."""
+    use_redfish = redfish and fleet.site.bmc.redfish
+
     def fn(c: Conn) -> dict:
-        inv = dict(c.bmc.inventory())
-        if redfish and fleet.site.bmc.redfish:
-            inv["firmware"] = c.redfish.firmware()
-            if c.bmc is not c.redfish:
-                for k, v in c.redfish.inventory().items():
+        inv: dict = {}
+        errors: list[str] = []
+        try:
+            inv.update(c.bmc.inventory())
+        except UnreachableError as exc:
+            if not use_redfish or fleet.site.bmc.protocol == "redfish":
+                raise
+            errors.append(str(exc))
+        if use_redfish:
+            try:
+                firmware = c.redfish.firmware()
+                extra = c.redfish.inventory() if fleet.site.bmc.protocol != "redfish" else {}
+            except UnreachableError as exc:
+                if not inv:
+                    raise UnreachableError("; ".join([*errors, str(exc)])) from None
+                errors.append(str(exc))
+            else:
+                inv["firmware"] = firmware
+                for k, v in extra.items():
                     inv.setdefault(k, v)
+        if errors:
+            inv["errors"] = errors
         return inv
 
     return fleet.run(nodes, fn)
+
+
+def inventory_errors(rows: list[Row]) -> list[tuple[str, str]]:
+    """(node, error) for each node that did not answer, or answered only in part."""
+    return [(r.node, e) for r in rows for e in ([r.error] if not r.ok else r.value.get("errors", []))]
 
 
 def set_bootdev(fleet: Fleet, nodes: list[str], device: str, persistent: bool, store: Store,

@@ -6,6 +6,11 @@ and `_io_recvfrom` switched it back before each read: when a send from another t
 between the I/O thread's switch and its read, the read blocked for good and every BMC of the
 process hung (seen with 128 BMCs in one process). Reads here never block (MSG_DONTWAIT) and
 sends leave the socket's mode alone.
+
+And a fix to its FRU read: pyghmi reads the FRU in 224-byte chunks and backs off only on
+completion codes 0xC9/0xCA, where a BMC that limits the read size may answer 0xC8 ("request
+data field length limit exceeded": OpenIPMI's ipmi_sim above 32 bytes). `ipmitool fru print`
+backs off on it; so does fetch_fru here (0xC8, 0xC9, 0xCA), keeping the smaller size.
 """
 
 from __future__ import annotations
@@ -33,11 +38,50 @@ def _sendto(mysocket, packet, sockaddr):
         pass
 
 
+# completion codes on which a FRU read is retried with a smaller count (IPMI 2.0, table 5-2):
+# C8h request data field length limit exceeded, C9h parameter out of range, CAh cannot return
+# the number of requested data bytes
+FRU_BACKOFF_CODES = (0xC8, 0xC9, 0xCA)
+FRU_FIRST_CHUNK = 224  # what pyghmi asks first; most BMCs take it
+
+
+def fetch_fru(self, fruid):
+    """pyghmi.ipmi.fru.FRU.fetch_fru, backing off on FRU_BACKOFF_CODES."""
+    from pyghmi import exceptions as iexc
+
+    response = self.ipmicmd.raw_command(netfn=0xA, command=0x10, data=[fruid])
+    if "error" in response:
+        raise iexc.IpmiException(response["error"], code=response["code"])
+    frusize = response["data"][0] | (response["data"][1] << 8)
+    chunksize = min(FRU_FIRST_CHUNK, frusize)
+    offset = 0
+    self.rawfru = bytearray()
+    while chunksize > 0 and offset < frusize:
+        response = self.ipmicmd.raw_command(netfn=0xA, command=0x11,
+                                            data=[fruid, offset & 0xFF, offset >> 8, chunksize])
+        if response.get("code") in FRU_BACKOFF_CODES:
+            if chunksize <= 1:
+                raise iexc.IpmiException(response.get("error", "FRU read refused"), response.get("code"))
+            chunksize = chunksize // 2 + 2 if chunksize > 8 else chunksize - 1
+            continue
+        if "error" in response:
+            raise iexc.IpmiException(response["error"], response["code"])
+        got = response["data"][0]
+        if got == 0:
+            break
+        self.rawfru.extend(response["data"][1:1 + got])
+        offset += got
+        chunksize = min(chunksize, frusize - offset)
+
+
 def apply() -> None:
     global _applied
     if not _applied:
+        import pyghmi.ipmi.fru as _fru
+
         _session._io_recvfrom = _recvfrom
         _session._io_sendto = _sendto
+        _fru.FRU.fetch_fru = fetch_fru
         _applied = True
 
 

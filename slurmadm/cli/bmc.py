@@ -255,8 +255,10 @@ def inventory(nodes, site_file, as_json, redfish) -> None:
     fleet = _fleet(site)
     with _bar(fleet, "inventory", as_json):
         rows = ops.read_inventory(fleet, names, redfish=redfish)
+    errors = ops.inventory_errors(rows)
     if as_json:
-        print_json([{"node": r.node, "inventory": r.value if r.ok else None, "error": r.error or None} for r in rows])
+        print_json([{"node": r.node, "inventory": r.value if r.ok else None,
+                     "error": r.error or "; ".join(r.value.get("errors", [])) or None} for r in rows])
     else:
         out = []
         for r in rows:
@@ -267,8 +269,8 @@ def inventory(nodes, site_file, as_json, redfish) -> None:
             out.append((r.node, v.get("model", ""), v.get("serial", ""), v.get("bmc_firmware", ""),
                         v.get("bios_firmware", fw.get("BIOS", "")), len(fw)))
         console.print(table(None, ["node", "model", "serial", "BMC", "BIOS", "firmware items"], out))
-        _show_errors(_unreachable_rows(rows))
-    _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
+        _show_errors(errors)
+    _exit(EXIT_UNREACHABLE if errors else 0)
 
 
 # ---------------------------------------------------------------------- boot device
