@@ -232,9 +232,9 @@ def sel(nodes, site_file, as_json, dry_run, since, clear, reason) -> None:
         for r in rows:
             for e in (r.value if r.ok else []):
                 sev = {"critical": "[red]critical[/red]", "warning": "[yellow]warning[/yellow]"}.get(e.severity, "info")
-                out.append((r.node, e.record_id, when(e.timestamp) if e.timestamp else "?", escape(e.sensor),
-                            escape(e.event), sev))
-        console.print(table(None, ["node", "id", "when", "sensor", "event", "severity"], out))
+                out.append((r.node, escape(e.log), e.record_id, when(e.timestamp) if e.timestamp else "?",
+                            escape(e.sensor), escape(e.event), sev))
+        console.print(table(None, ["node", "log", "id", "when", "sensor", "event", "severity"], out))
         if clear:
             info(f"cleared the event log of {sum(r.ok for r in rows)} BMC(s)")
         _show_errors(_unreachable_rows(rows))

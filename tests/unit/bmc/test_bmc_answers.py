@@ -5,6 +5,7 @@ independent implementations did (tests/integration/test_bmc_independent.py runs 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,130 @@ def test_inventory_keeps_the_ipmi_half_when_redfish_fails():
 def test_inventory_nothing_answered_is_one_error_row():
     rows = ops.read_inventory(_Fleet(_Conn(ipmi_err="ipmi down", rf_err="redfish down")), ["n1"], redfish=True)
     assert not rows[0].ok and rows[0].error == "ipmi down; redfish down"
+
+
+# ---------------------------------------------------------------------- Redfish, DMTF's mockup
+REDFISH = Path(__file__).resolve().parents[2] / "fixtures" / "bmc" / "redfish" / "public-rackmount1.json"
+
+
+class _Resp:
+    def __init__(self, status: int, body: bytes):
+        self.status, self._body = status, body
+
+    def read(self):
+        return self._body
+
+    def getheaders(self):
+        return [("Content-Type", "application/json")]
+
+
+class FakeService:
+    """The transport under RedfishClient: answers from a dict of path -> document (or bytes, or
+    (status, bytes)), records the requests."""
+
+    def __init__(self, docs: dict):
+        self.docs = docs
+        self.requests: list[tuple[str, str]] = []
+        self._next = None
+
+    def request(self, method, path, body=None, headers=None):
+        self.requests.append((method, path))
+        doc = self.docs.get(path.split("?")[0], (404, b'{"error": {"message": "not found"}}'))
+        if method != "GET":
+            doc = (204, b"")
+        if isinstance(doc, tuple):
+            self._next = _Resp(*doc)
+        elif isinstance(doc, bytes):
+            self._next = _Resp(200, doc)
+        else:
+            self._next = _Resp(200, json.dumps(doc).encode())
+
+    def getresponse(self):
+        return self._next
+
+    def close(self):
+        pass
+
+
+def redfish_client(docs: dict):
+    from slurmadm.bmc.creds import Credentials, Secret
+    from slurmadm.bmc.model import Target
+    from slurmadm.bmc.redfish import RedfishClient
+
+    c = RedfishClient.__new__(RedfishClient)
+    c.node, c.target = "b200-001", Target("b200-001", "10.0.0.9", 623, 443)
+    c._creds, c._tls, c._timeout = Credentials("admin", Secret("pw")), None, 5.0
+    c._token, c._session_uri, c._system_uri = "tok", None, None
+    c._conn = FakeService(docs)
+    return c
+
+
+def mockup() -> dict:
+    return json.loads(REDFISH.read_text())
+
+
+def test_redfish_sensor_types_from_reading_type_then_units_then_parent():
+    sensors = redfish_client(mockup()).sensors()
+    by = {s.name: s.type for s in sensors}
+    temps = [s.name for s in sensors if s.type == "temperature"]
+    # ReadingUnits "Cel" without a ReadingType (7 of them) and the one with ReadingType Temperature
+    assert len(temps) == 8 and "Ambient Temperature" in temps and "Battery #1 Temperature" in temps
+    # fans in Percent: typed from the ThermalSubsystem/Fans resources that read from them
+    assert sorted(n for n, t in by.items() if t == "fan") == ["CPU #1 Fan Speed", "CPU #2 Fan Speed",
+                                                              "Chassis Fan #1", "Chassis Fan #2"]
+    assert by["Battery #1 State of Health"] == "other"  # Percent, but no fan reads from it
+    assert by["Power Supply #1 Input Voltage"] == "voltage" and by["Power Supply #1 Input Power"] == "power"
+
+
+def test_redfish_sel_reads_the_system_and_manager_logs_sel_first():
+    c = redfish_client(mockup())
+    events = c.sel()
+    assert [(e.log, e.record_id) for e in events] == [("Systems/437XR1138R2/LogServices/Log1", 1),
+                                                      ("Systems/437XR1138R2/LogServices/Log1", 2),
+                                                      ("Managers/BMC/LogServices/Log", 1)]
+    assert events[0].event == "Temperature threshold exceeded" and events[0].severity == "critical"
+    assert events[2].event == "System May be Melting"
+    # the mockup's nextLink points past the end (Members@odata.count reached): not followed
+    assert not any("skiptoken" in p for _, p in c._conn.requests)
+
+
+def test_redfish_sel_clear_clears_each_log_read():
+    c = redfish_client(mockup())
+    c.sel(clear=True)
+    posts = [p for m, p in c._conn.requests if m == "POST"]
+    assert posts == ["/redfish/v1/Systems/437XR1138R2/LogServices/Log1/Actions/LogService.ClearLog",
+                     "/redfish/v1/Managers/BMC/LogServices/Log/Actions/LogService.ClearLog"]
+
+
+@pytest.mark.parametrize("change, call, expect", [
+    ({"/redfish/v1/Systems": b"{not json"}, "inventory",
+     "b200-001: BMC 10.0.0.9:443: GET /redfish/v1/Systems: answered HTTP 200 with a body that is not JSON "
+     "('{not json')"),
+    ({"/redfish/v1/Systems": {"Members": []}}, "power_state",
+     "b200-001: BMC 10.0.0.9:443: GET /redfish/v1/Systems: answered an empty collection (no ComputerSystem)"),
+    ({"/redfish/v1/UpdateService": {"Id": "UpdateService"}}, "firmware",
+     "b200-001: BMC 10.0.0.9:443: GET /redfish/v1/UpdateService: answered a resource without FirmwareInventory"),
+    ({"/redfish/v1/Systems": (500, b"")}, "inventory",
+     "b200-001: BMC 10.0.0.9:443: GET /redfish/v1/Systems: HTTP 500 Internal Server Error"),
+    ({"/redfish/v1/Systems": (500, b'{"error": {"message": "backend down"}}')}, "inventory",
+     "b200-001: BMC 10.0.0.9:443: GET /redfish/v1/Systems: HTTP 500 Internal Server Error: backend down"),
+    ({"/redfish/v1/Systems": [1, 2]}, "inventory",
+     "b200-001: BMC 10.0.0.9:443: GET /redfish/v1/Systems: answered HTTP 200 with JSON that is not an object "
+     "('[1, 2]')"),
+])
+def test_redfish_bad_answers_are_one_line_naming_node_and_bmc(change, call, expect):
+    docs = {**mockup(), **change}
+    with pytest.raises(UnreachableError) as err:
+        getattr(redfish_client(docs), call)()
+    assert str(err.value) == expect
+
+
+def test_unexpected_shape_through_the_fleet_is_one_line_without_python_text():
+    from slurmadm.bmc.fanout import _Watched
+
+    docs = mockup()
+    docs["/redfish/v1/Systems/437XR1138R2"] = {**docs["/redfish/v1/Systems/437XR1138R2"], "Boot": "weird"}
+    w = _Watched(redfish_client(docs), lambda: None)
+    with pytest.raises(UnreachableError) as err:
+        w.bootdev()
+    assert str(err.value) == "b200-001: BMC 10.0.0.9:443: bootdev: answered with a shape it cannot read"

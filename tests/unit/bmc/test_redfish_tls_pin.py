@@ -100,40 +100,42 @@ class SwitchingProxy:
                              daemon=True).start()
 
     def _serve(self, raw, ctx, buf):
+        """One request per connection (the backend closes after each response), relayed in one
+        thread: an SSL socket must not be read and written from two threads at once."""
+        raw.settimeout(10)
         try:
             tls = ctx.wrap_socket(raw, server_side=True)
         except (OSError, ssl.SSLError):
             raw.close()
             return
-        back = socket.create_connection(("127.0.0.1", self.backend_port))
-
-        def up():
-            try:
-                while data := tls.recv(65536):
-                    with self.lock:
-                        buf.extend(data)
-                    back.sendall(data)
-            except OSError:
-                pass
-            finally:
-                try:
-                    back.shutdown(socket.SHUT_WR)
-                except OSError:
-                    pass
-
-        t = threading.Thread(target=up, daemon=True)
-        t.start()
         try:
-            while data := back.recv(65536):
-                tls.sendall(data)
+            request = bytearray()
+            while b"\r\n\r\n" not in request:
+                data = tls.recv(65536)
+                if not data:
+                    break
+                request.extend(data)
+            head, _, body = bytes(request).partition(b"\r\n\r\n")
+            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            while len(body) < length:
+                data = tls.recv(65536)
+                if not data:
+                    break
+                request.extend(data)
+                body += data
+            with self.lock:
+                buf.extend(request)
+            if not request:
+                return
+            with socket.create_connection(("127.0.0.1", self.backend_port), timeout=10) as back:
+                back.sendall(request)
+                while data := back.recv(65536):
+                    tls.sendall(data)
         except OSError:
             pass
         finally:
-            for s in (tls, back):
-                try:
-                    s.close()
-                except OSError:
-                    pass
+            tls.close()
 
     def close(self):
         self.sock.close()
