@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import UnreachableError, UsageError
+from ..errors import CommandFailed, UnreachableError, UsageError
 from ..slurm.model import NodeInfo, SlurmBackend
 from ..slurm.ownership import format_reason, may_drain
 from ..store import Store
@@ -37,10 +37,11 @@ class Step:
     slurm: str = ""  # Slurm state
     drain: bool = False  # drain and wait before acting
     error: str = ""
+    no_slurm: bool = False  # Slurm was unreachable: acting without the job check (--force)
 
     def to_json(self) -> dict:
         return {"node": self.node, "action": self.action, "do": self.do, "why": self.why, "power": self.power,
-                "slurm": self.slurm, "drain": self.drain, "error": self.error}
+                "slurm": self.slurm, "drain": self.drain, "error": self.error, "no_slurm": self.no_slurm}
 
 
 @dataclass
@@ -82,21 +83,50 @@ def safety(node: str, info: NodeInfo | None, *, disruptive: bool, force: bool, d
     return True, False, ""
 
 
+class NoSlurm:
+    """A Slurm backend that could not be had (get_backend failed): every query says why."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def nodes(self, names=None):
+        raise UnreachableError(self.why)
+
+
 def plan_power(fleet: Fleet, nodes: list[str], action: str, backend: SlurmBackend | None, *, force: bool,
-               drain: bool) -> list[Step]:
-    states = slurm_view(backend, nodes)
+               drain: bool, warn: Callable[[str], None] = lambda _msg: None) -> list[Step]:
+    """What `bmc power ACTION` does on each node. Out-of-band power is for when the head's Slurm
+    is down: if Slurm does not answer, `on` and anything with --force act without the job
+    check (warned once, and audited as such); off/cycle/reset without --force are refused."""
+    no_slurm = ""
+    try:
+        states = slurm_view(backend, nodes)
+    except (UnreachableError, CommandFailed) as exc:
+        states, no_slurm = {}, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if force or action == "on":
+            warn(f"Slurm did not answer ({no_slurm}); power {action} without the job check")
     rows = {r.node: r for r in fleet.run(nodes, lambda c: c.bmc.power_state())}
     steps = []
     for node in nodes:
         info = states.get(node)
         row = rows[node]
-        slurm = info.state_text if info else "?"
+        slurm = info.state_text if info else ("unreachable" if no_slurm else "?")
         if not row.ok:
             steps.append(Step(node, "unreachable", False, slurm=slurm, error=row.error))
             continue
         power = row.value
         if action in ("on", "off") and power == action:
             steps.append(Step(node, f"nothing (already {power})", False, power=power, slurm=slurm))
+            continue
+        if no_slurm:
+            if force or action == "on":
+                steps.append(Step(node, f"power {action}" if not (action == "cycle" and power == "off")
+                                  else "power on (was off)", True,
+                                  "--force; Slurm unreachable, no job check" if force else "Slurm unreachable",
+                                  power=power, slurm=slurm, no_slurm=True))
+            else:
+                steps.append(Step(node, "refused", False, f"Slurm unreachable ({no_slurm}): cannot check for "
+                                  "running jobs; use --force to act without the check", power=power, slurm=slurm))
             continue
         ok, must_drain, why = safety(node, info, disruptive=action in DISRUPTIVE, force=force, drain=drain)
         if not ok:
@@ -137,7 +167,8 @@ def apply_power(fleet: Fleet, steps: list[Step], action: str, store: Store, reas
             out.done.append(r.node)
             s = by_node[r.node]
             events.append((f"bmc.power.{action}", r.node, reason,
-                           {"was": s.power, "slurm": s.slurm, "forced": s.why == "--force", "drained": s.drain}))
+                           {"was": s.power, "slurm": s.slurm, "forced": s.why.startswith("--force"),
+                            "drained": s.drain, "slurm_unreachable": s.no_slurm}))
         else:
             out.failed[r.node] = r.error
     if events:

@@ -13,11 +13,11 @@ from rich.markup import escape
 
 from ..bmc import ops
 from ..bmc.model import BOOT_DEVICES, POWER_ACTIONS
-from ..errors import EXIT_PROBLEMS, EXIT_UNREACHABLE
+from ..errors import EXIT_PROBLEMS, EXIT_UNREACHABLE, SlurmadmError
 from ..store import Store
 from .audit import parse_since
 from .common import (Group, dry_run_option, get_site, info, json_option, print_json, reason_option,
-                     site_option, when)
+                     site_option, warn, when)
 from .common import markup_console as console  # this module escapes every value itself
 from .common import markup_table as table
 
@@ -103,9 +103,12 @@ def power(action, nodes, site_file, as_json, dry_run, force, drain, reason) -> N
                                  for r in rows]))
         _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
         return
-    backend = _backend()
+    try:
+        backend = _backend()
+    except SlurmadmError as exc:  # out-of-band power is for when Slurm is down: plan_power decides
+        backend = ops.NoSlurm(str(exc))
     with _bar(fleet, "power status", as_json) as bar:
-        steps = ops.plan_power(fleet, names, action, backend, force=force, drain=drain)
+        steps = ops.plan_power(fleet, names, action, backend, force=force, drain=drain, warn=warn)
         if not dry_run:
             bar.what = f"power {action}"
             outcome = _power_apply(site, fleet, backend, steps, action, reason)
