@@ -246,3 +246,69 @@ def test_unexpected_shape_through_the_fleet_is_one_line_without_python_text():
     with pytest.raises(UnreachableError) as err:
         w.bootdev()
     assert str(err.value) == "b200-001: BMC 10.0.0.9:443: bootdev: answered with a shape it cannot read"
+
+
+# ---------------------------------------------------------------------- IPMI: SEL names, boot flags
+def test_sel_record_without_sdr_is_named_by_sensor_type_like_ipmitool():
+    from slurmadm.bmc.ipmi import _sel_sensor_name
+
+    assert _sel_sensor_name({"component": "Sensor 32.7.0", "component_id": "32.7.0",
+                             "component_type": "Memory"}) == "Memory #0x07"
+    assert _sel_sensor_name({"component": "Inlet Temp", "component_id": "32.1.0",
+                             "component_type": "Temperature"}) == "Inlet Temp"
+    assert _sel_sensor_name({"component": None, "component_id": 0}) == ""
+
+
+class BootFlags:
+    """Get/Set System Boot Options as a BMC that never sets the boot-flags-valid bit answers."""
+
+    def __init__(self, flags: tuple[int, int]):
+        self.flags = flags  # (data 1, data 2) of parameter 5
+        self.set_calls: list[tuple[str, bool]] = []
+
+    def raw_command(self, netfn, command, data=()):
+        assert (netfn, command, tuple(data)) == (0, 9, (5, 0, 0))
+        return {"code": 0, "data": bytes([1, 5, *self.flags, 0, 0, 0])}
+
+    def set_bootdev(self, device, persist=False):
+        self.set_calls.append((device, persist))
+        self.flags = (0x00, 0x00)
+
+
+def ipmi_client(cmd):
+    from slurmadm.bmc.creds import Credentials, Secret
+    from slurmadm.bmc.ipmi import IpmiClient
+    from slurmadm.bmc.model import Target
+
+    c = IpmiClient.__new__(IpmiClient)
+    c.node, c.target, c._creds, c.cmd, c._closed = ("b200-001", Target("b200-001", "10.0.0.9", 623, 443),
+                                                    Credentials("admin", Secret("pw")), cmd, True)
+    return c
+
+
+@pytest.mark.parametrize("flags, want", [
+    ((0x00, 0x18), ("bios", False)),  # BIOS selected, valid bit never set
+    ((0x80, 0x18), ("bios", False)),
+    ((0xC0, 0x04), ("pxe", True)),
+    ((0x80, 0x08), ("disk", False)),
+    ((0x00, 0x00), ("default", True)),
+])
+def test_bootdev_reads_the_device_selector_not_only_the_valid_bit(flags, want):
+    assert ipmi_client(BootFlags(flags)).bootdev() == want
+
+
+def test_bootdev_default_after_bios_on_a_bmc_without_the_valid_bit_changes_it():
+    cmd = BootFlags((0x00, 0x18))
+    c = ipmi_client(cmd)
+
+    class Store:
+        events: list = []
+
+        def audit_many(self, events):
+            self.events += events
+
+    fleet = _Fleet(type("C", (), {"bmc": c, "node": "b200-001"})())
+    rows, changed = ops.set_bootdev(fleet, ["n1"], "default", False, Store(), "test")
+    assert changed == ["n1"] and rows[0].value["was"] == "bios"
+    assert cmd.set_calls == [("default", False)]
+    assert c.bootdev() == ("default", True)
