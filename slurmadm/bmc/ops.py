@@ -244,6 +244,16 @@ def read_inventory(fleet: Fleet, nodes: list[str], *, redfish: bool) -> list[Row
     return fleet.run(nodes, fn)
 
 
+def bootdev_plan(rows: list[Row], device: str, persistent: bool, *, dry_run: bool) -> list[dict]:
+    """`bmc bootdev status` (and its --dry-run plan): each node's boot override as read, and
+    with dry_run whether `bootdev DEVICE` would change it (set_bootdev's own rule)."""
+    return [{"node": r.node, "bootdev": r.value[0] if r.ok else None, "persistent": r.value[1] if r.ok else None,
+             "error": r.error or None,
+             **({"would_change": r.ok and r.value != (device, persistent) and
+                 not (device == "default" and r.value[0] == "default")} if dry_run else {})}
+            for r in rows]
+
+
 def inventory_errors(rows: list[Row]) -> list[tuple[str, str]]:
     """(node, error) for each node that did not answer, or answered only in part."""
     return [(r.node, e) for r in rows for e in ([r.error] if not r.ok else r.value.get("errors", []))]

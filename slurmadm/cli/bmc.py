@@ -293,11 +293,7 @@ def bootdev(device, nodes, site_file, as_json, dry_run, persist, reason) -> None
     if device == "status" or dry_run:
         with _bar(fleet, "boot device", as_json):
             rows = fleet.run(names, lambda c: c.bmc.bootdev())
-        data = [{"node": r.node, "bootdev": r.value[0] if r.ok else None, "persistent": r.value[1] if r.ok else None,
-                 "error": r.error or None,
-                 **({"would_change": r.ok and r.value != (device, persist) and
-                     not (device == "default" and r.value[0] == "default")} if dry_run else {})}
-                for r in rows]
+        data = ops.bootdev_plan(rows, device, persist, dry_run=dry_run)
         if as_json:
             print_json({"dry_run": True, "plan": data} if dry_run and device != "status" else data)
         else:
@@ -560,26 +556,7 @@ def firmware_update(nodes, component, image_url, push, version, task_timeout, fo
     states = ops.slurm_view(backend, names)
     with _bar(fleet, "firmware", as_json):
         current = {r.node: r for r in fleet.run(names, lambda c: c.redfish.firmware())}
-    want = version
-    plan = []
-    for n in names:
-        r = current[n]
-        if not r.ok:
-            plan.append({"node": n, "action": "unreachable", "why": r.error})
-        elif component not in r.value:
-            plan.append({"node": n, "action": "refused", "why": f"no component {component!r} on this BMC"})
-        elif want is not None and r.value[component] == want:
-            plan.append({"node": n, "action": "skip", "why": f"already at {want}"})
-        elif (why := fw.eligibility(states.get(n), force=force)):
-            may, must_drain, how = (ops.safety(n, states[n], disruptive=True, force=False, drain=True)
-                                    if drain and n in states else (False, False, why))
-            if may:
-                plan.append({"node": n, "action": "update", "why": f"{how}; {r.value[component]} -> image",
-                             "drain": must_drain, "wait": True})
-            else:
-                plan.append({"node": n, "action": "refused", "why": how})
-        else:
-            plan.append({"node": n, "action": "update", "why": f"{r.value[component]} -> image"})
+    plan = fw.plan_update(names, current, states, component, version=version, force=force, drain=drain)
     todo = [p["node"] for p in plan if p["action"] == "update"]
     waves = fw.waves(todo, site.software.canary_nodes, site.software.wave_fraction)
     if dry_run or not todo:
