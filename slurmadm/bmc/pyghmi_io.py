@@ -7,6 +7,14 @@ between the I/O thread's switch and its read, the read blocked for good and ever
 process hung (seen with 128 BMCs in one process). Reads here never block (MSG_DONTWAIT) and
 sends leave the socket's mode alone.
 
+And a lost wake-up in its event loop (where `bmc sel`'s 7-27 s under load went): a caller checks
+that no packet is queued, then registers with the I/O thread to be woken by the next packet.
+When the answer arrives in between, the I/O thread queues it and wakes nobody; the caller sleeps
+until its retransmit deadline (0.5-1 s) although its answer is there, once per round trip that
+loses the race - on a loaded head most of the SDR reads of a SEL decode, against ipmi_sim as
+against our emulator. _io_wait here waits in growing slices (5 ms .. 100 ms) and looks at the
+session's packet queue between them, so a lost wake-up costs a slice, not a retransmit timeout.
+
 And a fix to its FRU read: pyghmi reads the FRU in 224-byte chunks and backs off only on
 completion codes 0xC9/0xCA, where a BMC that limits the read size may answer 0xC8 ("request
 data field length limit exceeded": OpenIPMI's ipmi_sim above 32 bytes). `ipmitool fru print`
@@ -74,6 +82,34 @@ def fetch_fru(self, fruid):
         chunksize = min(chunksize, frusize - offset)
 
 
+_SLICES = (0.005, 0.01, 0.02, 0.05, 0.1)
+_orig_io_wait = _session._io_wait
+
+
+def _io_wait(timeout, myaddr=None, evq=None):
+    """pyghmi.ipmi.private.session._io_wait for a session awaiting its BMC's answer (`myaddr`),
+    robust to the lost wake-up: returns as soon as that session has a packet queued, looking
+    between slices of at most 100 ms rather than sleeping the whole retransmit timeout."""
+    if myaddr is None or evq is not None:
+        return _orig_io_wait(timeout, myaddr, evq)
+    import time
+
+    handlers = _session.Session.bmc_handlers.get(myaddr) or {}
+
+    def pending() -> bool:
+        return any(getattr(s, "pktqueue", None) for s in list(handlers.values()))
+
+    deadline = time.monotonic() + max(timeout or 0, 0)
+    i = 0
+    while not pending():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        _orig_io_wait(min(left, _SLICES[min(i, len(_SLICES) - 1)]), myaddr)
+        i += 1
+    return None
+
+
 def apply() -> None:
     global _applied
     if not _applied:
@@ -81,6 +117,7 @@ def apply() -> None:
 
         _session._io_recvfrom = _recvfrom
         _session._io_sendto = _sendto
+        _session._io_wait = _io_wait
         _fru.FRU.fetch_fru = fetch_fru
         _applied = True
 

@@ -312,3 +312,34 @@ def test_bootdev_default_after_bios_on_a_bmc_without_the_valid_bit_changes_it():
     assert changed == ["n1"] and rows[0].value["was"] == "bios"
     assert cmd.set_calls == [("default", False)]
     assert c.bootdev() == ("default", True)
+
+
+# ---------------------------------------------------------------------- pyghmi's lost wake-up
+def test_io_wait_returns_when_the_answer_is_already_queued(monkeypatch):
+    """The answer came in between the send and the wait: pyghmi slept its retransmit timeout
+    (0.5-1 s per round trip on a loaded head); ours looks at the session's queue first."""
+    import collections
+    import threading
+    import time
+
+    import pyghmi.ipmi.private.session as S
+
+    slept = []
+
+    def fake_wait(timeout, myaddr=None, evq=None):  # the I/O thread never wakes this caller
+        slept.append(timeout)
+        time.sleep(timeout)
+
+    monkeypatch.setattr(pyghmi_io, "_orig_io_wait", fake_wait)
+    addr = ("127.0.0.9", 623)
+    sess = type("Sess", (), {})()
+    sess.pktqueue = collections.deque(["answer"])
+    monkeypatch.setitem(S.Session.bmc_handlers, addr, {40000: sess})
+    t = time.monotonic()
+    pyghmi_io._io_wait(1.0, addr)
+    assert time.monotonic() - t < 0.05 and slept == []
+    sess.pktqueue.clear()
+    threading.Timer(0.05, lambda: sess.pktqueue.append("late answer")).start()
+    t = time.monotonic()
+    pyghmi_io._io_wait(1.0, addr)
+    assert time.monotonic() - t < 0.5 and max(slept) <= 0.1  # a slice, not the whole timeout
