@@ -12,8 +12,8 @@ that no packet is queued, then registers with the I/O thread to be woken by the 
 When the answer arrives in between, the I/O thread queues it and wakes nobody; the caller sleeps
 until its retransmit deadline (0.5-1 s) although its answer is there, once per round trip that
 loses the race - on a loaded head most of the SDR reads of a SEL decode, against ipmi_sim as
-against our emulator. _io_wait here waits in growing slices (5 ms .. 100 ms) and looks at the
-session's packet queue between them, so a lost wake-up costs a slice, not a retransmit timeout.
+against our emulator. _io_wait here looks at the session's packet queue once more after
+registering and before sleeping.
 
 And a fix to its FRU read: pyghmi reads the FRU in 224-byte chunks and backs off only on
 completion codes 0xC9/0xCA, where a BMC that limits the read size may answer 0xC8 ("request
@@ -82,32 +82,32 @@ def fetch_fru(self, fruid):
         chunksize = min(chunksize, frusize - offset)
 
 
-_SLICES = (0.005, 0.01, 0.02, 0.05, 0.1)
-_orig_io_wait = _session._io_wait
+def _pending(myaddr) -> bool:
+    return any(getattr(sess, "pktqueue", None) for sess in list((_session.Session.bmc_handlers.get(myaddr) or {}).values()))
 
 
 def _io_wait(timeout, myaddr=None, evq=None):
-    """pyghmi.ipmi.private.session._io_wait for a session awaiting its BMC's answer (`myaddr`),
-    robust to the lost wake-up: returns as soon as that session has a packet queued, looking
-    between slices of at most 100 ms rather than sleeping the whole retransmit timeout."""
-    if myaddr is None or evq is not None:
-        return _orig_io_wait(timeout, myaddr, evq)
-    import time
+    """pyghmi.ipmi.private.session._io_wait, without the lost wake-up: a caller awaiting its
+    BMC (`myaddr`) looks at its session's packet queue after registering with the I/O thread
+    and before sleeping. An answer the I/O thread queued before it saw the registration is
+    found there; one it queues later wakes the registration. Same wake-ups as pyghmi's."""
+    import threading
 
-    handlers = _session.Session.bmc_handlers.get(myaddr) or {}
-
-    def pending() -> bool:
-        return any(getattr(s, "pktqueue", None) for s in list(handlers.values()))
-
-    deadline = time.monotonic() + max(timeout or 0, 0)
-    i = 0
-    while not pending():
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        _orig_io_wait(min(left, _SLICES[min(i, len(_SLICES) - 1)]), myaddr)
-        i += 1
-    return None
+    if myaddr is not None and evq is None and _pending(myaddr):
+        return
+    evt = threading.Event()
+    if evq is not None:
+        evq.append(evt)
+    deadline = timeout + _session._monotonic_time()
+    _session.ioqueue.append((deadline, evt, myaddr))
+    if deadline < _session.selectdeadline:
+        intsock = _session.iosockets[0]
+        if hasattr(intsock, "fd"):
+            intsock = intsock.fd
+        intsock.sendto(b"\x01", (_session.myself, _session.iosockets[0].getsockname()[1]))
+    if myaddr is not None and evq is None and _pending(myaddr):
+        return  # the registration is left to expire: the I/O thread sets it at its deadline
+    evt.wait()
 
 
 def apply() -> None:

@@ -315,31 +315,34 @@ def test_bootdev_default_after_bios_on_a_bmc_without_the_valid_bit_changes_it():
 
 
 # ---------------------------------------------------------------------- pyghmi's lost wake-up
-def test_io_wait_returns_when_the_answer_is_already_queued(monkeypatch):
-    """The answer came in between the send and the wait: pyghmi slept its retransmit timeout
-    (0.5-1 s per round trip on a loaded head); ours looks at the session's queue first."""
+def test_io_wait_finds_an_answer_queued_while_it_registered(monkeypatch):
+    """The answer came in while the caller registered with the I/O thread: pyghmi's caller slept
+    until its retransmit deadline (0.5-1 s per round trip on a loaded head, nobody to wake it);
+    ours looks at its session's queue after registering."""
     import collections
     import threading
-    import time
 
     import pyghmi.ipmi.private.session as S
 
-    slept = []
-
-    def fake_wait(timeout, myaddr=None, evq=None):  # the I/O thread never wakes this caller
-        slept.append(timeout)
-        time.sleep(timeout)
-
-    monkeypatch.setattr(pyghmi_io, "_orig_io_wait", fake_wait)
     addr = ("127.0.0.9", 623)
     sess = type("Sess", (), {})()
-    sess.pktqueue = collections.deque(["answer"])
+    sess.pktqueue = collections.deque()
+
+    class Racing(collections.deque):
+        def append(self, item):  # the I/O thread queues the answer just as the caller registers
+            super().append(item)
+            sess.pktqueue.append("answer")
+
     monkeypatch.setitem(S.Session.bmc_handlers, addr, {40000: sess})
-    t = time.monotonic()
-    pyghmi_io._io_wait(1.0, addr)
-    assert time.monotonic() - t < 0.05 and slept == []
+    monkeypatch.setattr(S, "ioqueue", Racing())
+    monkeypatch.setattr(S, "selectdeadline", 0)  # no wake byte to send (no I/O thread here)
+    t = threading.Thread(target=pyghmi_io._io_wait, args=(1.0, addr), daemon=True)
+    t.start()
+    t.join(2.0)
+    assert not t.is_alive(), "slept although its answer was queued"
     sess.pktqueue.clear()
-    threading.Timer(0.05, lambda: sess.pktqueue.append("late answer")).start()
-    t = time.monotonic()
-    pyghmi_io._io_wait(1.0, addr)
-    assert time.monotonic() - t < 0.5 and max(slept) <= 0.1  # a slice, not the whole timeout
+    sess.pktqueue.append("early answer")
+    t = threading.Thread(target=pyghmi_io._io_wait, args=(1.0, addr), daemon=True)
+    t.start()
+    t.join(2.0)
+    assert not t.is_alive()
