@@ -93,6 +93,10 @@ class Ports:
     def monitor_node_exporter(self, index: int) -> int:
         return self.base + 700 + index
 
+    # Beside the dev cluster, in the tests: base+720..739 for BMCs we did not write and their
+    # neighbours (ipmi_sim 720, sushy-static 721/722, one emulator BMC 725/726:
+    # tests/integration/independent_bmcs.py).
+
     @property
     def burnin_rendezvous(self) -> int:
         """All fake nodes share 127.0.0.1: burn-in all-reduces listen on base+400..base+499."""
