@@ -11,6 +11,7 @@ PACKAGES=(
   git ca-certificates procps
   chromium fonts-dejavu-core                       # tests: the burn-in report in a headless browser
   ipmitool curl                                    # slurmadm bmc: the emulators' cross-check clients
+  openipmi                                         # ipmi_sim + sdrcomp: an IPMI BMC we did not write (test bed)
   openssh-server openssh-client util-linux clustershell   # fleet: an sshd per fake node in unshare
                                                           # namespaces; clush for bench/fleet_facts.py
   prometheus prometheus-alertmanager prometheus-node-exporter tmux  # monitoring: rules (promtool), tests, bench, `top`

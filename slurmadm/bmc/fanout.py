@@ -68,11 +68,21 @@ class _Watched:
             return attr
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            result = attr(*args, **kwargs)
+            try:
+                result = attr(*args, **kwargs)
+            except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+                # an answer the adapter did not expect: one line naming the node and the BMC
+                raise UnreachableError(_unexpected(self._client, name, exc)) from None
             self._answered()
             return result
 
         return call
+
+
+def _unexpected(client: Any, call: str, exc: BaseException) -> str:
+    where = client._where() if hasattr(client, "_where") else getattr(getattr(client, "target", None), "host", "?")
+    what = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) and exc.args else "a shape it cannot read"
+    return f"{getattr(client, 'node', '?')}: BMC {where}: {call}: answered with {what}"
 
 
 class Conn:

@@ -45,6 +45,36 @@ def status(fleet: Fleet, nodes: list[str]) -> tuple[list[Row], list[Drift]]:
     return rows, drift
 
 
+def plan_update(nodes: list[str], current: dict[str, Row], states: dict[str, NodeInfo], component: str, *,
+                version: str | None, force: bool, drain: bool) -> list[dict]:
+    """What `bmc firmware update` does on each node, from its firmware as read (`current`) and
+    its Slurm state: update, skip (already at --version), refused (not drained and idle, no
+    such component) or unreachable. With --drain a node that may be drained is updated after
+    its jobs end ("drain": it must be drained first, "wait": wait for its jobs)."""
+    from .ops import safety
+
+    plan = []
+    for n in nodes:
+        r = current[n]
+        if not r.ok:
+            plan.append({"node": n, "action": "unreachable", "why": r.error})
+        elif component not in r.value:
+            plan.append({"node": n, "action": "refused", "why": f"no component {component!r} on this BMC"})
+        elif version is not None and r.value[component] == version:
+            plan.append({"node": n, "action": "skip", "why": f"already at {version}"})
+        elif (why := eligibility(states.get(n), force=force)):
+            may, must_drain, how = (safety(n, states[n], disruptive=True, force=False, drain=True)
+                                    if drain and n in states else (False, False, why))
+            if may:
+                plan.append({"node": n, "action": "update", "why": f"{how}; {r.value[component]} -> image",
+                             "drain": must_drain, "wait": True})
+            else:
+                plan.append({"node": n, "action": "refused", "why": how})
+        else:
+            plan.append({"node": n, "action": "update", "why": f"{r.value[component]} -> image"})
+    return plan
+
+
 def waves(nodes: list[str], canary: int, fraction: float) -> list[list[str]]:
     """Canary first, then waves of ceil(fraction x all) nodes."""
     if not nodes:

@@ -18,7 +18,36 @@ _TYPES = {"Temperature": "temperature", "Fan": "fan", "Power": "power", "Voltage
 _THRESHOLDS = ("lnc", "lc", "lnr", "unc", "uc", "unr")
 _BOOT = {"pxe": "network", "disk": "hd", "bios": "setup", "default": "default"}
 _BOOT_BACK = {"network": "pxe", "hd": "disk", "setup": "bios", "default": "default"}
+# boot flags data 2, bits 5:2 (boot device selector) -> ours; IPMI 2.0 table 28-14
+_BOOT_SELECTORS = {0x0: "default", 0x1: "pxe", 0x2: "disk", 0x3: "disk", 0x5: "cdrom", 0x6: "bios", 0xF: "floppy"}
 _login_lock = threading.Lock()
+
+
+def _probe_oem_once(cmd) -> None:
+    """pyghmi's oem_init() asks the BMC's Get Device ID again on every call until it knows an OEM
+    handler for it, and it is called for each SDR record decoded and each SEL entry: on a BMC of
+    a make pyghmi has no handler for (ipmi_sim, ours, many others) `bmc sel` made one extra round
+    trip per record - 30 on a B200 emulator, seconds on a loaded head. The device does not change
+    within a session: probe once (when first needed), then keep the handler found."""
+    probe = cmd.oem_init
+
+    def once():
+        probe()
+        cmd._oemknown = True
+
+    cmd.oem_init = once
+
+
+def _sel_sensor_name(e: dict) -> str:
+    """The sensor a SEL entry is about. Without an SDR for it pyghmi says "Sensor 32.7.0"
+    (generator.number.lun); ipmitool says "Memory #0x07" (sensor type, number): so do we."""
+    name = str(e.get("component") or "")
+    cid = str(e.get("component_id") or "")
+    if name.startswith("Sensor ") and name[len("Sensor "):] == cid and e.get("component_type"):
+        parts = cid.split(".")
+        if len(parts) >= 2 and parts[1].isdigit():
+            return f"{e['component_type']} #0x{int(parts[1]):02x}"
+    return name
 
 
 def _severity(health: int) -> str:
@@ -45,6 +74,7 @@ class IpmiClient:
                                port=target.ipmi_port, keepalive=False)
         except Exception as exc:  # pyghmi raises IpmiException, socket errors, ...
             raise self._error("login", exc) from None
+        _probe_oem_once(self.cmd)
         self._closed = False
 
     def _error(self, what: str, exc: BaseException) -> UnreachableError:
@@ -77,8 +107,21 @@ class IpmiClient:
         self._call(f"power {action}", self.cmd.set_power, action, wait=False)
 
     def bootdev(self) -> tuple[str, bool]:
-        rsp = self._call("bootdev", self.cmd.get_bootdev)
-        return _BOOT_BACK.get(rsp.get("bootdev"), str(rsp.get("bootdev"))), bool(rsp.get("persistent"))
+        """Get System Boot Options, parameter 5 (boot flags; IPMI 2.0, 28.13): the device selector
+        as set, whether or not the BMC set the boot-flags-valid bit. pyghmi answers "default"
+        whenever that bit is clear, so after `bootdev bios` on a BMC that never sets it,
+        `bootdev default` found nothing to change while BIOS was still selected."""
+        rsp = self._call("bootdev", self.cmd.raw_command, netfn=0, command=9, data=(5, 0, 0))
+        if rsp.get("error"):
+            raise self._error("bootdev", RuntimeError(rsp["error"]))
+        data = bytes(rsp.get("data", b""))
+        if len(data) < 4 or data[1] & 0x7F != 5:
+            raise self._error("bootdev", RuntimeError(f"unexpected boot options answer {data.hex(' ')}"))
+        selector = (data[3] >> 2) & 0x0F
+        persistent = bool(data[2] & 0x40)
+        if data[1] & 0x80 or (selector == 0 and not data[2] & 0x80):
+            return "default", True  # nothing selected (as pyghmi reports it)
+        return _BOOT_SELECTORS.get(selector, f"0x{selector:x}"), persistent
 
     def set_bootdev(self, device: str, persistent: bool) -> None:
         self._call("set bootdev", self.cmd.set_bootdev, _BOOT[device], persist=persistent)
@@ -129,7 +172,7 @@ class IpmiClient:
             what = e.get("event") or ("OEM record" if "oemdata" in e else "event")
             if e.get("deassertion"):
                 what += " (deasserted)"
-            out.append(SelEvent(int(e.get("record_id", 0)), ts, str(e.get("component") or ""),
+            out.append(SelEvent(int(e.get("record_id", 0)), ts, _sel_sensor_name(e),
                                 str(e.get("component_type") or ""), what, _severity(int(e.get("severity") or 0)),
                                 not e.get("deassertion", False)))
         return out

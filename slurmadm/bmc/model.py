@@ -51,6 +51,7 @@ class SelEvent:
     event: str
     severity: str  # info | warning | critical
     asserted: bool = True
+    log: str = "SEL"  # which log it came from (IPMI: the SEL; Redfish: the LogService, e.g. Systems/1/LogServices/SEL)
 
     def to_json(self) -> dict:
         return asdict(self)

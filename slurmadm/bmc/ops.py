@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import UsageError
+from ..errors import CommandFailed, UnreachableError, UsageError
 from ..slurm.model import NodeInfo, SlurmBackend
 from ..slurm.ownership import format_reason, may_drain
 from ..store import Store
@@ -37,10 +37,11 @@ class Step:
     slurm: str = ""  # Slurm state
     drain: bool = False  # drain and wait before acting
     error: str = ""
+    no_slurm: bool = False  # Slurm was unreachable: acting without the job check (--force)
 
     def to_json(self) -> dict:
         return {"node": self.node, "action": self.action, "do": self.do, "why": self.why, "power": self.power,
-                "slurm": self.slurm, "drain": self.drain, "error": self.error}
+                "slurm": self.slurm, "drain": self.drain, "error": self.error, "no_slurm": self.no_slurm}
 
 
 @dataclass
@@ -82,21 +83,50 @@ def safety(node: str, info: NodeInfo | None, *, disruptive: bool, force: bool, d
     return True, False, ""
 
 
+class NoSlurm:
+    """A Slurm backend that could not be had (get_backend failed): every query says why."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def nodes(self, names=None):
+        raise UnreachableError(self.why)
+
+
 def plan_power(fleet: Fleet, nodes: list[str], action: str, backend: SlurmBackend | None, *, force: bool,
-               drain: bool) -> list[Step]:
-    states = slurm_view(backend, nodes)
+               drain: bool, warn: Callable[[str], None] = lambda _msg: None) -> list[Step]:
+    """What `bmc power ACTION` does on each node. Out-of-band power is for when the head's Slurm
+    is down: if Slurm does not answer, `on` and anything with --force act without the job
+    check (warned once, and audited as such); off/cycle/reset without --force are refused."""
+    no_slurm = ""
+    try:
+        states = slurm_view(backend, nodes)
+    except (UnreachableError, CommandFailed) as exc:
+        states, no_slurm = {}, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if force or action == "on":
+            warn(f"Slurm did not answer ({no_slurm}); power {action} without the job check")
     rows = {r.node: r for r in fleet.run(nodes, lambda c: c.bmc.power_state())}
     steps = []
     for node in nodes:
         info = states.get(node)
         row = rows[node]
-        slurm = info.state_text if info else "?"
+        slurm = info.state_text if info else ("unreachable" if no_slurm else "?")
         if not row.ok:
             steps.append(Step(node, "unreachable", False, slurm=slurm, error=row.error))
             continue
         power = row.value
         if action in ("on", "off") and power == action:
             steps.append(Step(node, f"nothing (already {power})", False, power=power, slurm=slurm))
+            continue
+        if no_slurm:
+            if force or action == "on":
+                steps.append(Step(node, f"power {action}" if not (action == "cycle" and power == "off")
+                                  else "power on (was off)", True,
+                                  "--force; Slurm unreachable, no job check" if force else "Slurm unreachable",
+                                  power=power, slurm=slurm, no_slurm=True))
+            else:
+                steps.append(Step(node, "refused", False, f"Slurm unreachable ({no_slurm}): cannot check for "
+                                  "running jobs; use --force to act without the check", power=power, slurm=slurm))
             continue
         ok, must_drain, why = safety(node, info, disruptive=action in DISRUPTIVE, force=force, drain=drain)
         if not ok:
@@ -137,7 +167,8 @@ def apply_power(fleet: Fleet, steps: list[Step], action: str, store: Store, reas
             out.done.append(r.node)
             s = by_node[r.node]
             events.append((f"bmc.power.{action}", r.node, reason,
-                           {"was": s.power, "slurm": s.slurm, "forced": s.why == "--force", "drained": s.drain}))
+                           {"was": s.power, "slurm": s.slurm, "forced": s.why.startswith("--force"),
+                            "drained": s.drain, "slurm_unreachable": s.no_slurm}))
         else:
             out.failed[r.node] = r.error
     if events:
@@ -180,16 +211,52 @@ def read_sel(fleet: Fleet, nodes: list[str], *, since: float | None, clear: bool
 
 
 def read_inventory(fleet: Fleet, nodes: list[str], *, redfish: bool) -> list[Row]:
+    """FRU and firmware of each node. On a site with IPMI and Redfish, a half that fails does
+    not throw away the half that answered: the row keeps what was read, with the failure under
+    "errors" (the command still exits 3). Only when nothing answered is the row an error."""
+    use_redfish = redfish and fleet.site.bmc.redfish
+
     def fn(c: Conn) -> dict:
-        inv = dict(c.bmc.inventory())
-        if redfish and fleet.site.bmc.redfish:
-            inv["firmware"] = c.redfish.firmware()
-            if c.bmc is not c.redfish:
-                for k, v in c.redfish.inventory().items():
+        inv: dict = {}
+        errors: list[str] = []
+        try:
+            inv.update(c.bmc.inventory())
+        except UnreachableError as exc:
+            if not use_redfish or fleet.site.bmc.protocol == "redfish":
+                raise
+            errors.append(str(exc))
+        if use_redfish:
+            try:
+                firmware = c.redfish.firmware()
+                extra = c.redfish.inventory() if fleet.site.bmc.protocol != "redfish" else {}
+            except UnreachableError as exc:
+                if not inv:
+                    raise UnreachableError("; ".join([*errors, str(exc)])) from None
+                errors.append(str(exc))
+            else:
+                inv["firmware"] = firmware
+                for k, v in extra.items():
                     inv.setdefault(k, v)
+        if errors:
+            inv["errors"] = errors
         return inv
 
     return fleet.run(nodes, fn)
+
+
+def bootdev_plan(rows: list[Row], device: str, persistent: bool, *, dry_run: bool) -> list[dict]:
+    """`bmc bootdev status` (and its --dry-run plan): each node's boot override as read, and
+    with dry_run whether `bootdev DEVICE` would change it (set_bootdev's own rule)."""
+    return [{"node": r.node, "bootdev": r.value[0] if r.ok else None, "persistent": r.value[1] if r.ok else None,
+             "error": r.error or None,
+             **({"would_change": r.ok and r.value != (device, persistent) and
+                 not (device == "default" and r.value[0] == "default")} if dry_run else {})}
+            for r in rows]
+
+
+def inventory_errors(rows: list[Row]) -> list[tuple[str, str]]:
+    """(node, error) for each node that did not answer, or answered only in part."""
+    return [(r.node, e) for r in rows for e in ([r.error] if not r.ok else r.value.get("errors", []))]
 
 
 def set_bootdev(fleet: Fleet, nodes: list[str], device: str, persistent: bool, store: Store,

@@ -6,6 +6,19 @@ and `_io_recvfrom` switched it back before each read: when a send from another t
 between the I/O thread's switch and its read, the read blocked for good and every BMC of the
 process hung (seen with 128 BMCs in one process). Reads here never block (MSG_DONTWAIT) and
 sends leave the socket's mode alone.
+
+And a lost wake-up in its event loop (where `bmc sel`'s 7-27 s under load went): a caller checks
+that no packet is queued, then registers with the I/O thread to be woken by the next packet.
+When the answer arrives in between, the I/O thread queues it and wakes nobody; the caller sleeps
+until its retransmit deadline (0.5-1 s) although its answer is there, once per round trip that
+loses the race - on a loaded head most of the SDR reads of a SEL decode, against ipmi_sim as
+against our emulator. _io_wait here looks at the session's packet queue once more after
+registering and before sleeping.
+
+And a fix to its FRU read: pyghmi reads the FRU in 224-byte chunks and backs off only on
+completion codes 0xC9/0xCA, where a BMC that limits the read size may answer 0xC8 ("request
+data field length limit exceeded": OpenIPMI's ipmi_sim above 32 bytes). `ipmitool fru print`
+backs off on it; so does fetch_fru here (0xC8, 0xC9, 0xCA), keeping the smaller size.
 """
 
 from __future__ import annotations
@@ -33,11 +46,79 @@ def _sendto(mysocket, packet, sockaddr):
         pass
 
 
+# completion codes on which a FRU read is retried with a smaller count (IPMI 2.0, table 5-2):
+# C8h request data field length limit exceeded, C9h parameter out of range, CAh cannot return
+# the number of requested data bytes
+FRU_BACKOFF_CODES = (0xC8, 0xC9, 0xCA)
+FRU_FIRST_CHUNK = 224  # what pyghmi asks first; most BMCs take it
+
+
+def fetch_fru(self, fruid):
+    """pyghmi.ipmi.fru.FRU.fetch_fru, backing off on FRU_BACKOFF_CODES."""
+    from pyghmi import exceptions as iexc
+
+    response = self.ipmicmd.raw_command(netfn=0xA, command=0x10, data=[fruid])
+    if "error" in response:
+        raise iexc.IpmiException(response["error"], code=response["code"])
+    frusize = response["data"][0] | (response["data"][1] << 8)
+    chunksize = min(FRU_FIRST_CHUNK, frusize)
+    offset = 0
+    self.rawfru = bytearray()
+    while chunksize > 0 and offset < frusize:
+        response = self.ipmicmd.raw_command(netfn=0xA, command=0x11,
+                                            data=[fruid, offset & 0xFF, offset >> 8, chunksize])
+        if response.get("code") in FRU_BACKOFF_CODES:
+            if chunksize <= 1:
+                raise iexc.IpmiException(response.get("error", "FRU read refused"), response.get("code"))
+            chunksize = chunksize // 2 + 2 if chunksize > 8 else chunksize - 1
+            continue
+        if "error" in response:
+            raise iexc.IpmiException(response["error"], response["code"])
+        got = response["data"][0]
+        if got == 0:
+            break
+        self.rawfru.extend(response["data"][1:1 + got])
+        offset += got
+        chunksize = min(chunksize, frusize - offset)
+
+
+def _pending(myaddr) -> bool:
+    return any(getattr(sess, "pktqueue", None) for sess in list((_session.Session.bmc_handlers.get(myaddr) or {}).values()))
+
+
+def _io_wait(timeout, myaddr=None, evq=None):
+    """pyghmi.ipmi.private.session._io_wait, without the lost wake-up: a caller awaiting its
+    BMC (`myaddr`) looks at its session's packet queue after registering with the I/O thread
+    and before sleeping. An answer the I/O thread queued before it saw the registration is
+    found there; one it queues later wakes the registration. Same wake-ups as pyghmi's."""
+    import threading
+
+    if myaddr is not None and evq is None and _pending(myaddr):
+        return
+    evt = threading.Event()
+    if evq is not None:
+        evq.append(evt)
+    deadline = timeout + _session._monotonic_time()
+    _session.ioqueue.append((deadline, evt, myaddr))
+    if deadline < _session.selectdeadline:
+        intsock = _session.iosockets[0]
+        if hasattr(intsock, "fd"):
+            intsock = intsock.fd
+        intsock.sendto(b"\x01", (_session.myself, _session.iosockets[0].getsockname()[1]))
+    if myaddr is not None and evq is None and _pending(myaddr):
+        return  # the registration is left to expire: the I/O thread sets it at its deadline
+    evt.wait()
+
+
 def apply() -> None:
     global _applied
     if not _applied:
+        import pyghmi.ipmi.fru as _fru
+
         _session._io_recvfrom = _recvfrom
         _session._io_sendto = _sendto
+        _session._io_wait = _io_wait
+        _fru.FRU.fetch_fru = fetch_fru
         _applied = True
 
 

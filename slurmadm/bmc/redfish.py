@@ -27,8 +27,10 @@ _RESET = {"on": "On", "off": "ForceOff", "cycle": "PowerCycle", "reset": "ForceR
 _BOOT = {"pxe": "Pxe", "disk": "Hdd", "bios": "BiosSetup", "default": "None"}
 _BOOT_BACK = {v: k for k, v in _BOOT.items()}
 _UNITS = {"Cel": "°C", "RPM": "RPM", "W": "W", "V": "V", "A": "A"}
+# DMTF Sensor schema (Sensor.v1_x): ReadingType values, then ReadingUnits (UCUM codes)
 _TYPES = {"Temperature": "temperature", "Rotational": "fan", "Power": "power", "Voltage": "voltage",
           "Current": "power"}
+_UNIT_TYPES = {"Cel": "temperature", "RPM": "fan", "W": "power", "V": "voltage", "A": "power"}
 _THRESH = {"LowerCaution": "lnc", "LowerCritical": "lc", "LowerFatal": "lnr", "UpperCaution": "unc",
            "UpperCritical": "uc", "UpperFatal": "unr"}
 
@@ -52,6 +54,37 @@ class TlsPolicy:
             ctx.verify_flags &= ~ssl.VERIFY_X509_STRICT
         self.context = ctx
 
+    def connection(self, host: str, port: int, *, timeout: float) -> http.client.HTTPSConnection:
+        """An HTTPS connection that applies this policy to every TCP connection it makes: its
+        first one and every reconnect http.client makes by itself (a BMC that closes after each
+        response, HTTP/1.0 or `Connection: close`, makes one per request)."""
+        return PinnedHTTPSConnection(host, port, timeout=timeout, context=self.context, fingerprint=self.fingerprint)
+
+
+class PinMismatch(ssl.SSLError):
+    """The peer's certificate is not the pinned one (bmc.tls_fingerprint)."""
+
+
+class PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """http.client.HTTPSConnection whose connect() - the one method http.client calls for the
+    first connection and for each automatic reconnect - checks the certificate's SHA-256
+    fingerprint after the handshake and before any byte of a request is sent."""
+
+    def __init__(self, host: str, port: int, *, timeout: float, context: ssl.SSLContext, fingerprint: str | None):
+        super().__init__(host, port, timeout=timeout, context=context)
+        self._fingerprint = fingerprint
+        self.connects = 0  # how many TLS connections this object made (tests read it)
+
+    def connect(self) -> None:
+        super().connect()
+        self.connects += 1
+        if self._fingerprint:
+            der = self.sock.getpeercert(binary_form=True) or b""
+            if not secrets.compare_digest(hashlib.sha256(der).hexdigest(), self._fingerprint):
+                sock, self.sock = self.sock, None
+                sock.close()
+                raise PinMismatch("certificate fingerprint does not match bmc.tls_fingerprint")
+
 
 class RedfishClient:
     def __init__(self, target: Target, creds: Credentials, tls: TlsPolicy, *, timeout: float):
@@ -63,6 +96,7 @@ class RedfishClient:
         self._token: str | None = None
         self._session_uri: str | None = None
         self._conn: http.client.HTTPSConnection | None = None
+        self._system_uri: str | None = None
         root = self.get("/redfish/v1", auth=False)
         sessions = (root.get("Links", {}).get("Sessions") or {}).get("@odata.id")
         if sessions:
@@ -71,8 +105,7 @@ class RedfishClient:
             if status == 401:
                 raise UnreachableError(f"{self.node}: BMC {self._where()}: login refused (user or password wrong)")
             if status >= 400:
-                raise UnreachableError(f"{self.node}: BMC {self._where()}: login failed (HTTP {status}: "
-                                       f"{_message(doc)})")
+                raise UnreachableError(f"{self.node}: BMC {self._where()}: login failed ({_http(status, doc)})")
             self._token = headers.get("x-auth-token")
             self._session_uri = headers.get("location") or doc.get("@odata.id")
 
@@ -82,23 +115,22 @@ class RedfishClient:
 
     def _connect(self) -> http.client.HTTPSConnection:
         if self._conn is None:
-            conn = http.client.HTTPSConnection(self.target.host, self.target.redfish_port, timeout=self._timeout,
-                                               context=self._tls.context)
+            conn = self._tls.connection(self.target.host, self.target.redfish_port, timeout=self._timeout)
             try:
                 conn.connect()
-            except ssl.SSLCertVerificationError as exc:
-                raise UnreachableError(f"{self.node}: BMC {self._where()}: certificate not trusted "
-                                       f"({exc.verify_message}); see bmc.tls_ca_file / tls_fingerprint") from None
-            except (OSError, ssl.SSLError) as exc:
-                raise UnreachableError(f"{self.node}: BMC {self._where()}: {exc}") from None
-            if self._tls.fingerprint:
-                der = conn.sock.getpeercert(binary_form=True) or b""
-                if not secrets.compare_digest(hashlib.sha256(der).hexdigest(), self._tls.fingerprint):
-                    conn.close()
-                    raise UnreachableError(f"{self.node}: BMC {self._where()}: certificate fingerprint does not "
-                                           "match bmc.tls_fingerprint")
+            except Exception as exc:
+                raise self._tls_error(exc) from None
             self._conn = conn
         return self._conn
+
+    def _tls_error(self, exc: BaseException) -> UnreachableError:
+        if isinstance(exc, PinMismatch):
+            return UnreachableError(f"{self.node}: BMC {self._where()}: certificate fingerprint does not match "
+                                    "bmc.tls_fingerprint")
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return UnreachableError(f"{self.node}: BMC {self._where()}: certificate not trusted "
+                                    f"({exc.verify_message}); see bmc.tls_ca_file / tls_fingerprint")
+        return UnreachableError(f"{self.node}: BMC {self._where()}: {self._creds.scrub(str(exc) or type(exc).__name__)}")
 
     def _request(self, method: str, path: str, body=None, *, auth: bool = True, raw: bytes | None = None,
                  content_type: str = "application/json") -> tuple[int, dict, dict]:
@@ -123,6 +155,9 @@ class RedfishClient:
                 resp = conn.getresponse()
                 payload = resp.read()
                 break
+            except (PinMismatch, ssl.SSLCertVerificationError) as exc:  # a reconnect to another certificate
+                self._conn = None
+                raise self._tls_error(exc) from None
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
                 self._conn = None  # keep-alive connection closed under us: one reconnect
                 if attempt == 2:
@@ -135,26 +170,56 @@ class RedfishClient:
         try:
             doc = json.loads(payload) if payload else {}
         except ValueError:
+            if resp.status < 400:
+                raise self._bad(method, path, f"HTTP {resp.status} with a body that is not JSON "
+                                f"({_excerpt(payload)})") from None
             doc = {}
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, doc if isinstance(doc, dict) else {}
+        if not isinstance(doc, dict):
+            if resp.status < 400:
+                raise self._bad(method, path, f"HTTP {resp.status} with JSON that is not an object "
+                                f"({_excerpt(payload)})")
+            doc = {}
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, doc
+
+    def _bad(self, method: str, path: str, what: str) -> UnreachableError:
+        """One line for a BMC answer slurmadm cannot use: node, BMC, the request and what came back."""
+        return UnreachableError(f"{self.node}: BMC {self._where()}: {method} {path}: answered {what}")
 
     def get(self, path: str, *, auth: bool = True) -> dict:
         status, _, doc = self._request("GET", path, auth=auth)
         if status >= 400:
-            raise UnreachableError(f"{self.node}: BMC {self._where()}: GET {path}: HTTP {status} {_message(doc)}")
+            raise UnreachableError(f"{self.node}: BMC {self._where()}: GET {path}: {_http(status, doc)}")
         return doc
 
     def _post(self, path: str, body: dict) -> tuple[int, dict, dict]:
         status, headers, doc = self._request("POST", path, body)
         if status >= 400:
-            raise UnreachableError(f"{self.node}: BMC {self._where()}: POST {path}: HTTP {status} {_message(doc)}")
+            raise UnreachableError(f"{self.node}: BMC {self._where()}: POST {path}: {_http(status, doc)}")
         return status, headers, doc
 
     def _members(self, path: str) -> list[str]:
-        return [m["@odata.id"] for m in self.get(path).get("Members", []) if "@odata.id" in m]
+        members = self.get(path).get("Members", [])
+        if not isinstance(members, list):
+            raise self._bad("GET", path, "a collection whose Members is not a list")
+        return [m["@odata.id"] for m in members if isinstance(m, dict) and isinstance(m.get("@odata.id"), str)]
+
+    def _first(self, path: str, what: str) -> str:
+        members = self._members(path)
+        if not members:
+            raise self._bad("GET", path, f"an empty collection (no {what})")
+        return members[0]
+
+    def _link(self, doc: dict, key: str, path: str) -> str:
+        link = doc.get(key)
+        uri = link.get("@odata.id") if isinstance(link, dict) else None
+        if not isinstance(uri, str):
+            raise self._bad("GET", path, f"a resource without {key}")
+        return uri
 
     def _system(self) -> str:
-        return self._members("/redfish/v1/Systems")[0]
+        if self._system_uri is None:
+            self._system_uri = self._first("/redfish/v1/Systems", "ComputerSystem")
+        return self._system_uri
 
     # ------------------------------------------------------------------ BmcClient
     def power_state(self) -> str:
@@ -162,7 +227,9 @@ class RedfishClient:
 
     def power(self, action: str) -> None:
         system = self.get(self._system())
-        reset = system.get("Actions", {}).get("#ComputerSystem.Reset", {})
+        reset = (system.get("Actions") or {}).get("#ComputerSystem.Reset") or {}
+        if not isinstance(reset.get("target"), str):
+            raise self._bad("GET", self._system(), "a ComputerSystem without the #ComputerSystem.Reset action")
         kind = _RESET[action]
         allowed = reset.get("ResetType@Redfish.AllowableValues")
         if action == "cycle" and system.get("PowerState") == "Off":
@@ -184,55 +251,115 @@ class RedfishClient:
                          ("Continuous" if persistent else "Once")}}
         status, _, doc = self._request("PATCH", self._system(), body)
         if status >= 400:
-            raise UnreachableError(f"{self.node}: BMC {self._where()}: set boot: HTTP {status} {_message(doc)}")
+            raise UnreachableError(f"{self.node}: BMC {self._where()}: set boot: {_http(status, doc)}")
 
     def sensors(self) -> list[Sensor]:
-        chassis = self.get(self._members("/redfish/v1/Chassis")[0])
+        chassis_uri = self._first("/redfish/v1/Chassis", "Chassis")
+        chassis = self.get(chassis_uri)
         out: list[Sensor] = []
         if "Sensors" in chassis:
-            for uri in self._members(chassis["Sensors"]["@odata.id"]):
-                s = self.get(uri)
+            docs = [self.get(uri) for uri in self._members(self._link(chassis, "Sensors", chassis_uri))]
+            fans = (self._fan_sources(chassis, chassis_uri)
+                    if any(sensor_type(d) == "other" and d.get("ReadingUnits") in ("%", "Percent") for d in docs)
+                    else set())
+            for s in docs:
+                uri = s.get("@odata.id", "")
                 th = {_THRESH[k]: v["Reading"] for k, v in (s.get("Thresholds") or {}).items()
                       if k in _THRESH and isinstance(v, dict) and v.get("Reading") is not None}
                 health = (s.get("Status") or {}).get("Health", "OK")
-                out.append(Sensor(s.get("Name", uri), _TYPES.get(s.get("ReadingType"), "other"), s.get("Reading"),
+                out.append(Sensor(s.get("Name", uri), sensor_type(s, fans), s.get("Reading"),
                                   _UNITS.get(s.get("ReadingUnits"), s.get("ReadingUnits") or ""),
                                   {"OK": "ok", "Warning": "warning"}.get(health, "critical"), th))
         if "Power" in chassis:
-            for psu in self.get(chassis["Power"]["@odata.id"]).get("PowerSupplies", []):
+            for psu in self.get(self._link(chassis, "Power", chassis_uri)).get("PowerSupplies", []):
                 health = (psu.get("Status") or {}).get("Health", "OK")
                 out.append(Sensor(f"{psu.get('Name', 'PSU')} Status", "psu", None, "",
                                   {"OK": "ok", "Warning": "warning"}.get(health, "critical"), {},
                                   ("Present",) if health == "OK" else ("Failure detected",)))
         return out
 
-    def _sel_service(self) -> dict:
-        manager = self._members("/redfish/v1/Managers")[0]
-        services = self._members(self.get(manager)["LogServices"]["@odata.id"])
-        for uri in services:
-            if uri.rstrip("/").rsplit("/", 1)[-1].upper() in ("SEL", "LOG1", "EVENTLOG"):
-                return self.get(uri)
-        return self.get(services[0])
+    def _fan_sources(self, chassis: dict, chassis_uri: str) -> set[str]:
+        """The Sensor URIs the chassis' fans read from (ThermalSubsystem/Fans/*: SpeedPercent's
+        DataSourceUri): a sensor in Percent is a fan when a Fan resource points at it."""
+        out: set[str] = set()
+        thermal = chassis.get("ThermalSubsystem")
+        if not isinstance(thermal, dict) or "@odata.id" not in thermal:
+            return out
+        sub = self.get(thermal["@odata.id"])
+        if not isinstance(sub.get("Fans"), dict):
+            return out
+        for uri in self._members(sub["Fans"]["@odata.id"]):
+            fan = self.get(uri)
+            for key in ("SpeedPercent", "SpeedRPM"):
+                src = fan.get(key)
+                if isinstance(src, dict) and isinstance(src.get("DataSourceUri"), str):
+                    out.add(src["DataSourceUri"])
+        return out
+
+    def log_services(self) -> list[tuple[str, dict, list[dict]]]:
+        """(uri, LogService, entries) of the system's and every manager's log services, SEL-typed
+        ones first (LogEntryType "SEL" or named SEL, then those whose entries are EntryType
+        "SEL"), then the others in the order found (the system's before the managers')."""
+        owners = [self._system(), *self._members("/redfish/v1/Managers")]
+        seen: list[str] = []
+        for owner in owners:
+            doc = self.get(owner)
+            if isinstance(doc.get("LogServices"), dict) and "@odata.id" in doc["LogServices"]:
+                seen += [u for u in self._members(doc["LogServices"]["@odata.id"]) if u not in seen]
+        if not seen:
+            raise self._bad("GET", owners[0], "no LogServices under the system or its managers")
+        services = []
+        for uri in seen:
+            doc = self.get(uri)
+            services.append((uri, doc, self._entries(uri, doc)))
+
+        def rank(item: tuple[str, dict, list[dict]]) -> int:
+            uri, doc, entries = item
+            name = str(doc.get("Id") or uri.rstrip("/").rsplit("/", 1)[-1]).upper()
+            if doc.get("LogEntryType") == "SEL" or name == "SEL":
+                return 0
+            return 1 if any(e.get("EntryType") == "SEL" for e in entries) else 2
+
+        return sorted(services, key=rank)
+
+    def _entries(self, uri: str, service: dict) -> list[dict]:
+        page = self._link(service, "Entries", uri)
+        out: list[dict] = []
+        ids: set[str] = set()
+        for _ in range(100):  # pages (@odata.nextLink), bounded
+            doc = self.get(page)
+            new = [e for e in doc.get("Members", []) if isinstance(e, dict) and e.get("@odata.id") not in ids]
+            ids.update(e.get("@odata.id") for e in new)
+            out += new
+            page = doc.get("@odata.nextLink")
+            total = doc.get("Members@odata.count")
+            if not new or not isinstance(page, str) or (isinstance(total, int) and len(out) >= total):
+                break
+        return out
 
     def sel(self, *, clear: bool = False) -> list[SelEvent]:
-        service = self._sel_service()
-        entries = self.get(service["Entries"]["@odata.id"]).get("Members", [])
         out = []
-        for e in entries:
-            ts = None
-            if e.get("Created"):
-                try:
-                    ts = time.mktime(time.strptime(e["Created"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
-                except ValueError:
-                    ts = None
-            sev = {"OK": "info", "Warning": "warning"}.get(e.get("Severity", "OK"), "critical")
-            out.append(SelEvent(int(e.get("Id", 0)) if str(e.get("Id", "")).isdigit() else 0, ts,
-                                str(e.get("SensorType", "")), str(e.get("SensorType", "")),
-                                str(e.get("Message", "")), sev, e.get("EntryCode") != "Deassert"))
-        if clear:
-            # Redfish has no reservation: re-read after the clear would race; read, clear, and
-            # compare the count the service reports next (best effort, documented)
-            self._post(service["Actions"]["#LogService.ClearLog"]["target"], {})
+        cleared = []
+        for uri, service, entries in self.log_services():
+            log = uri[len("/redfish/v1/"):] if uri.startswith("/redfish/v1/") else uri
+            for e in entries:
+                ts = None
+                if e.get("Created"):
+                    try:
+                        ts = time.mktime(time.strptime(e["Created"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+                    except ValueError:
+                        ts = None
+                sev = {"OK": "info", "Warning": "warning"}.get(e.get("Severity", "OK"), "critical")
+                out.append(SelEvent(int(e.get("Id", 0)) if str(e.get("Id", "")).isdigit() else 0, ts,
+                                    str(e.get("SensorType", "")), str(e.get("SensorType", "")),
+                                    str(e.get("Message", "")), sev, e.get("EntryCode") != "Deassert", log))
+            action = ((service.get("Actions") or {}).get("#LogService.ClearLog") or {}).get("target")
+            if clear and action:
+                cleared.append(action)
+        # Redfish has no reservation: an entry logged between the read and the clear is lost
+        # (documented); each log read is cleared
+        for action in cleared:
+            self._post(action, {})
         return out
 
     def inventory(self) -> dict:
@@ -240,7 +367,7 @@ class RedfishClient:
         out = {k: str(system[v]) for k, v in (("manufacturer", "Manufacturer"), ("model", "Model"),
                                              ("serial", "SerialNumber"), ("bios_firmware", "BiosVersion"))
                if system.get(v)}
-        manager = self.get(self._members("/redfish/v1/Managers")[0])
+        manager = self.get(self._first("/redfish/v1/Managers", "Manager"))
         if manager.get("FirmwareVersion"):
             out["bmc_firmware"] = str(manager["FirmwareVersion"])
         return out
@@ -249,7 +376,7 @@ class RedfishClient:
     def firmware(self) -> dict[str, str]:
         update = self.get("/redfish/v1/UpdateService")
         out = {}
-        for uri in self._members(update["FirmwareInventory"]["@odata.id"]):
+        for uri in self._members(self._link(update, "FirmwareInventory", "/redfish/v1/UpdateService")):
             item = self.get(uri)
             out[str(item.get("Id") or uri.rsplit("/", 1)[-1])] = str(item.get("Version", ""))
         return out
@@ -258,7 +385,7 @@ class RedfishClient:
         """SimpleUpdate when the BMC offers it and the image is a URL it can fetch; else a
         multipart push of `image` (read by the caller) to MultipartHttpPushUri."""
         update = self.get("/redfish/v1/UpdateService")
-        target = f"{update['FirmwareInventory']['@odata.id']}/{component}"
+        target = f"{self._link(update, 'FirmwareInventory', '/redfish/v1/UpdateService')}/{component}"
         simple = update.get("Actions", {}).get("#UpdateService.SimpleUpdate")
         if image is None and simple and image_url.startswith(("http://", "https://")):
             proto = image_url.split(":", 1)[0].upper()
@@ -279,7 +406,7 @@ class RedfishClient:
             status, headers, doc = self._request("POST", push, raw=body,
                                                  content_type=f"multipart/form-data; boundary={boundary}")
             if status >= 400:
-                raise UnreachableError(f"{self.node}: BMC {self._where()}: push: HTTP {status} {_message(doc)}")
+                raise UnreachableError(f"{self.node}: BMC {self._where()}: push: {_http(status, doc)}")
         uri = headers.get("location") or doc.get("@odata.id")
         if not uri:
             raise UnreachableError(f"{self.node}: BMC {self._where()}: update accepted without a task")
@@ -304,6 +431,40 @@ class RedfishClient:
 def _task(uri: str, doc: dict) -> Task:
     msgs = tuple(str(m.get("Message", "")) for m in doc.get("Messages", []) if isinstance(m, dict))
     return Task(uri, str(doc.get("TaskState", "New")), doc.get("PercentComplete"), msgs)
+
+
+def sensor_type(doc: dict, fan_sources: set[str] = frozenset()) -> str:
+    """A Redfish Sensor's type: its ReadingType, else its ReadingUnits (Cel, RPM, W, V, A), else
+    the resource it sits under (a Fan reads from it, or its URI is under Fans/Temperatures)."""
+    kind = _TYPES.get(doc.get("ReadingType"))
+    if kind:
+        return kind
+    kind = _UNIT_TYPES.get(doc.get("ReadingUnits"))
+    if kind:
+        return kind
+    uri = str(doc.get("@odata.id", ""))
+    if uri in fan_sources or "/Fans/" in uri or doc.get("PhysicalContext") == "Fan":
+        return "fan"
+    if "/Temperatures/" in uri:
+        return "temperature"
+    return "other"
+
+
+def _excerpt(payload: bytes, n: int = 40) -> str:
+    text = payload[:n].decode("utf-8", "replace").replace("\n", " ").strip()
+    return repr(text + ("..." if len(payload) > n else ""))
+
+
+def _http(status: int, doc: dict) -> str:
+    """'HTTP 500 Internal Server Error' or 'HTTP 400 Bad Request: <the BMC's message>'."""
+    import http as _h
+
+    try:
+        phrase = _h.HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    msg = _message(doc)
+    return f"HTTP {status}{' ' + phrase if phrase else ''}{': ' + msg if msg else ''}"
 
 
 def _message(doc: dict) -> str:

@@ -13,11 +13,11 @@ from rich.markup import escape
 
 from ..bmc import ops
 from ..bmc.model import BOOT_DEVICES, POWER_ACTIONS
-from ..errors import EXIT_PROBLEMS, EXIT_UNREACHABLE
+from ..errors import EXIT_PROBLEMS, EXIT_UNREACHABLE, SlurmadmError
 from ..store import Store
 from .audit import parse_since
 from .common import (Group, dry_run_option, get_site, info, json_option, print_json, reason_option,
-                     site_option, when)
+                     site_option, warn, when)
 from .common import markup_console as console  # this module escapes every value itself
 from .common import markup_table as table
 
@@ -103,9 +103,12 @@ def power(action, nodes, site_file, as_json, dry_run, force, drain, reason) -> N
                                  for r in rows]))
         _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
         return
-    backend = _backend()
+    try:
+        backend = _backend()
+    except SlurmadmError as exc:  # out-of-band power is for when Slurm is down: plan_power decides
+        backend = ops.NoSlurm(str(exc))
     with _bar(fleet, "power status", as_json) as bar:
-        steps = ops.plan_power(fleet, names, action, backend, force=force, drain=drain)
+        steps = ops.plan_power(fleet, names, action, backend, force=force, drain=drain, warn=warn)
         if not dry_run:
             bar.what = f"power {action}"
             outcome = _power_apply(site, fleet, backend, steps, action, reason)
@@ -232,9 +235,9 @@ def sel(nodes, site_file, as_json, dry_run, since, clear, reason) -> None:
         for r in rows:
             for e in (r.value if r.ok else []):
                 sev = {"critical": "[red]critical[/red]", "warning": "[yellow]warning[/yellow]"}.get(e.severity, "info")
-                out.append((r.node, e.record_id, when(e.timestamp) if e.timestamp else "?", escape(e.sensor),
-                            escape(e.event), sev))
-        console.print(table(None, ["node", "id", "when", "sensor", "event", "severity"], out))
+                out.append((r.node, escape(e.log), e.record_id, when(e.timestamp) if e.timestamp else "?",
+                            escape(e.sensor), escape(e.event), sev))
+        console.print(table(None, ["node", "log", "id", "when", "sensor", "event", "severity"], out))
         if clear:
             info(f"cleared the event log of {sum(r.ok for r in rows)} BMC(s)")
         _show_errors(_unreachable_rows(rows))
@@ -255,8 +258,10 @@ def inventory(nodes, site_file, as_json, redfish) -> None:
     fleet = _fleet(site)
     with _bar(fleet, "inventory", as_json):
         rows = ops.read_inventory(fleet, names, redfish=redfish)
+    errors = ops.inventory_errors(rows)
     if as_json:
-        print_json([{"node": r.node, "inventory": r.value if r.ok else None, "error": r.error or None} for r in rows])
+        print_json([{"node": r.node, "inventory": r.value if r.ok else None,
+                     "error": r.error or "; ".join(r.value.get("errors", [])) or None} for r in rows])
     else:
         out = []
         for r in rows:
@@ -267,8 +272,8 @@ def inventory(nodes, site_file, as_json, redfish) -> None:
             out.append((r.node, v.get("model", ""), v.get("serial", ""), v.get("bmc_firmware", ""),
                         v.get("bios_firmware", fw.get("BIOS", "")), len(fw)))
         console.print(table(None, ["node", "model", "serial", "BMC", "BIOS", "firmware items"], out))
-        _show_errors(_unreachable_rows(rows))
-    _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
+        _show_errors(errors)
+    _exit(EXIT_UNREACHABLE if errors else 0)
 
 
 # ---------------------------------------------------------------------- boot device
@@ -288,11 +293,7 @@ def bootdev(device, nodes, site_file, as_json, dry_run, persist, reason) -> None
     if device == "status" or dry_run:
         with _bar(fleet, "boot device", as_json):
             rows = fleet.run(names, lambda c: c.bmc.bootdev())
-        data = [{"node": r.node, "bootdev": r.value[0] if r.ok else None, "persistent": r.value[1] if r.ok else None,
-                 "error": r.error or None,
-                 **({"would_change": r.ok and r.value != (device, persist) and
-                     not (device == "default" and r.value[0] == "default")} if dry_run else {})}
-                for r in rows]
+        data = ops.bootdev_plan(rows, device, persist, dry_run=dry_run)
         if as_json:
             print_json({"dry_run": True, "plan": data} if dry_run and device != "status" else data)
         else:
@@ -558,26 +559,7 @@ def firmware_update(nodes, component, image_url, push, version, task_timeout, fo
     states = ops.slurm_view(backend, names)
     with _bar(fleet, "firmware", as_json):
         current = {r.node: r for r in fleet.run(names, lambda c: c.redfish.firmware())}
-    want = version
-    plan = []
-    for n in names:
-        r = current[n]
-        if not r.ok:
-            plan.append({"node": n, "action": "unreachable", "why": r.error})
-        elif component not in r.value:
-            plan.append({"node": n, "action": "refused", "why": f"no component {component!r} on this BMC"})
-        elif want is not None and r.value[component] == want:
-            plan.append({"node": n, "action": "skip", "why": f"already at {want}"})
-        elif (why := fw.eligibility(states.get(n), force=force)):
-            may, must_drain, how = (ops.safety(n, states[n], disruptive=True, force=False, drain=True)
-                                    if drain and n in states else (False, False, why))
-            if may:
-                plan.append({"node": n, "action": "update", "why": f"{how}; {r.value[component]} -> image",
-                             "drain": must_drain, "wait": True})
-            else:
-                plan.append({"node": n, "action": "refused", "why": how})
-        else:
-            plan.append({"node": n, "action": "update", "why": f"{r.value[component]} -> image"})
+    plan = fw.plan_update(names, current, states, component, version=version, force=force, drain=drain)
     todo = [p["node"] for p in plan if p["action"] == "update"]
     waves = fw.waves(todo, site.software.canary_nodes, site.software.wave_fraction)
     if dry_run or not todo:

@@ -97,6 +97,10 @@ class Ports:
         """The stand-in dcgm-exporter of node `index` (gpu_source "dcgm"): base+600.."""
         return self.base + 600 + index
 
+    # Beside the dev cluster, in the tests: base+720..739 for BMCs we did not write and their
+    # neighbours (ipmi_sim 720, sushy-static 721/722, one emulator BMC 725/726:
+    # tests/integration/independent_bmcs.py).
+
     @property
     def burnin_rendezvous(self) -> int:
         """All fake nodes share 127.0.0.1: burn-in all-reduces listen on base+400..base+499."""

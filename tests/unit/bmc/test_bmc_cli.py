@@ -276,3 +276,51 @@ def test_readme_documents_every_bmc_command_and_option():
                 if opt.startswith("--") and opt not in ("--site", "--json", "--help") and opt not in section:
                     missing.append(f"{' '.join(path)} {opt}")
     assert not missing, missing
+
+
+# ---------------------------------------------------------------------- out-of-band power without Slurm
+class _PowerBmc:
+    calls: list[str] = []
+
+    def power_state(self) -> str:
+        return "on"
+
+    def power(self, action: str) -> None:
+        type(self).calls.append(action)
+
+
+class _DeadSlurm:
+    def nodes(self, names=None):
+        from slurmadm.errors import CommandFailed
+
+        raise CommandFailed(["sinfo", "--json"], 1, "sinfo: fatal: Unable to contact slurm controller (connect failure)")
+
+
+@pytest.fixture()
+def no_slurm(monkeypatch):
+    _PowerBmc.calls = []
+    monkeypatch.setattr("slurmadm.cli.bmc._fleet", lambda site: Fleet(site, Credentials("admin", Secret("pw-unit-123"))))
+    monkeypatch.setattr(Conn, "bmc", property(lambda self: _PowerBmc()))
+    monkeypatch.setattr("slurmadm.cli.bmc._backend", lambda: _DeadSlurm())
+
+
+def test_power_off_force_without_slurm_acts_warns_once_and_audits(tmp_path, no_slurm):
+    site = site_copy(tmp_path)
+    r = CliRunner().invoke(cli, ["bmc", "power", "off", "b200-[001-002]", "--force", "--json", "--site", str(site),
+                                 "--reason", "head slurmctld down"])
+    assert r.exit_code == 0, r.output
+    assert _PowerBmc.calls == ["off", "off"]
+    assert r.stderr.count("Slurm did not answer") == 1 and "sinfo: fatal" in r.stderr
+    steps = json.loads(r.stdout)["steps"]
+    assert [s["no_slurm"] for s in steps] == [True, True] and all(s["do"] for s in steps)
+    audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    offs = [a for a in audit if a.get("action") == "bmc.power.off"]
+    assert len(offs) == 2 and all(a["detail"]["slurm_unreachable"] and a["detail"]["forced"] for a in offs), audit
+
+
+def test_power_off_without_force_and_without_slurm_is_refused(tmp_path, no_slurm):
+    r = CliRunner().invoke(cli, ["bmc", "power", "off", "b200-001", "--site", str(site_copy(tmp_path))])
+    assert r.exit_code == 1, r.output
+    assert _PowerBmc.calls == []
+    assert "refused" in r.stdout and "--force" in r.stdout
+    assert "Traceback" not in r.output

@@ -1,0 +1,265 @@
+"""The same read assertions against our BMC emulator and against BMCs we did not write: OpenIPMI's
+`ipmi_sim` (IPMI) and DMTF's public-rackmount1 mockup served by `sushy-static` (Redfish), each
+cross-checked with a client that is not ours (Debian's ipmitool, curl). State changes stay with
+our emulator (test_bmc_emulators.py, test_bmc.py); these are what slurmadm reads and sends.
+Ports: tests/integration/independent_bmcs.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import ssl
+import subprocess
+import sys
+import time
+
+import pytest
+
+from slurmadm.bmc.creds import Credentials, Secret
+from slurmadm.bmc.ipmi import IpmiClient
+from slurmadm.bmc.model import Target
+from slurmadm.bmc.redfish import RedfishClient, TlsPolicy
+from slurmadm.devcluster.daemons import wait_for
+from slurmadm.devcluster.redfish_emulator import make_certificate
+from slurmadm.errors import UnreachableError
+from tests.integration.independent_bmcs import (OURS_IPMI_PORT, OURS_REDFISH_PORT, ipmi_sim,  # noqa: F401
+                                                sushy_static)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def ours(tmp_path_factory):
+    """Our emulator, one BMC (IPMI + Redfish over TLS)."""
+    d = tmp_path_factory.mktemp("ours")
+    password = secrets.token_urlsafe(12)
+    (d / "password").write_text(password + "\n")
+    os.chmod(d / "password", 0o600)
+    fingerprint = make_certificate(d / "cert.pem", d / "key.pem", d / "ca.pem")
+    log = open(d / "emulator.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "slurmadm.devcluster.bmc_emulator", "--bmc-dir", str(d),
+                             "--nodes", "b200-001", "--ipmi-port", str(OURS_IPMI_PORT),
+                             "--redfish-port", str(OURS_REDFISH_PORT), "--cert", str(d / "cert.pem"),
+                             "--key", str(d / "key.pem")], stdout=log, stderr=subprocess.STDOUT)
+    assert wait_for(lambda: "bmc emulator:" in (d / "emulator.log").read_text() or proc.poll() is not None, 30)
+    assert proc.poll() is None, (d / "emulator.log").read_text()
+    yield {"port": OURS_IPMI_PORT, "redfish_port": OURS_REDFISH_PORT, "password": password,
+           "fingerprint": fingerprint, "ca": d / "ca.pem"}
+    proc.terminate()
+    proc.wait(10)
+    log.close()
+
+
+# ---------------------------------------------------------------------- IPMI: ours and ipmi_sim
+@pytest.fixture(params=["ours", "ipmi_sim"])
+def ipmi_bmc(request):
+    return request.getfixturevalue(request.param)
+
+
+def ipmitool(bmc, *args: str) -> str:
+    env = {**os.environ, "IPMI_PASSWORD": bmc["password"]}
+    p = subprocess.run(["ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-p", str(bmc["port"]), "-U", "admin", "-E",
+                        "-N", "1", "-R", "3", *args], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def ipmi_client(bmc) -> IpmiClient:
+    return IpmiClient(Target("b200-001", "127.0.0.1", bmc["port"], 0), Credentials("admin", Secret(bmc["password"])))
+
+
+def test_ipmi_power_and_sensors_match_ipmitool(ipmi_bmc):
+    c = ipmi_client(ipmi_bmc)
+    try:
+        power, sensors = c.power_state(), c.sensors()
+    finally:
+        c.close()
+    assert ipmitool(ipmi_bmc, "power", "status").strip() == f"Chassis Power is {power}"
+    theirs = {}
+    for line in ipmitool(ipmi_bmc, "sdr", "list").splitlines():
+        name, value = (x.strip() for x in line.split("|")[:2])
+        if m := re.match(r"^(-?[\d.]+) ", value):
+            theirs[name] = float(m.group(1))
+    mine = {s.name: s.value for s in sensors if s.value is not None}
+    assert theirs and {n: mine.get(n) for n in theirs} == theirs
+    kinds = {s.name: s.type for s in sensors}
+    if ipmi_bmc["port"] != OURS_IPMI_PORT:  # ipmi_sim's SDR (tests/fixtures/bmc/ipmi_sim/slurmadm.sdrs)
+        assert kinds["Inlet Temp"] == "temperature" and kinds["Fan 1"] == "fan"
+
+
+def test_ipmi_sel_names_match_ipmitool(ipmi_bmc):
+    c = ipmi_client(ipmi_bmc)
+    try:
+        events = c.sel()
+    finally:
+        c.close()
+    # `sel elist`: "<sensor type> <SDR name>" where there is an SDR, else "<sensor type> #0x<number>"
+    theirs = [line.split("|")[3].strip() for line in ipmitool(ipmi_bmc, "sel", "elist").splitlines()
+              if line.count("|") >= 4]
+    assert len(events) == len(theirs)
+    for e, t in zip(events, theirs):
+        assert t == e.sensor or t.endswith(" " + e.sensor), (e.sensor, t)
+    assert all(e.log == "SEL" for e in events)
+    if ipmi_bmc["port"] != OURS_IPMI_PORT:  # ipmi_sim's record of a sensor without an SDR
+        assert theirs == ["Memory #0x07"]
+
+
+def test_ipmi_fru_matches_ipmitool(ipmi_bmc):
+    """ipmi_sim refuses FRU reads over 32 bytes (0xC8); ipmitool backs off, so must we."""
+    c = ipmi_client(ipmi_bmc)
+    try:
+        inv = c.inventory()
+    finally:
+        c.close()
+    fru = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in
+                                                 ipmitool(ipmi_bmc, "fru", "print", "0").splitlines())}
+    assert inv.get("model") == fru["Product Name"]
+    assert inv.get("serial") == fru["Product Serial"]
+
+
+def test_ipmi_sel_probes_the_device_once(ipmi_bmc):
+    """Where `bmc sel`'s time went under load: pyghmi asked Get Device ID again for every SDR
+    record and SEL entry of a BMC it has no OEM handler for (30 round trips on ours)."""
+    c = ipmi_client(ipmi_bmc)
+    calls = []
+    raw = c.cmd.raw_command
+
+    def counting(*args, **kw):
+        calls.append((kw.get("netfn"), kw.get("command")))
+        return raw(*args, **kw)
+
+    c.cmd.raw_command = counting
+    try:
+        t = time.monotonic()
+        c.sel()
+        c.sel()
+        took = time.monotonic() - t
+    finally:
+        c.close()
+    assert calls.count((6, 1)) <= 1, calls
+    print(f"two SEL reads: {len(calls)} raw commands, {took:.2f} s")
+
+
+# ---------------------------------------------------------------------- Redfish: ours and DMTF's mockup
+@pytest.fixture(params=["ours", "sushy_static"])
+def redfish_bmc(request):
+    bmc = request.getfixturevalue(request.param)
+    return {**bmc, "redfish_port": bmc.get("redfish_port", bmc["port"])}
+
+
+def curl(bmc, path: str) -> dict:
+    p = subprocess.run(["curl", "-sS", "--fail", "--cacert", str(bmc["ca"]), "-u", f"admin:{bmc['password']}"
+                        if "password" in bmc else "admin:x", f"https://127.0.0.1:{bmc['redfish_port']}{path}"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def redfish_client(bmc) -> RedfishClient:
+    tls = TlsPolicy(ca_file=None, fingerprint=bmc["fingerprint"], insecure=False)
+    return RedfishClient(Target("b200-001", "127.0.0.1", 0, bmc["redfish_port"]),
+                         Credentials("admin", Secret(bmc.get("password", "x"))), tls, timeout=10)
+
+
+def test_redfish_power_inventory_firmware_match_curl(redfish_bmc):
+    c = redfish_client(redfish_bmc)
+    try:
+        power, inv, fw = c.power_state(), c.inventory(), c.firmware()
+    finally:
+        c.close()
+    system = curl(redfish_bmc, curl(redfish_bmc, "/redfish/v1/Systems")["Members"][0]["@odata.id"])
+    assert power == ("on" if system["PowerState"] == "On" else "off")
+    assert inv["model"] == system["Model"] and inv["serial"] == system["SerialNumber"]
+    items = curl(redfish_bmc, "/redfish/v1/UpdateService/FirmwareInventory")["Members"]
+    theirs = {}
+    for m in items:
+        doc = curl(redfish_bmc, m["@odata.id"])
+        theirs[doc["Id"]] = doc.get("Version", "")
+    assert fw == theirs
+
+
+def test_redfish_sensors_typed_by_units_and_parent(redfish_bmc):
+    c = redfish_client(redfish_bmc)
+    try:
+        sensors = c.sensors()
+    finally:
+        c.close()
+    chassis = curl(redfish_bmc, curl(redfish_bmc, "/redfish/v1/Chassis")["Members"][0]["@odata.id"])
+    docs = [curl(redfish_bmc, m["@odata.id"]) for m in curl(redfish_bmc, chassis["Sensors"]["@odata.id"])["Members"]]
+    by_name = {s.name: s for s in sensors}
+    for d in docs:
+        s = by_name[d["Name"]]
+        assert s.value == d.get("Reading")
+        if d.get("ReadingUnits") == "Cel":
+            assert s.type == "temperature", d["Name"]
+        if d.get("ReadingUnits") == "RPM":
+            assert s.type == "fan", d["Name"]
+    if redfish_bmc["port"] != OURS_REDFISH_PORT and "plain_port" in redfish_bmc:  # DMTF's mockup
+        assert len([s for s in sensors if s.type == "temperature"]) == 8
+        assert sorted(s.name for s in sensors if s.type == "fan") == ["CPU #1 Fan Speed", "CPU #2 Fan Speed",
+                                                                      "Chassis Fan #1", "Chassis Fan #2"]
+
+
+def test_redfish_sel_reads_every_log_service(redfish_bmc):
+    c = redfish_client(redfish_bmc)
+    try:
+        events = c.sel()
+    finally:
+        c.close()
+    owners = [curl(redfish_bmc, "/redfish/v1/Systems")["Members"][0]["@odata.id"]]
+    owners += [m["@odata.id"] for m in curl(redfish_bmc, "/redfish/v1/Managers")["Members"]]
+    services = []
+    for o in owners:
+        doc = curl(redfish_bmc, o)
+        if "LogServices" in doc:
+            services += [m["@odata.id"] for m in curl(redfish_bmc, doc["LogServices"]["@odata.id"])["Members"]
+                         if m["@odata.id"] not in services]
+    expected = {}
+    for uri in services:
+        entries = curl(redfish_bmc, curl(redfish_bmc, uri)["Entries"]["@odata.id"])["Members"]
+        expected[uri[len("/redfish/v1/"):]] = len(entries)
+    got = {}
+    for e in events:
+        got[e.log] = got.get(e.log, 0) + 1
+    assert got == {k: v for k, v in expected.items() if v}
+    if "plain_port" in redfish_bmc:  # DMTF: the system's SEL entries first, then the manager's log
+        assert [e.log for e in events] == ["Systems/437XR1138R2/LogServices/Log1"] * 2 + ["Managers/BMC/LogServices/Log"]
+
+
+def test_pinning_holds_on_every_reconnect_to_sushy_static(sushy_static, tmp_path):
+    """The issue's proxy: the pinned certificate on connection 1, another self-signed one after,
+    in front of sushy-static (HTTP/1.0, one connection per request)."""
+    from tests.unit.bmc.test_redfish_tls_pin import SwitchingProxy
+
+    def ctx(name):
+        make_certificate(tmp_path / f"{name}.pem", tmp_path / f"{name}.key", tmp_path / f"{name}-ca.pem")
+        c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        c.load_cert_chain(tmp_path / f"{name}.pem", tmp_path / f"{name}.key")
+        return c
+
+    pinned = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    pinned.load_cert_chain(sushy_static["dir"] / "cert.pem", sushy_static["dir"] / "key.pem")
+    switching = SwitchingProxy(sushy_static["plain_port"], pinned, ctx("other"))
+    steady = SwitchingProxy(sushy_static["plain_port"], pinned, pinned)
+    password = "never-over-an-unpinned-link"
+    try:
+        tls = TlsPolicy(ca_file=None, fingerprint=sushy_static["fingerprint"], insecure=False)
+        with pytest.raises(UnreachableError, match="fingerprint does not match"):
+            RedfishClient(Target("b200-001", "127.0.0.1", 0, switching.port), Credentials("admin", Secret(password)),
+                          tls, timeout=10).inventory()
+        assert len(switching.received) >= 2
+        assert all(password.encode() not in bytes(b) for b in switching.received)
+        assert all(bytes(b) == b"" for b in switching.received[1:])
+        c = RedfishClient(Target("b200-001", "127.0.0.1", 0, steady.port), Credentials("admin", Secret(password)),
+                          tls, timeout=10)
+        try:
+            assert c.inventory()["model"] == "3500"
+        finally:
+            c.close()
+        assert len(steady.received) >= 5  # a TLS connection per request, each one pinned
+    finally:
+        switching.close()
+        steady.close()
