@@ -59,15 +59,9 @@ def _warn(msg: str) -> None:
 def reader(site, *, node: str | None = None, warn: Callable[[str], None] = _warn) -> Iterator[Reader]:
     """The site's records. With a central store, this host's own queued records are shipped
     first (best effort: a failure is a warning; the rest of the fleet is still shown)."""
-    from . import Store, central
-    from .ship import host_name, ship
+    from .ship import ship
 
-    host = host_name(node)
-    if site.store.url is None:
-        with Store.for_site(site, node=node) as store:
-            yield Reader(store, central=False, host=host)
-        return
-    with central.connected(site.store) as c:
+    def ship_first(c, host: str) -> None:
         try:
             out = ship(site.store, host=host, local_path=site.store.local_path(node),
                        audit_log=site.store.audit_log, central=c, deadline=time.monotonic() + 10)
@@ -76,8 +70,9 @@ def reader(site, *, node: str | None = None, warn: Callable[[str], None] = _warn
         except SlurmadmError as exc:
             c.rollback()
             warn(f"this host's records not shipped: {exc}")
-        central.require_current(c)
-        yield Reader(c, central=True, host=host)
+
+    with _open(site, node, ship_first) as r:
+        yield r
 
 
 def trusted_sql(source, node_col: str = "node", origin_col: str = "origin") -> str:
@@ -90,6 +85,14 @@ def trusted(site, *, node: str | None = None) -> Iterator[Reader]:
     """What a decision reads (the webhook's clean-run count, `bmc recover`'s first health
     run): the central store when the site has one, else this host's own store. Filter rows with
     `Reader.trusted()`. Nothing is shipped first (a decision never waits for that)."""
+    with _open(site, node) as r:
+        yield r
+
+
+@contextmanager
+def _open(site, node: str | None, before: Callable | None = None) -> Iterator[Reader]:
+    """The central store (after `before(connection, host)`) when the site has one, else this
+    host's own store."""
     from . import Store, central
     from .ship import host_name
 
@@ -99,6 +102,8 @@ def trusted(site, *, node: str | None = None) -> Iterator[Reader]:
             yield Reader(store, central=False, host=host)
         return
     with central.connected(site.store) as c:
+        if before is not None:
+            before(c, host)
         central.require_current(c)
         yield Reader(c, central=True, host=host)
 
