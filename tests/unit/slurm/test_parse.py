@@ -139,8 +139,8 @@ def test_odd_json_is_one_clear_error(text):
         ("idle", [], "IDLE", set()),
         ("IDLE+DRAIN", None, "IDLE", {"DRAIN"}),
         ("drained", None, "IDLE", {"DRAIN"}),
-        ("mixed*", None, "MIXED", set()),
-        (["ALLOCATED", "DRAIN", "COMPLETING"], None, "COMPLETING", {"DRAIN"}),
+        ("mixed*", None, "MIXED", {"NOT_RESPONDING"}),  # sinfo.1: `*` not responding
+        (["ALLOCATED", "DRAIN", "COMPLETING"], None, "ALLOCATED", {"DRAIN", "COMPLETING"}),  # COMPLETING: a flag
         ("down", ["NOT_RESPONDING"], "DOWN", {"NOT_RESPONDING"}),
         (["IDLE", "RESERVED", "MAINTENANCE"], None, "IDLE", {"RESERVED", "MAINTENANCE"}),
         (["MIXED", "REBOOT_REQUESTED"], None, "MIXED", {"REBOOT_REQUESTED"}),
