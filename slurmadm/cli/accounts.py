@@ -16,7 +16,7 @@ from ..accounts import (
     mark_blocked,
     plan_for,
 )
-from ..accounts.report import COLUMNS, ORG_COLUMNS, ProjectReport, build_full_report
+from ..accounts.report import COLUMNS, GPU_NOT_TRACKED, ORG_COLUMNS, ProjectReport, build_full_report
 from ..errors import EXIT_PROBLEMS, SlurmadmError
 from ..slurm.accounting import JobReader, Sacctmgr
 from ..store import Store
@@ -169,11 +169,15 @@ def report_cmd(site_file, as_json, as_csv, since) -> None:
     if since_ts is not None:
         start = dt.datetime.fromtimestamp(since_ts).strftime("%Y-%m-%dT%H:%M:%S")
         minutes = jobs.gpu_minutes_since(start)
-    rows, orgs = build_full_report(site, state, jobs.running_gpus(), jobs.shares(), minutes)
+    tracked = jobs.gpu_tracked()
+    rows, orgs = build_full_report(site, state, jobs.running_gpus(), jobs.shares(), minutes, tracked)
     if as_json:
-        print_json({"cluster": site.cluster.name, "since": since, "projects": [r.to_json() for r in rows],
-                    "organizations": [o.to_json() for o in orgs]})
+        print_json({"cluster": site.cluster.name, "since": since, "gpu_tres_tracked": tracked,
+                    "warnings": [GPU_NOT_TRACKED] if tracked is False else [],
+                    "projects": [r.to_json() for r in rows], "organizations": [o.to_json() for o in orgs]})
         return
+    if tracked is False:
+        click.echo(f"warning: {GPU_NOT_TRACKED}", err=True)
     if as_csv:
         writer = csv.writer(sys.stdout)
         for columns, items in ((COLUMNS, rows), (ORG_COLUMNS, orgs)):
@@ -201,7 +205,7 @@ def report_cmd(site_file, as_json, as_csv, since) -> None:
     out = []
     for r in rows:
         row = [r.project + ("" if r.in_slurmdbd else " (not in slurmdbd)"), r.organization,
-               num(r.gpu_quota, "{}"), r.gpus_in_use, budget(r), num(r.gpu_hours_charged),
+               num(r.gpu_quota, "{}"), num(r.gpus_in_use, "{}"), budget(r), num(r.gpu_hours_charged),
                num(r.gpu_hours_running), num(r.gpu_hours_left)]
         if since:
             row.append(num(r.gpu_hours_run_since))
@@ -218,7 +222,7 @@ def report_cmd(site_file, as_json, as_csv, since) -> None:
     oout = []
     for o in orgs:
         row = [o.organization + ("" if o.in_slurmdbd else " (not in slurmdbd)"), o.parent or "root",
-               num(o.gpu_quota, "{}"), o.gpus_in_use, budget(o), num(o.gpu_hours_charged),
+               num(o.gpu_quota, "{}"), num(o.gpus_in_use, "{}"), budget(o), num(o.gpu_hours_charged),
                num(o.gpu_hours_running), num(o.gpu_hours_left)]
         if since:
             row.append(num(o.gpu_hours_run_since))

@@ -594,6 +594,24 @@ def gpus_of(tres: Mapping[str, str]) -> int:
     return int(m.group(0)) if m else 0
 
 
+def gpu_tres_tracked(accounting_storage_tres: str) -> bool:
+    """Does slurmctld track GPUs as a TRES? Only what AccountingStorageTRES names is (slurm.conf.5:
+    the default is cpu,mem,energy,node,billing,fs/disk,vmem,pages; a typed `gres/gpu:b200` tracks
+    `gres/gpu` too). Without it a job's TRES (squeue tres-alloc, sacct AllocTRES, sshare) carry no
+    gres/gpu: every GPU job reads as 0 GPUs and GPU limits are not enforced."""
+    names = [t.strip().lower() for t in accounting_storage_tres.split(",")]
+    return any(n == "gres/gpu" or n.startswith("gres/gpu:") for n in names)
+
+
+def config_value(text: str, key: str) -> str | None:
+    """One value of `scontrol show config` (`AccountingStorageTRES = cpu,mem,...`)."""
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip().removesuffix("[0]") == key:
+            return value.strip()
+    return None
+
+
 class JobReader:
     """squeue/sshare/sacct reads for `accounts apply --prune` and `accounts report`."""
 
@@ -624,6 +642,14 @@ class JobReader:
 
     def shares(self) -> list[ShareRow]:
         return shares_from_text(self._out(["sshare", "-a", "-P", "-o", SSHARE_FIELDS]))
+
+    def gpu_tracked(self) -> bool | None:
+        """Whether slurmctld tracks gres/gpu (AccountingStorageTRES); None when it cannot be read."""
+        try:
+            value = config_value(self._out(["scontrol", "show", "config"]), "AccountingStorageTRES")
+        except UnreachableError:
+            return None
+        return None if value is None else gpu_tres_tracked(value)
 
     def gpu_minutes_since(self, start: str, end: str = "now") -> dict[str, float]:
         """GPU-minutes per account of jobs that ran between start and end (sacct), each job's time
