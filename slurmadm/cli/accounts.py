@@ -16,6 +16,7 @@ from ..accounts import (
     mark_blocked,
     plan_for,
 )
+from ..accounts.apply import ENFORCE_WAIT_S
 from ..accounts.report import COLUMNS, GPU_NOT_TRACKED, ORG_COLUMNS, ProjectReport, build_full_report
 from ..errors import EXIT_PROBLEMS, SlurmadmError
 from ..slurm.accounting import JobReader, Sacctmgr
@@ -140,6 +141,12 @@ def apply_cmd(site_file, as_json, dry_run, reason, prune) -> None:
         print_json(result.to_json())
     else:
         _print_result(result)
+    if result.not_enforced:
+        warn(f"slurmdbd has it, but slurmctld does not enforce it yet (scontrol show assoc_mgr, after "
+             f"{ENFORCE_WAIT_S:.0f} s): {', '.join(result.not_enforced[:10])}"
+             + (" ..." if len(result.not_enforced) > 10 else "")
+             + "; jobs using it are refused until it arrives (re-run `accounts apply` to check)")
+        sys.exit(EXIT_PROBLEMS)
 
 
 @accounts.command("report")

@@ -594,6 +594,39 @@ def gpus_of(tres: Mapping[str, str]) -> int:
     return int(m.group(0)) if m else 0
 
 
+_ID_SUFFIX = re.compile(r"\(\d+\)$")
+
+
+def parse_assoc_mgr(text: str, cluster: str) -> tuple[set[tuple[str, str]], set[str]]:
+    """`scontrol show assoc_mgr` (every release: "Association Records" then one
+    `ClusterName=c Account=a UserName=u(uid) Partition= ...` line per association with indented
+    detail lines; "QOS Records" then `QOS=name(id)` lines) -> ({(account, user)}, {qos}) of what
+    slurmctld holds now, for `cluster`. A user association's name drops its `(uid)`."""
+    assocs: set[tuple[str, str]] = set()
+    qos: set[str] = set()
+    section = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.endswith(" Records") and "=" not in stripped:
+            section = stripped
+        elif section == "Association Records" and line.startswith("ClusterName="):
+            kv = dict(re.findall(r"(\w+)=(\S*)", stripped))
+            if kv.get("ClusterName") == cluster:
+                assocs.add((kv.get("Account", ""), _ID_SUFFIX.sub("", kv.get("UserName", ""))))
+        elif section == "QOS Records" and line.startswith("QOS="):
+            qos.add(_ID_SUFFIX.sub("", stripped[4:].split()[0]))
+    return assocs, qos
+
+
+def read_assoc_mgr(*, env: Mapping[str, str] | None = None, timeout: float = 30.0) -> str:
+    """slurmctld's association manager as it enforces it now (not slurmdbd's tables)."""
+    argv = ["scontrol", "show", "assoc_mgr"]
+    proc = run(argv, timeout=timeout, env=dict(env) if env is not None else None, check=False)
+    if proc.returncode != 0:
+        raise _failure(argv, proc)
+    return proc.stdout
+
+
 def gpu_tres_tracked(accounting_storage_tres: str) -> bool:
     """Does slurmctld track GPUs as a TRES? Only what AccountingStorageTRES names is (slurm.conf.5:
     the default is cpu,mem,energy,node,billing,fs/disk,vmem,pages; a typed `gres/gpu:b200` tracks
