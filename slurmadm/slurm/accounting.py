@@ -134,8 +134,28 @@ class AmbiguousOutput(UnreachableError):
 # ------------------------------------------------------------------------------- value parsing
 
 
+# TRES counted in megabytes (slurmdb TRES of type mem/vmem/fs/disk; gres/gpumem in MB). JSON
+# gives them as a plain number of MB; sacctmgr text converts them to a unit (`mem=64G`,
+# `mem=512M`, `mem=1.50T`: TRES_STR_CONVERT_UNITS). One unit, MB, for both.
+MB_TRES = frozenset({"mem", "vmem", "fs/disk", "gres/gpumem"})
+_UNIT = re.compile(r"^(\d+(?:\.\d+)?)([KMGTPE])$", re.IGNORECASE)
+_MB_PER = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3, "E": 1024**4}
+
+
+def tres_value(key: str, value: str) -> str:
+    """A TRES value in the unit JSON uses: megabytes for MB_TRES (`64G` -> `65536`), else as is."""
+    if key not in MB_TRES:
+        return value
+    m = _UNIT.match(value.strip())
+    if not m:
+        return value.strip()
+    mb = float(m.group(1)) * _MB_PER[m.group(2).upper()]
+    return str(int(round(mb)))
+
+
 def parse_tres(text: str) -> dict[str, str]:
-    """`cpu=64,gres/gpu=12` -> {"cpu": "64", "gres/gpu": "12"}."""
+    """`cpu=64,gres/gpu=12,mem=64G` -> {"cpu": "64", "gres/gpu": "12", "mem": "65536"} (memory
+    TRES in MB, as JSON has them)."""
     out: dict[str, str] = {}
     for part in (text or "").split(","):
         part = part.strip()
@@ -144,7 +164,7 @@ def parse_tres(text: str) -> dict[str, str]:
         key, sep, value = part.partition("=")
         if not sep:
             raise UnreachableError(f"cannot read TRES {text!r}")
-        out[key] = value
+        out[key] = tres_value(key, value)
     return out
 
 
@@ -162,7 +182,8 @@ def tres_from_json(items: Any) -> dict[str, str]:
         count = unwrap_number(item.get("count"))
         if count is None or not kind:
             continue
-        out[f"{kind}/{name}" if name else kind] = str(count)
+        key = f"{kind}/{name}" if name else kind
+        out[key] = tres_value(key, str(count))
     return out
 
 
