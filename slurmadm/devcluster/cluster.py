@@ -69,6 +69,14 @@ def _mariadbd() -> str:
     raise UsageError("mariadbd: not installed (run scripts/install-system-deps.sh)")
 
 
+def _reboot_path() -> str:
+    """PATH for the RebootProgram and what it starts (slurmd, sshd, nsenter): this process's
+    PATH, then the usual system directories."""
+    dirs = [*os.environ.get("PATH", "").split(os.pathsep), "/usr/local/sbin", "/usr/local/bin", "/usr/sbin",
+            "/usr/bin", "/sbin", "/bin"]
+    return os.pathsep.join(d for d in dict.fromkeys(dirs) if d)
+
+
 @dataclass
 class DevCluster:
     state_dir: Path
@@ -532,15 +540,36 @@ class DevCluster:
         self._start_slurmd(node, self._slurm_env(), rebooted=True)
 
     def _write_reboot_program(self) -> None:
+        """bin/reboot, self-sufficient: Slurm 26.05 runs RebootProgram through its PowerAction code
+        with an environment of only SLURM_NODE_NAME (22.05-25.11: slurmd's own, which carries
+        SLURMADM_DEV_NODE and PATH). So it names every program by absolute path and finds the
+        state directory, Python and PATH in bin/reboot.env next to itself."""
+        setsid = shutil.which("setsid") or "/usr/bin/setsid"
+        path = _reboot_path()
+        env = (f"SLURMADM_STATE_DIR={shlex.quote(str(self.state_dir))}\n"
+               f"SLURMADM_PYTHON={shlex.quote(sys.executable)}\n"
+               f"SLURMADM_SETSID={shlex.quote(setsid)}\n"
+               f"SLURMADM_PATH={shlex.quote(path)}\n")
         text = (
             "#!/bin/sh\n# RebootProgram of the dev cluster (slurm.conf): \"reboots\" the fake node whose slurmd\n"
             "# runs it. The worker detaches (its own session) and restarts that slurmd (and sshd).\n"
-            'node="${SLURMADM_DEV_NODE:?RebootProgram: SLURMADM_DEV_NODE unset}"\n'
-            f"setsid {shlex.quote(sys.executable)} -m slurmadm.devcluster.fakenode "
-            f"--state-dir {shlex.quote(str(self.state_dir))} --node \"$node\" reboot "
-            f">>{shlex.quote(str(self.p('log')))}/reboot-\"$node\".log 2>&1 </dev/null &\n"
+            "# Needs nothing from its environment but the node's name (SLURMADM_DEV_NODE, set for\n"
+            "# slurmd, or SLURM_NODE_NAME, all Slurm 26.05 gives it): the rest is in reboot.env here.\n"
+            'case "$0" in */*) here="${0%/*}" ;; *) here=. ;; esac\n'
+            '. "$here/reboot.env" || exit 2\n'
+            'PATH="$SLURMADM_PATH"; export PATH\n'
+            'node="${SLURMADM_DEV_NODE:-${SLURM_NODE_NAME:-}}"\n'
+            'if [ -z "$node" ]; then\n'
+            '    echo "RebootProgram: neither SLURMADM_DEV_NODE nor SLURM_NODE_NAME is set" >&2\n'
+            "    exit 2\n"
+            "fi\n"
+            '"$SLURMADM_SETSID" "$SLURMADM_PYTHON" -m slurmadm.devcluster.fakenode '
+            '--state-dir "$SLURMADM_STATE_DIR" --node "$node" reboot '
+            '>>"$SLURMADM_STATE_DIR/log/reboot-$node.log" 2>&1 </dev/null &\n'
             "exit 0\n")
         self.p("bin").mkdir(exist_ok=True)
+        self.p("log").mkdir(exist_ok=True)
+        write_atomic(self.p("bin", "reboot.env"), env, mode=0o644)
         write_atomic(self.p("bin", "reboot"), text, mode=0o755)
 
     def _await(self, d: Daemon, cond: Callable[[], bool], what: str, timeout: float) -> None:
