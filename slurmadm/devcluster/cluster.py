@@ -69,6 +69,11 @@ def _mariadbd() -> str:
     raise UsageError("mariadbd: not installed (run scripts/install-system-deps.sh)")
 
 
+def claims_dir() -> Path:
+    """Where running dev clusters record their port spans (one host, every state dir)."""
+    return Path(os.environ.get("SLURMADM_DEV_CLAIMS_DIR") or "/run/slurmadm-dev-clusters")
+
+
 def _reboot_path() -> str:
     """PATH for the RebootProgram and what it starts (slurmd, sshd, nsenter): this process's
     PATH, then the usual system directories."""
@@ -206,7 +211,9 @@ class DevCluster:
         site = devsite.write(data, self.site_path, source=source)
         node_names = site.node_names
 
-        # Something else must not hold our ports (e.g. another dev cluster with the same base).
+        # Another dev cluster's span must not overlap ours (its ports are not all busy all the
+        # time: the monitoring, BMC and burn-in ones come and go), nor anything hold our ports now.
+        self._claim_ports(ports, len(node_names))
         if not any(d.alive() for d in self.daemons()):
             taken = [p for p in ports.job_ports() if _port_busy(p)]
             if taken:
@@ -629,6 +636,36 @@ class DevCluster:
             "env": self.env() if rec else {},
         }
 
+    def _claim_ports(self, ports: devsite.Ports, nodes: int) -> None:
+        """Record this dev cluster's port span in claims_dir(); refuse a span that overlaps the
+        span of another dev cluster whose daemons still run (a stale claim is dropped)."""
+        first, last = ports.span(nodes)
+        directory = claims_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        for claim in directory.glob("*.json"):
+            try:
+                other = json.loads(claim.read_text())
+                o_dir, o_first, o_last = Path(other["state_dir"]), int(other["first"]), int(other["last"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if o_dir == self.state_dir:
+                continue
+            if not any(d.alive() for d in DevCluster(o_dir).daemons()):
+                claim.unlink(missing_ok=True)  # that cluster is down
+                continue
+            if first <= o_last and o_first <= last:
+                raise UsageError(
+                    f"--port-base {ports.base}: ports {first}-{last} overlap those of the dev cluster in {o_dir} "
+                    f"({o_first}-{o_last}); a dev cluster spans base..base+{devsite.SPAN - 1}: pick a base "
+                    f"{devsite.SPAN} or more away (e.g. --port-base {o_last + 1}), or bring that one down")
+        write_atomic(self._claim_path(), json.dumps({"state_dir": str(self.state_dir), "first": first,
+                                                     "last": last}) + "\n")
+
+    def _claim_path(self) -> Path:
+        import hashlib
+
+        return claims_dir() / (hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:16] + ".json")
+
     def down(self, *, progress: Callable[[str], None] = lambda msg: None, purge: bool = False,
              kill_after: float = 15.0) -> list[str]:
         """Stop every process this dev cluster started (and only those), and return what stopped
@@ -677,6 +714,7 @@ class DevCluster:
         if left:
             raise UnreachableError(f"dev cluster {self.state_dir}: {', '.join(left)} still running"
                                    + ("; state directory kept" if purge else ""))
+        self._claim_path().unlink(missing_ok=True)  # its ports are free again
         if purge:
             shutil.rmtree(self.state_dir, ignore_errors=True)
         return stopped
