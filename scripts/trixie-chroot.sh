@@ -115,6 +115,7 @@ debootstrap_args() {
   local found
   found=$(mirror)
   printf '%s\n' "$SUITE" "$ROOT" "${found%% *}"
+  [ -d "$SCRIPTS" ] || die "no debootstrap suite scripts in $SCRIPTS (apt-get install debootstrap)"
   if [ ! -e "$SCRIPTS/$SUITE" ]; then
     [ -e "$SCRIPTS/sid" ] || die "debootstrap knows neither $SUITE nor sid ($SCRIPTS); install a newer debootstrap"
     printf '%s\n' "$SCRIPTS/sid"
