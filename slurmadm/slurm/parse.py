@@ -8,7 +8,8 @@ Shapes handled (real samples of each: tests/fixtures/slurm/<release>/):
   upper-case flags (["IDLE", "DRAIN"]), `reason` a string, `features` a list; numbers possibly
   wrapped as {set, infinite, number}.
 - `sinfo --json` 23.11+: sinfo[] rows, one per partition and group of alike nodes (with `-N` too),
-  reason at `reason.description`/`reason.user`, sizes as {minimum, maximum}.
+  reason at `reason.description`/`reason.user` (26.05: the user at the row's `reason_set_by_user`),
+  sizes as {minimum, maximum}.
 - `scontrol show node -o` (every release): one line per node of Key=Value pairs, ending with the
   free-text Reason (`<text> [<user>@<time>]`), Comment and Extra.
 """
@@ -190,7 +191,8 @@ def _nodes_from_sinfo_rows(rows: list[Any]) -> list[NodeInfo]:
                     "name": name,
                     "state": (row.get("node") or {}).get("state"),
                     "reason": reason.get("description"),
-                    "reason_set_by_user": reason.get("user"),
+                    # 26.05 moved the user out of `reason` to the row's reason_set_by_user
+                    "reason_set_by_user": reason.get("user") or row.get("reason_set_by_user"),
                     "reason_changed_at": reason.get("time"),
                     "gres": (row.get("gres") or {}).get("total"),
                     "gres_used": (row.get("gres") or {}).get("used"),
