@@ -570,9 +570,11 @@ class DevCluster:
             '    echo "RebootProgram: neither SLURMADM_DEV_NODE nor SLURM_NODE_NAME is set" >&2\n'
             "    exit 2\n"
             "fi\n"
-            '"$SLURMADM_SETSID" "$SLURMADM_PYTHON" -m slurmadm.devcluster.fakenode '
+            "# The worker stops the slurmd that ran this; 26.05's slurmd signals its power action's\n"
+            "# processes as it stops, so the worker ignores SIGHUP/SIGTERM (inherited through exec).\n"
+            '(trap "" HUP TERM; exec "$SLURMADM_SETSID" "$SLURMADM_PYTHON" -m slurmadm.devcluster.fakenode '
             '--state-dir "$SLURMADM_STATE_DIR" --node "$node" reboot '
-            '>>"$SLURMADM_STATE_DIR/log/reboot-$node.log" 2>&1 </dev/null &\n'
+            '>>"$SLURMADM_STATE_DIR/log/reboot-$node.log" 2>&1 </dev/null) &\n'
             "exit 0\n")
         self.p("bin").mkdir(exist_ok=True)
         self.p("log").mkdir(exist_ok=True)
