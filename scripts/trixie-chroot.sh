@@ -27,12 +27,26 @@
 # -security, -updates or -backports) in /etc/apt/sources.list, then sources.list.d/*.list and
 # *.sources (deb822), as apt reads them; TRIXIE_MIRROR overrides it.
 #
-# Environment: TRIXIE_ROOT (default /srv/trixie), TRIXIE_MIRROR (default: from the host's apt
-# sources), TRIXIE_SRC (the checkout to mount at /src; default this one), TRIXIE_APT_ETC (where
-# the apt sources are read; default /etc/apt).
+# Other Debian suites the same way: TRIXIE_SUITE=forky (Debian testing: Slurm 26.05) or sid, each
+# in its own root (/srv/<suite> unless TRIXIE_ROOT says). A debootstrap too old to know the suite
+# (bookworm's has no forky script) builds it with its sid script, which serves every suite after
+# it; testing and unstable Release files are short-lived (a mirror's copy can be past its
+# Valid-Until), so apt inside those chroots does not check Valid-Until (debootstrap never did).
+#   TRIXIE_SUITE=forky scripts/trixie-chroot.sh create
+#   scripts/trixie-chroot.sh debootstrap     what `create` would run (no root needed)
+#
+# Environment: TRIXIE_SUITE (default trixie), TRIXIE_ROOT (default /srv/<suite>), TRIXIE_MIRROR
+# (default: from the host's apt sources), TRIXIE_SRC (the checkout to mount at /src; default this
+# one), TRIXIE_APT_ETC (where the apt sources are read; default /etc/apt), TRIXIE_DEBOOTSTRAP_SCRIPTS
+# (debootstrap's suite scripts; default /usr/share/debootstrap/scripts).
 set -euo pipefail
 
-ROOT=${TRIXIE_ROOT:-/srv/trixie}
+SUITE=${TRIXIE_SUITE:-trixie}
+case "$SUITE" in ""|*[!a-z]*) echo "trixie-chroot: TRIXIE_SUITE=$SUITE is not a Debian suite name" >&2; exit 2;; esac
+ROOT=${TRIXIE_ROOT:-/srv/$SUITE}
+SCRIPTS=${TRIXIE_DEBOOTSTRAP_SCRIPTS:-/usr/share/debootstrap/scripts}
+# suites whose Release files expire within days (testing, unstable)
+case "$SUITE" in trixie|bookworm|bullseye|stable|oldstable) SHORT_LIVED=no ;; *) SHORT_LIVED=yes ;; esac
 APT_ETC=${TRIXIE_APT_ETC:-/etc/apt}
 SRC=$(cd "${TRIXIE_SRC:-$(dirname "$0")/..}" && pwd)
 OWN_DIRS=(.venv .venv-gcm build)  # per-release build outputs inside the checkout
@@ -95,8 +109,26 @@ mirror() {  # the mirror to debootstrap from: TRIXIE_MIRROR, else the host's
   echo "$found"
 }
 
+# debootstrap's arguments after its options: SUITE TARGET MIRROR [SCRIPT]; the sid script when
+# this debootstrap has none for the suite
+debootstrap_args() {
+  local found
+  found=$(mirror)
+  printf '%s\n' "$SUITE" "$ROOT" "${found%% *}"
+  [ -d "$SCRIPTS" ] || die "no debootstrap suite scripts in $SCRIPTS (apt-get install debootstrap)"
+  if [ ! -e "$SCRIPTS/$SUITE" ]; then
+    [ -e "$SCRIPTS/sid" ] || die "debootstrap knows neither $SUITE nor sid ($SCRIPTS); install a newer debootstrap"
+    printf '%s\n' "$SCRIPTS/sid"
+  fi
+}
+
 if [ "${1:-}" = mirror ]; then
   mirror
+  exit 0
+fi
+if [ "${1:-}" = debootstrap ]; then
+  args=$(debootstrap_args)
+  echo "debootstrap --variant=minbase $(echo "$args" | tr '\n' ' ' | sed 's/ $//')"
   exit 0
 fi
 
@@ -127,13 +159,17 @@ create() {
     say "$ROOT: already created"
   else
     command -v debootstrap >/dev/null || die "debootstrap is not installed (apt-get install debootstrap)"
-    local found MIRROR
+    local found args=()
     found=$(mirror)
-    MIRROR=${found%% *}
-    say "debootstrap trixie into $ROOT from $MIRROR (from ${found#* }; a few minutes)"
+    mapfile -t args < <(debootstrap_args)
+    say "debootstrap $SUITE into $ROOT from ${args[2]} (from ${found#* }${args[3]:+; with ${args[3]}}; a few minutes)"
     mkdir -p "$ROOT"
     # A half-made chroot from an interrupted run: debootstrap starts over in place.
-    debootstrap --variant=minbase trixie "$ROOT" "$MIRROR"
+    debootstrap --variant=minbase "${args[@]}"
+    if [ "$SHORT_LIVED" = yes ]; then
+      printf '%s\n' "// $SUITE's Release files expire within days; a mirror's copy may be past Valid-Until" \
+        'Acquire::Check-Valid-Until "false";' > "$ROOT/etc/apt/apt.conf.d/99slurmadm-valid-until"
+    fi
     touch "$DONE"
   fi
   do_mount
@@ -202,7 +238,7 @@ in_chroot() {
 
 status() {
   if [ -e "$DONE" ]; then
-    echo "chroot: $ROOT (Debian $(cat "$ROOT/etc/debian_version"))"
+    echo "chroot: $ROOT ($SUITE, Debian $(cat "$ROOT/etc/debian_version"))"
   else
     echo "chroot: $ROOT not created"
   fi

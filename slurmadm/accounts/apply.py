@@ -30,7 +30,7 @@ from pathlib import Path
 from ..errors import EXIT_PROBLEMS, CommandFailed, SlurmadmError, UnreachableError
 from ..files import exclusive_lock
 from ..site import Site
-from ..slurm.accounting import AccountingState, JobReader, Sacctmgr
+from ..slurm.accounting import AccountingState, JobReader, Sacctmgr, parse_assoc_mgr, read_assoc_mgr
 from ..store import Store
 from .desired import Desired, desired_state
 from .plan import KINDS, Op, Plan, make_plan, mark_blocked
@@ -69,6 +69,8 @@ class ApplyResult:
     refused: list[tuple[Op, str]] = field(default_factory=list)  # (operation, sacctmgr's reason)
     calls: int = 0
     seconds: float = 0.0
+    not_enforced: list[str] = field(default_factory=list)  # applied, not yet in slurmctld's assoc_mgr
+    enforced_after_s: float | None = None  # how long slurmctld took to hold everything applied
 
     def to_json(self) -> dict:
         return {
@@ -78,7 +80,46 @@ class ApplyResult:
             "backups": self.backups,
             "sacctmgr_calls": self.calls,
             "seconds": round(self.seconds, 3),
+            "enforced": not self.not_enforced,
+            "not_yet_in_slurmctld": self.not_enforced,
+            "enforced_after_s": None if self.enforced_after_s is None else round(self.enforced_after_s, 3),
         }
+
+
+# ------------------------------------------------------------------------ slurmctld enforcement
+
+ENFORCE_WAIT_S = 30.0  # how long apply waits for slurmctld to hold what slurmdbd has
+
+
+def expected_in_slurmctld(ops: list[Op]) -> tuple[set[tuple[str, str]], set[str]]:
+    """The associations ((account, user); user "" for an account's own) and QOS an apply added:
+    what slurmctld must hold before a job may use them."""
+    assocs = {(op.name, "") for op in ops if op.kind == "add-account"}
+    assocs |= {(op.account, op.name) for op in ops if op.kind == "add-user"}
+    return assocs, {op.name for op in ops if op.kind == "add-qos"}
+
+
+def wait_enforced(ops: list[Op], cluster: str, read: Callable[[], str], *, deadline_s: float = ENFORCE_WAIT_S,
+                  poll_s: float = 0.5, clock: Callable[[], float] = time.monotonic,
+                  sleep: Callable[[float], None] = time.sleep) -> tuple[list[str], float]:
+    """slurmdbd hands new associations to slurmctld asynchronously (a job submitted in between is
+    refused "Invalid account or account/partition combination"): poll `scontrol show assoc_mgr`
+    until it holds everything `ops` added, at most `deadline_s`. -> (what is still missing, named
+    `user:u@a` / `account:a` / `qos:q`; the seconds it took)."""
+    want_assocs, want_qos = expected_in_slurmctld(ops)
+    started = clock()
+    if not want_assocs and not want_qos:
+        return [], 0.0
+    while True:
+        try:
+            have_assocs, have_qos = parse_assoc_mgr(read(), cluster)
+        except UnreachableError:
+            have_assocs, have_qos = set(), set()
+        missing = sorted(f"user:{u}@{a}" if u else f"account:{a}" for a, u in want_assocs - have_assocs)
+        missing += sorted(f"qos:{q}" for q in want_qos - have_qos)
+        if not missing or clock() - started >= deadline_s:
+            return missing, clock() - started
+        sleep(poll_s)
 
 
 # ------------------------------------------------------------------------------------ locking
@@ -413,8 +454,12 @@ def apply_site(
     reason: str,
     jobs: JobReader | None = None,
     progress: Callable[[str], None] | None = None,
+    assoc_mgr: Callable[[], str] | None = None,
+    enforce_wait_s: float = ENFORCE_WAIT_S,
 ) -> ApplyResult:
-    """Make slurmdbd match the site. Idempotent; safe to re-run after an interruption."""
+    """Make slurmdbd match the site, then wait (at most `enforce_wait_s`) until slurmctld holds
+    what was added (`result.not_enforced` names what it does not yet). Idempotent; safe to
+    re-run after an interruption."""
     started = time.monotonic()
     say = progress or (lambda _msg: None)
     with apply_lock(lock_path(site)):
@@ -480,4 +525,10 @@ def apply_site(
                 f"slurmdbd still differs after apply: {len(left)} change(s) left, first: "
                 f"{left[0].kind} {left[0].target} {left[0].describe()}".strip()
             )
+        read = assoc_mgr or (lambda: read_assoc_mgr(env=sacctmgr.env))
+        result.not_enforced, result.enforced_after_s = wait_enforced(result.done, plan.cluster, read,
+                                                                     deadline_s=enforce_wait_s)
+        if result.not_enforced:
+            result.enforced_after_s = None
+        result.seconds = time.monotonic() - started
         return result

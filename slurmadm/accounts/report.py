@@ -51,11 +51,11 @@ class ProjectReport:
     project: str
     organization: str
     gpu_quota: int | None  # GrpTRES gres/gpu as slurmdbd has it (None: no limit)
-    gpus_in_use: int  # held by running jobs now
+    gpus_in_use: int | None  # held by running jobs now (None: Slurm does not track gres/gpu)
     gpu_hours_budget: float | None  # the budget that limits this project (its own or inherited)
     budget_account: str | None  # whose budget that is (None: no budget anywhere above)
     gpu_hours_charged: float | None  # this project's charged GPU-hours (sshare GrpTRESRaw)
-    gpu_hours_running: float  # GPU-hours its running jobs still hold until their time limits
+    gpu_hours_running: float | None  # GPU-hours its running jobs still hold until their time limits
     gpu_hours_left: float | None  # min over the budgets above: budget - charged - running
     gpu_hours_run_since: float | None  # sacct, every run clipped to [since, now]; None without --since
     level_fs: float | None  # sshare LevelFS: > 1 under-served, < 1 over-served
@@ -74,11 +74,11 @@ class OrganizationReport:
     organization: str
     parent: str  # "" under root
     gpu_quota: int | None
-    gpus_in_use: int  # running jobs of every project below it
+    gpus_in_use: int | None  # running jobs of every project below it
     gpu_hours_budget: float | None
     budget_account: str | None
     gpu_hours_charged: float | None  # charged to it: the sum of everything below, as Slurm rolls up
-    gpu_hours_running: float
+    gpu_hours_running: float | None
     gpu_hours_left: float | None
     gpu_hours_run_since: float | None
     level_fs: float | None
@@ -120,8 +120,13 @@ def build_report(
     running_gpus: dict[tuple[str, str], int],
     shares: list[ShareRow],
     minutes_since: dict[str, float] | None = None,
+    gpu_tracked: bool | None = True,
 ) -> list[ProjectReport]:
-    return build_full_report(site, state, running_gpus, shares, minutes_since)[0]
+    return build_full_report(site, state, running_gpus, shares, minutes_since, gpu_tracked)[0]
+
+
+GPU_NOT_TRACKED = ("Slurm does not track gres/gpu (AccountingStorageTRES lacks it): jobs' GPUs, GPU-hours "
+                   "and GPU limits are unknown to Slurm, not zero; add gres/gpu to AccountingStorageTRES")
 
 
 def build_full_report(
@@ -130,6 +135,25 @@ def build_full_report(
     running_gpus: dict[tuple[str, str], int],
     shares: list[ShareRow],
     minutes_since: dict[str, float] | None = None,
+    gpu_tracked: bool | None = True,
+) -> tuple[list[ProjectReport], list[OrganizationReport]]:
+    """`gpu_tracked` False (AccountingStorageTRES without gres/gpu): every job reads as 0 GPUs,
+    so the GPU numbers Slurm would give are unknown (None), never reported as zero."""
+    projects, orgs = _build(site, state, running_gpus, shares, minutes_since)
+    if gpu_tracked is False:
+        for row in [*projects, *orgs]:
+            row.gpus_in_use = None
+            row.gpu_hours_charged = row.gpu_hours_running = row.gpu_hours_left = None
+            row.gpu_hours_run_since = None
+    return projects, orgs
+
+
+def _build(
+    site: Site,
+    state: AccountingState,
+    running_gpus: dict[tuple[str, str], int],
+    shares: list[ShareRow],
+    minutes_since: dict[str, float] | None,
 ) -> tuple[list[ProjectReport], list[OrganizationReport]]:
     share_of = {row.account: row for row in shares if not row.user}
     in_use: dict[str, int] = {}

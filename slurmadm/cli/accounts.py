@@ -16,7 +16,8 @@ from ..accounts import (
     mark_blocked,
     plan_for,
 )
-from ..accounts.report import COLUMNS, ORG_COLUMNS, ProjectReport, build_full_report
+from ..accounts.apply import ENFORCE_WAIT_S
+from ..accounts.report import COLUMNS, GPU_NOT_TRACKED, ORG_COLUMNS, ProjectReport, build_full_report
 from ..errors import EXIT_PROBLEMS, SlurmadmError
 from ..slurm.accounting import JobReader, Sacctmgr
 from ..store import Store
@@ -140,6 +141,12 @@ def apply_cmd(site_file, as_json, dry_run, reason, prune) -> None:
         print_json(result.to_json())
     else:
         _print_result(result)
+    if result.not_enforced:
+        warn(f"slurmdbd has it, but slurmctld does not enforce it yet (scontrol show assoc_mgr, after "
+             f"{ENFORCE_WAIT_S:.0f} s): {', '.join(result.not_enforced[:10])}"
+             + (" ..." if len(result.not_enforced) > 10 else "")
+             + "; jobs using it are refused until it arrives (re-run `accounts apply` to check)")
+        sys.exit(EXIT_PROBLEMS)
 
 
 @accounts.command("report")
@@ -169,11 +176,15 @@ def report_cmd(site_file, as_json, as_csv, since) -> None:
     if since_ts is not None:
         start = dt.datetime.fromtimestamp(since_ts).strftime("%Y-%m-%dT%H:%M:%S")
         minutes = jobs.gpu_minutes_since(start)
-    rows, orgs = build_full_report(site, state, jobs.running_gpus(), jobs.shares(), minutes)
+    tracked = jobs.gpu_tracked()
+    rows, orgs = build_full_report(site, state, jobs.running_gpus(), jobs.shares(), minutes, tracked)
     if as_json:
-        print_json({"cluster": site.cluster.name, "since": since, "projects": [r.to_json() for r in rows],
-                    "organizations": [o.to_json() for o in orgs]})
+        print_json({"cluster": site.cluster.name, "since": since, "gpu_tres_tracked": tracked,
+                    "warnings": [GPU_NOT_TRACKED] if tracked is False else [],
+                    "projects": [r.to_json() for r in rows], "organizations": [o.to_json() for o in orgs]})
         return
+    if tracked is False:
+        click.echo(f"warning: {GPU_NOT_TRACKED}", err=True)
     if as_csv:
         writer = csv.writer(sys.stdout)
         for columns, items in ((COLUMNS, rows), (ORG_COLUMNS, orgs)):
@@ -201,7 +212,7 @@ def report_cmd(site_file, as_json, as_csv, since) -> None:
     out = []
     for r in rows:
         row = [r.project + ("" if r.in_slurmdbd else " (not in slurmdbd)"), r.organization,
-               num(r.gpu_quota, "{}"), r.gpus_in_use, budget(r), num(r.gpu_hours_charged),
+               num(r.gpu_quota, "{}"), num(r.gpus_in_use, "{}"), budget(r), num(r.gpu_hours_charged),
                num(r.gpu_hours_running), num(r.gpu_hours_left)]
         if since:
             row.append(num(r.gpu_hours_run_since))
@@ -218,7 +229,7 @@ def report_cmd(site_file, as_json, as_csv, since) -> None:
     oout = []
     for o in orgs:
         row = [o.organization + ("" if o.in_slurmdbd else " (not in slurmdbd)"), o.parent or "root",
-               num(o.gpu_quota, "{}"), o.gpus_in_use, budget(o), num(o.gpu_hours_charged),
+               num(o.gpu_quota, "{}"), num(o.gpus_in_use, "{}"), budget(o), num(o.gpu_hours_charged),
                num(o.gpu_hours_running), num(o.gpu_hours_left)]
         if since:
             row.append(num(o.gpu_hours_run_since))

@@ -44,8 +44,9 @@ def dev_cluster() -> None:
 @click.option("--site", "site_file", metavar="FILE", type=click.Path(dir_okay=False), default=None,
               help="Site to derive the dev cluster from (default: the shipped site.example.toml).")
 @state_dir_option
-@click.option("--port-base", type=click.IntRange(1024, 65000), default=None,
-              help=f"First of the ports used (default {DEFAULT_PORT_BASE}).")
+@click.option("--port-base", type=click.IntRange(1024, 65535 - 703), default=None,
+              help=f"First of the ports used (default {DEFAULT_PORT_BASE}); the dev cluster uses base..base+703 "
+                   "(more with over 4 nodes: base+699+N), so two dev clusters' bases must be 704 or more apart.")
 @click.option("--timeout", type=click.FloatRange(10, 3600), default=180.0, show_default=True,
               help="Seconds to wait for every node to be idle.")
 @click.option("--foreground", is_flag=True, help="Stay in the foreground; SIGTERM/SIGINT brings it down.")

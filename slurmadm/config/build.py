@@ -362,11 +362,16 @@ def partition_lines(site: Site, layout: Layout) -> list[Pairs]:
     return lines
 
 
-def slurm_conf(site: Site, layout: Layout) -> SlurmConf:
+def slurm_conf(site: Site, layout: Layout, release: tuple[int, int] | None = None) -> SlurmConf:
+    """`release`: write every key the way that Slurm release reads it (release.RENAMED_KEYS)."""
     sections = slurm_settings(site)
     if site.slurm.extra:
         extra = [(key, quoted(value)) for key, value in site.slurm.extra.items()]
         sections.append(Section("Site extras (slurm.extra)", extra))
+    if release is not None:
+        from .release import conf_key
+
+        sections = [Section(sec.title, [conf_key(k, v, release) for k, v in sec.pairs]) for sec in sections]
     return SlurmConf(sections, node_lines(site, layout), partition_lines(site, layout))
 
 

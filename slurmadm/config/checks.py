@@ -16,7 +16,7 @@ from ..hostlist import expand
 from ..site import Site
 from ..site.accounts import slurm_time_seconds
 from .build import longest_max_time_minutes, several_slurmd_per_host, slurm_settings, spine_groups
-from .release import CGROUP_DISABLED_FROM, Release, fmt
+from .release import CGROUP_DISABLED_FROM, HEALTH_CHECK_NODE_STATES, Release, fmt
 
 MAX_TIME_MINUTES = 2**32 - 3  # uint32 minutes below INFINITE and NO_VAL
 
@@ -218,4 +218,11 @@ def check_release(site: Site, release: Release) -> list[str]:
             f"slurm.cgroup_plugin: 'disabled' exists from Slurm {fmt(CGROUP_DISABLED_FROM)}; the target "
             f"is {fmt(release)} (use 'autodetect', or set slurm.release)"
         )
+    for i, state in enumerate(site.slurm.health_check_node_state):
+        since = HEALTH_CHECK_NODE_STATES.get(state)
+        if since is not None and release < since:
+            problems.append(
+                f"slurm.health_check_node_state[{i}]: {state!r} exists from Slurm {fmt(since)}; the target is "
+                f"{fmt(release)} (use ANY, or set slurm.release)"
+            )
     return problems

@@ -16,6 +16,34 @@ OLDEST: Release = (22, 5)
 # cgroup.conf CgroupPlugin=disabled (needed by 24.11's slurmd on a host without cgroupfs).
 CGROUP_DISABLED_FROM: Release = (23, 2)
 
+# slurm.conf keys a release renamed: old key -> (from release, new key, old value -> new value).
+# 25.11 renamed the job container plugins to namespace plugins (JobContainerType=job_container/tmpfs
+# became NamespaceType=namespace/tmpfs; slurm.conf.5 of 25.11). A key given either way (the
+# generator's own, or slurm.extra) is written the way the target release reads it.
+RENAMED_KEYS: dict[str, tuple[Release, str, dict[str, str]]] = {
+    "JobContainerType": ((25, 11), "NamespaceType", {"job_container/tmpfs": "namespace/tmpfs",
+                                                     "job_container/none": "namespace/none"}),
+}
+
+# HealthCheckNodeState values and the release that added each (slurm.conf.5): START_ONLY (run
+# only when slurmd starts) from 25.11, REBOOT_ONLY (only after a reboot) from 26.05.
+HEALTH_CHECK_NODE_STATES: dict[str, Release] = {
+    "ALLOC": OLDEST, "ANY": OLDEST, "CYCLE": OLDEST, "IDLE": OLDEST, "MIXED": OLDEST, "NONDRAINED_IDLE": OLDEST,
+    "START_ONLY": (25, 11), "REBOOT_ONLY": (26, 5),
+}
+
+
+def conf_key(key: str, value: str, release: Release) -> tuple[str, str]:
+    """`key = value` as `release` spells it (RENAMED_KEYS), either direction."""
+    for old, (since, new, values) in RENAMED_KEYS.items():
+        if key == old and release >= since:
+            return new, values.get(value, value)
+        if key == new and release < since:
+            back = {v: k for k, v in values.items()}
+            return old, back.get(value, value)
+    return key, value
+
+
 # Commands that print the installed release. `sinfo --version` needs a readable slurm.conf on
 # 22.05 (it fails before printing), the daemons' -V does not: asked in this order.
 _PROBES = (["sinfo", "--version"], ["slurmctld", "-V"], ["slurmd", "-V"])

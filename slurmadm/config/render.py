@@ -56,7 +56,7 @@ def render(site: Site, release: Release, *, source: str = "site") -> dict[str, s
 
     layout = build.Layout.of(site)
     out = {
-        "slurm.conf": one("slurm.conf", build.slurm_conf(site, layout)),
+        "slurm.conf": one("slurm.conf", build.slurm_conf(site, layout, release)),
         "gres.conf": one("gres.conf", build.gres_conf(site, layout)),
     }
     if site.topology.plugin == "tree":

@@ -69,6 +69,19 @@ def _mariadbd() -> str:
     raise UsageError("mariadbd: not installed (run scripts/install-system-deps.sh)")
 
 
+def claims_dir() -> Path:
+    """Where running dev clusters record their port spans (one host, every state dir)."""
+    return Path(os.environ.get("SLURMADM_DEV_CLAIMS_DIR") or "/run/slurmadm-dev-clusters")
+
+
+def _reboot_path() -> str:
+    """PATH for the RebootProgram and what it starts (slurmd, sshd, nsenter): this process's
+    PATH, then the usual system directories."""
+    dirs = [*os.environ.get("PATH", "").split(os.pathsep), "/usr/local/sbin", "/usr/local/bin", "/usr/sbin",
+            "/usr/bin", "/sbin", "/bin"]
+    return os.pathsep.join(d for d in dict.fromkeys(dirs) if d)
+
+
 @dataclass
 class DevCluster:
     state_dir: Path
@@ -198,7 +211,9 @@ class DevCluster:
         site = devsite.write(data, self.site_path, source=source)
         node_names = site.node_names
 
-        # Something else must not hold our ports (e.g. another dev cluster with the same base).
+        # Another dev cluster's span must not overlap ours (its ports are not all busy all the
+        # time: the monitoring, BMC and burn-in ones come and go), nor anything hold our ports now.
+        self._claim_ports(ports, len(node_names))
         if not any(d.alive() for d in self.daemons()):
             taken = [p for p in ports.job_ports() if _port_busy(p)]
             if taken:
@@ -537,15 +552,38 @@ class DevCluster:
         self._start_slurmd(node, self._slurm_env(), rebooted=True)
 
     def _write_reboot_program(self) -> None:
+        """bin/reboot, self-sufficient: Slurm 26.05 runs RebootProgram through its PowerAction code
+        with an environment of only SLURM_NODE_NAME (22.05-25.11: slurmd's own, which carries
+        SLURMADM_DEV_NODE and PATH). So it names every program by absolute path and finds the
+        state directory, Python and PATH in bin/reboot.env next to itself."""
+        setsid = shutil.which("setsid") or "/usr/bin/setsid"
+        path = _reboot_path()
+        env = (f"SLURMADM_STATE_DIR={shlex.quote(str(self.state_dir))}\n"
+               f"SLURMADM_PYTHON={shlex.quote(sys.executable)}\n"
+               f"SLURMADM_SETSID={shlex.quote(setsid)}\n"
+               f"SLURMADM_PATH={shlex.quote(path)}\n")
         text = (
             "#!/bin/sh\n# RebootProgram of the dev cluster (slurm.conf): \"reboots\" the fake node whose slurmd\n"
             "# runs it. The worker detaches (its own session) and restarts that slurmd (and sshd).\n"
-            'node="${SLURMADM_DEV_NODE:?RebootProgram: SLURMADM_DEV_NODE unset}"\n'
-            f"setsid {shlex.quote(sys.executable)} -m slurmadm.devcluster.fakenode "
-            f"--state-dir {shlex.quote(str(self.state_dir))} --node \"$node\" reboot "
-            f">>{shlex.quote(str(self.p('log')))}/reboot-\"$node\".log 2>&1 </dev/null &\n"
+            "# Needs nothing from its environment but the node's name (SLURMADM_DEV_NODE, set for\n"
+            "# slurmd, or SLURM_NODE_NAME, all Slurm 26.05 gives it): the rest is in reboot.env here.\n"
+            'case "$0" in */*) here="${0%/*}" ;; *) here=. ;; esac\n'
+            '. "$here/reboot.env" || exit 2\n'
+            'PATH="$SLURMADM_PATH"; export PATH\n'
+            'node="${SLURMADM_DEV_NODE:-${SLURM_NODE_NAME:-}}"\n'
+            'if [ -z "$node" ]; then\n'
+            '    echo "RebootProgram: neither SLURMADM_DEV_NODE nor SLURM_NODE_NAME is set" >&2\n'
+            "    exit 2\n"
+            "fi\n"
+            "# The worker stops the slurmd that ran this; 26.05's slurmd signals its power action's\n"
+            "# processes as it stops, so the worker ignores SIGHUP/SIGTERM (inherited through exec).\n"
+            '(trap "" HUP TERM; exec "$SLURMADM_SETSID" "$SLURMADM_PYTHON" -m slurmadm.devcluster.fakenode '
+            '--state-dir "$SLURMADM_STATE_DIR" --node "$node" reboot '
+            '>>"$SLURMADM_STATE_DIR/log/reboot-$node.log" 2>&1 </dev/null) &\n'
             "exit 0\n")
         self.p("bin").mkdir(exist_ok=True)
+        self.p("log").mkdir(exist_ok=True)
+        write_atomic(self.p("bin", "reboot.env"), env, mode=0o644)
         write_atomic(self.p("bin", "reboot"), text, mode=0o755)
 
     def _await(self, d: Daemon, cond: Callable[[], bool], what: str, timeout: float) -> None:
@@ -605,6 +643,36 @@ class DevCluster:
             "env": self.env() if rec else {},
         }
 
+    def _claim_ports(self, ports: devsite.Ports, nodes: int) -> None:
+        """Record this dev cluster's port span in claims_dir(); refuse a span that overlaps the
+        span of another dev cluster whose daemons still run (a stale claim is dropped)."""
+        first, last = ports.span(nodes)
+        directory = claims_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        for claim in directory.glob("*.json"):
+            try:
+                other = json.loads(claim.read_text())
+                o_dir, o_first, o_last = Path(other["state_dir"]), int(other["first"]), int(other["last"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if o_dir == self.state_dir:
+                continue
+            if not any(d.alive() for d in DevCluster(o_dir).daemons()):
+                claim.unlink(missing_ok=True)  # that cluster is down
+                continue
+            if first <= o_last and o_first <= last:
+                raise UsageError(
+                    f"--port-base {ports.base}: ports {first}-{last} overlap those of the dev cluster in {o_dir} "
+                    f"({o_first}-{o_last}); a dev cluster spans base..base+{devsite.SPAN - 1}: pick a base "
+                    f"{devsite.SPAN} or more away (e.g. --port-base {o_last + 1}), or bring that one down")
+        write_atomic(self._claim_path(), json.dumps({"state_dir": str(self.state_dir), "first": first,
+                                                     "last": last}) + "\n")
+
+    def _claim_path(self) -> Path:
+        import hashlib
+
+        return claims_dir() / (hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:16] + ".json")
+
     def down(self, *, progress: Callable[[str], None] = lambda msg: None, purge: bool = False,
              kill_after: float = 15.0) -> list[str]:
         """Stop every process this dev cluster started (and only those), and return what stopped
@@ -653,6 +721,7 @@ class DevCluster:
         if left:
             raise UnreachableError(f"dev cluster {self.state_dir}: {', '.join(left)} still running"
                                    + ("; state directory kept" if purge else ""))
+        self._claim_path().unlink(missing_ok=True)  # its ports are free again
         if purge:
             shutil.rmtree(self.state_dir, ignore_errors=True)
         return stopped

@@ -49,9 +49,19 @@ class Hardware:
         return cls(hw.sockets, hw.cores_per_socket, hw.threads_per_core, hw.real_memory)
 
 
+# A dev cluster's ports, base .. base+703 with up to 4 nodes (base+699+N with N): Slurm +0..+2 and
+# one slurmd per node from +11, BMC emulators IPMI (UDP) +300.. and Redfish +350..+399, burn-in
+# rendezvous +400..+499, fake nodes' sshd +500..+599, monitoring +690..+699, node exporters +700...
+SPAN = 704
+
+
 @dataclass(frozen=True)
 class Ports:
     base: int
+
+    def span(self, nodes: int = 4) -> tuple[int, int]:
+        """(first, last) port a dev cluster of `nodes` nodes may use."""
+        return self.base, self.base + max(SPAN, 700 + nodes) - 1
 
     @property
     def slurmctld(self) -> int:

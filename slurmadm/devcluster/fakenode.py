@@ -329,6 +329,14 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from .cluster import DevCluster
 
+            # bin/reboot starts this ignoring SIGHUP/SIGTERM (26.05's slurmd signals its power
+            # action's processes as the worker stops it); a Python handler instead of SIG_IGN keeps
+            # the protection without the slurmd and sshd started below inheriting it (exec resets
+            # handled signals to their defaults, not ignored ones)
+            import signal
+
+            for sig in (signal.SIGHUP, signal.SIGTERM):
+                signal.signal(sig, lambda *_: None)
             time.sleep(1.0)  # let slurmd answer the reboot RPC before it goes away
             DevCluster(Path(args.state_dir)).reboot_node(args.node)
     except UsageError as exc:

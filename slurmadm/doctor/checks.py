@@ -62,6 +62,7 @@ def _slurm_version(ctx: Context) -> tuple[int, int, int] | None:
 @register("slurm", "Slurm release and backend", needs_site=False)
 def slurm_backend(ctx: Context) -> Finding:
     from ..slurm import _import_pyslurm, choose_backend, pyslurm_release
+    from ..slurm.pyslurm_backend import pyslurm_built_for
 
     version = _slurm_version(ctx)
     if version is None:
@@ -72,7 +73,8 @@ def slurm_backend(ctx: Context) -> Finding:
     module = _import_pyslurm()
     have = pyslurm_release(module) if module is not None else None
     data = {"release": release, "prefer": prefer,
-            "pyslurm": None if have is None else f"{have[0]}.{have[1]:02d}"}
+            "pyslurm": None if have is None else f"{have[0]}.{have[1]:02d}",
+            "pyslurm_built_for": pyslurm_built_for(module) if module is not None else None}
     try:
         backend = choose_backend(prefer, module, version)
     except SlurmadmError as exc:
@@ -87,6 +89,8 @@ def slurm_backend(ctx: Context) -> Finding:
         why = "SLURMADM_SLURM_BACKEND=cli"
     else:
         why = f"pyslurm {data['pyslurm']} does not match Slurm {version[0]}.{version[1]:02d}"
+    if data["pyslurm_built_for"]:
+        why += f"; the installed pyslurm was built for Slurm {data['pyslurm_built_for']}"
     name = "pyslurm" if backend == "pyslurm" else "cli (scontrol/sinfo/sacctmgr)"
     conf = os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")
     data["slurm_conf"] = conf
@@ -351,6 +355,29 @@ def _slurm_config(ctx: Context) -> dict[str, str]:
         return out
 
     return ctx.remember("slurm_config", read)
+
+
+@register("gpu-tres", "GPUs tracked as a TRES (AccountingStorageTRES)")
+def gpu_tres(ctx: Context) -> Finding:
+    from ..slurm.accounting import gpu_tres_tracked
+
+    conf = _slurm_config(ctx)
+    source = conf.get("_source", "")
+    value = conf.get("AccountingStorageTRES")
+    if conf.get("_missing"):
+        return Finding("gpu-tres", "skip", f"AccountingStorageTRES: neither slurmctld nor {source} readable",
+                       data={"config_source": source})
+    if value is None:
+        value = ""  # not set: Slurm's default, which has no gres/gpu
+    data = {"config_source": source, "accounting_storage_tres": value, "tracked": gpu_tres_tracked(value)}
+    if data["tracked"]:
+        return Finding("gpu-tres", "ok", f"gres/gpu tracked (AccountingStorageTRES={value}, {source})", data=data)
+    return Finding("gpu-tres", "warn",
+                   f"gres/gpu is not in AccountingStorageTRES ({value or 'Slurm default'}, {source}): Slurm "
+                   "records every GPU job as 0 GPUs (squeue/sacct/sshare TRES), GPU quotas and budgets are not "
+                   "enforced, and slurmadm's accounts report and head exporter cannot count GPU use",
+                   "add gres/gpu to AccountingStorageTRES in slurm.conf (slurmadm config render writes it) and "
+                   "restart slurmctld", data)
 
 
 @register("hooks", "prolog/epilog/HealthCheckProgram hooks")

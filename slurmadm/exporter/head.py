@@ -204,11 +204,16 @@ def reason_key(node: NodeInfo) -> str:
 
 def state_of(node: NodeInfo) -> str:
     if "DRAIN" in node.flags:
-        return "drained" if node.state in ("IDLE", "DOWN") else "draining"
+        busy = node.state not in ("IDLE", "DOWN") or "COMPLETING" in node.flags
+        return "draining" if busy else "drained"
     if node.state == "DOWN" or "NOT_RESPONDING" in node.flags:
         return "down"
     if "MAINTENANCE" in node.flags or "RESERVED" in node.flags:
         return "reserved"
+    if node.state == "IDLE" and "COMPLETING" in node.flags:  # COMPLETING and PLANNED are flags (slurm.h)
+        return "completing"
+    if node.state == "IDLE" and "PLANNED" in node.flags:
+        return "planned"
     return node.state.lower()
 
 

@@ -336,11 +336,24 @@ def mounts(ctx: Ctx) -> Outcome:
     return out
 
 
+# A job's cgroup directory: `job_<id>` (cgroup v1, v2 up to 25.11, and 26.05 with cgroup.conf
+# CgroupJobIdPaths=yes), or on 26.05's cgroup v2 by default the job's SLUID, `s` and 13 Crockford
+# base32 characters, right under slurmstepd.scope (Slurm 26.05 NEWS: "cgroup/v2 directory
+# structures are now keyed off of SLUID and not the JobId"; cgroup_v2.html shows
+# /sys/fs/cgroup/system.slice/slurmstepd.scope/s5K1KKYAYG5D00/). The epilog gets both ids:
+# SLURM_JOB_ID and (26.05) SLURM_JOB_SLUID.
+_JOB_CGROUP = re.compile(r"/job_(\d+)(?:/|$)|slurmstepd\.scope/(s[0-9A-HJKMNP-TV-Z]{13})(?:/|$)", re.M)
+
+
+def job_of_cgroup(text: str) -> str | None:
+    """The job a /proc/<pid>/cgroup text places its process in: its numeric id or its SLUID."""
+    m = _JOB_CGROUP.search(text)
+    return (m.group(1) or m.group(2)) if m else None
+
+
 def _job_of(pid: str) -> str | None:
-    """The Slurm job id of a process from its cgroup path (`.../job_123/...`), else None."""
-    text = _read(f"/proc/{pid}/cgroup") or ""
-    m = re.search(r"/job_(\d+)(?:/|$)", text, re.M)
-    return m.group(1) if m else None
+    """The Slurm job (numeric id or 26.05 SLUID) of a process from its cgroup path, else None."""
+    return job_of_cgroup(_read(f"/proc/{pid}/cgroup") or "")
 
 
 def _uid_of(pid: str) -> int | None:
@@ -354,6 +367,7 @@ def leftover_processes(ctx: Ctx) -> Outcome:
     leftover_outside_jobs, outside any job). Slurm has just signalled them: give them a moment."""
     out = _outcome()
     uid_text, job = os.environ.get("SLURM_JOB_UID"), os.environ.get("SLURM_JOB_ID")
+    ids = {i for i in (job, os.environ.get("SLURM_JOB_SLUID")) if i}  # 26.05: cgroups keyed by SLUID
     if not uid_text or not uid_text.isdigit():
         out.skip = "not in a Slurm epilog (no SLURM_JOB_UID)"
         return out
@@ -370,7 +384,7 @@ def leftover_processes(ctx: Ctx) -> Outcome:
             if _uid_of(pid) != uid:
                 continue
             owner = _job_of(pid)
-            if (job and owner == job) or (outside and owner is None):
+            if (owner is not None and owner in ids) or (outside and owner is None):
                 left.append(pid)
         if not left or time.monotonic() >= deadline:
             break

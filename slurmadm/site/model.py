@@ -121,7 +121,7 @@ class SlurmSection(Strict):
     """How slurm.conf, gres.conf, topology.conf and cgroup.conf are written."""
 
     # Slurm release the configs target ("auto": ask the installed `sinfo --version`).
-    release: Literal["auto", "22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11"] = "auto"
+    release: Literal["auto", "22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05"] = "auto"
     config_dir: AbsPath = "/etc/slurm"
     slurmctld_port: Port = 6817
     slurmd_port: Port = 6818
@@ -153,7 +153,9 @@ class SlurmSection(Strict):
     prolog_dir: AbsPath = "/opt/slurmadm/prolog_epilog"
     health_check_interval: Annotated[int, Field(ge=0, le=86400)] = 300
     # Node states in which HealthCheckProgram runs (HealthCheckNodeState).
-    health_check_node_state: list[Literal["ALLOC", "ANY", "CYCLE", "IDLE", "MIXED"]] = [
+    # START_ONLY from Slurm 25.11, REBOOT_ONLY from 26.05 (checked against the target release).
+    health_check_node_state: list[Literal["ALLOC", "ANY", "CYCLE", "IDLE", "MIXED", "START_ONLY",
+                                          "REBOOT_ONLY"]] = [
         "ANY"
     ]
     # Must cover profiles.*.boot_seconds when Slurm reboots nodes (RebootProgram set).

@@ -134,8 +134,28 @@ class AmbiguousOutput(UnreachableError):
 # ------------------------------------------------------------------------------- value parsing
 
 
+# TRES counted in megabytes (slurmdb TRES of type mem/vmem/fs/disk; gres/gpumem in MB). JSON
+# gives them as a plain number of MB; sacctmgr text converts them to a unit (`mem=64G`,
+# `mem=512M`, `mem=1.50T`: TRES_STR_CONVERT_UNITS). One unit, MB, for both.
+MB_TRES = frozenset({"mem", "vmem", "fs/disk", "gres/gpumem"})
+_UNIT = re.compile(r"^(\d+(?:\.\d+)?)([KMGTPE])$", re.IGNORECASE)
+_MB_PER = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3, "E": 1024**4}
+
+
+def tres_value(key: str, value: str) -> str:
+    """A TRES value in the unit JSON uses: megabytes for MB_TRES (`64G` -> `65536`), else as is."""
+    if key not in MB_TRES:
+        return value
+    m = _UNIT.match(value.strip())
+    if not m:
+        return value.strip()
+    mb = float(m.group(1)) * _MB_PER[m.group(2).upper()]
+    return str(int(round(mb)))
+
+
 def parse_tres(text: str) -> dict[str, str]:
-    """`cpu=64,gres/gpu=12` -> {"cpu": "64", "gres/gpu": "12"}."""
+    """`cpu=64,gres/gpu=12,mem=64G` -> {"cpu": "64", "gres/gpu": "12", "mem": "65536"} (memory
+    TRES in MB, as JSON has them)."""
     out: dict[str, str] = {}
     for part in (text or "").split(","):
         part = part.strip()
@@ -144,7 +164,7 @@ def parse_tres(text: str) -> dict[str, str]:
         key, sep, value = part.partition("=")
         if not sep:
             raise UnreachableError(f"cannot read TRES {text!r}")
-        out[key] = value
+        out[key] = tres_value(key, value)
     return out
 
 
@@ -162,7 +182,8 @@ def tres_from_json(items: Any) -> dict[str, str]:
         count = unwrap_number(item.get("count"))
         if count is None or not kind:
             continue
-        out[f"{kind}/{name}" if name else kind] = str(count)
+        key = f"{kind}/{name}" if name else kind
+        out[key] = tres_value(key, str(count))
     return out
 
 
@@ -594,6 +615,57 @@ def gpus_of(tres: Mapping[str, str]) -> int:
     return int(m.group(0)) if m else 0
 
 
+_ID_SUFFIX = re.compile(r"\(\d+\)$")
+
+
+def parse_assoc_mgr(text: str, cluster: str) -> tuple[set[tuple[str, str]], set[str]]:
+    """`scontrol show assoc_mgr` (every release: "Association Records" then one
+    `ClusterName=c Account=a UserName=u(uid) Partition= ...` line per association with indented
+    detail lines; "QOS Records" then `QOS=name(id)` lines) -> ({(account, user)}, {qos}) of what
+    slurmctld holds now, for `cluster`. A user association's name drops its `(uid)`."""
+    assocs: set[tuple[str, str]] = set()
+    qos: set[str] = set()
+    section = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.endswith(" Records") and "=" not in stripped:
+            section = stripped
+        elif section == "Association Records" and line.startswith("ClusterName="):
+            kv = dict(re.findall(r"(\w+)=(\S*)", stripped))
+            if kv.get("ClusterName") == cluster:
+                assocs.add((kv.get("Account", ""), _ID_SUFFIX.sub("", kv.get("UserName", ""))))
+        elif section == "QOS Records" and line.startswith("QOS="):
+            qos.add(_ID_SUFFIX.sub("", stripped[4:].split()[0]))
+    return assocs, qos
+
+
+def read_assoc_mgr(*, env: Mapping[str, str] | None = None, timeout: float = 30.0) -> str:
+    """slurmctld's association manager as it enforces it now (not slurmdbd's tables)."""
+    argv = ["scontrol", "show", "assoc_mgr"]
+    proc = run(argv, timeout=timeout, env=dict(env) if env is not None else None, check=False)
+    if proc.returncode != 0:
+        raise _failure(argv, proc)
+    return proc.stdout
+
+
+def gpu_tres_tracked(accounting_storage_tres: str) -> bool:
+    """Does slurmctld track GPUs as a TRES? Only what AccountingStorageTRES names is (slurm.conf.5:
+    the default is cpu,mem,energy,node,billing,fs/disk,vmem,pages; a typed `gres/gpu:b200` tracks
+    `gres/gpu` too). Without it a job's TRES (squeue tres-alloc, sacct AllocTRES, sshare) carry no
+    gres/gpu: every GPU job reads as 0 GPUs and GPU limits are not enforced."""
+    names = [t.strip().lower() for t in accounting_storage_tres.split(",")]
+    return any(n == "gres/gpu" or n.startswith("gres/gpu:") for n in names)
+
+
+def config_value(text: str, key: str) -> str | None:
+    """One value of `scontrol show config` (`AccountingStorageTRES = cpu,mem,...`)."""
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip().removesuffix("[0]") == key:
+            return value.strip()
+    return None
+
+
 class JobReader:
     """squeue/sshare/sacct reads for `accounts apply --prune` and `accounts report`."""
 
@@ -624,6 +696,14 @@ class JobReader:
 
     def shares(self) -> list[ShareRow]:
         return shares_from_text(self._out(["sshare", "-a", "-P", "-o", SSHARE_FIELDS]))
+
+    def gpu_tracked(self) -> bool | None:
+        """Whether slurmctld tracks gres/gpu (AccountingStorageTRES); None when it cannot be read."""
+        try:
+            value = config_value(self._out(["scontrol", "show", "config"]), "AccountingStorageTRES")
+        except UnreachableError:
+            return None
+        return None if value is None else gpu_tres_tracked(value)
 
     def gpu_minutes_since(self, start: str, end: str = "now") -> dict[str, float]:
         """GPU-minutes per account of jobs that ran between start and end (sacct), each job's time

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from ..hostlist import expand
+from .nodestate import BASE_STATES as _BASE_STATES
 
 # Flags that mean "someone else is handling this node": slurmadm neither drains, resumes nor
 # re-reasons it. Not RESERVED: Slurm flags every node of any active reservation RESERVED, and an
@@ -20,6 +21,9 @@ FOREIGN_FLAGS = frozenset(
         "POWERING_DOWN",
         "POWERED_DOWN",
         "POWER_DOWN",
+        "POWER_UP",
+        "POWER_DRAIN",
+        "DYNAMIC_FUTURE",
         "MAINTENANCE",
         "FAIL",
         "NOT_RESPONDING",
@@ -27,9 +31,34 @@ FOREIGN_FLAGS = frozenset(
 )
 # Base states nobody may drain or resume: an admin's (or slurmctld's) DOWN, a FUTURE node.
 FOREIGN_STATES = frozenset({"DOWN", "FUTURE"})
-BASE_STATES = frozenset(
-    {"IDLE", "MIXED", "ALLOCATED", "DOWN", "UNKNOWN", "FUTURE", "ERROR", "COMPLETING", "PLANNED"}
-)
+# slurm.h's base states; COMPLETING, PLANNED, DRAIN and the rest are flags (nodestate.py)
+BASE_STATES = frozenset(_BASE_STATES)
+
+
+_GRES_PAREN = re.compile(r"\([^)]*\)")
+_GRES_COUNT = re.compile(r"^(\d+)([KMGTP]?)$", re.IGNORECASE)
+_GRES_SCALE = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
+
+
+def gres_gpus(gres: str) -> int:
+    """GPUs in a node's `Gres` or `GresUsed` string, every release and shape (real samples in
+    tests/fixtures/slurm/public/): `gpu:b200:8`, `gpu:4(S:0-1)`, several types
+    `gpu:h100:2,gpu:h200:4`, MIG profiles as types `gpu:1g.10gb:7`, GresUsed's
+    `gpu:b200:8(IDX:0-7)` and `gpu:(null):4(IDX:0,2-3)`, pyslurm's `gpu:h100:2`; other GRES
+    (`mps:400`, `shard:...`, `bandwidth:lustre:no_consume:4G`) are not GPUs."""
+    if not gres or gres in ("(null)", "N/A"):
+        return 0
+    total = 0
+    for entry in _GRES_PAREN.sub("", gres).split(","):
+        fields = entry.strip().split(":")
+        if fields[0] != "gpu":
+            continue
+        m = _GRES_COUNT.match(fields[-1]) if len(fields) > 1 else None
+        if m:
+            total += int(m.group(1)) * _GRES_SCALE[m.group(2).upper()]
+        elif len(fields) <= 2:  # `gpu` or `gpu:<type>`: Slurm's default count of 1
+            total += 1
+    return total
 
 
 @dataclass(frozen=True)
@@ -45,6 +74,7 @@ class NodeInfo:
     cpus: int = 0
     real_memory: int = 0
     reason_time: float = field(default=0.0, compare=False)  # when the reason was set (Unix time; 0: unknown)
+    gres_used: str = field(default="", compare=False)  # GresUsed (`gpu:b200:4(IDX:0-3)`), where the read has it
 
     @property
     def drained(self) -> bool:
@@ -57,8 +87,12 @@ class NodeInfo:
 
     @property
     def gpus(self) -> int:
-        m = re.search(r"gpu(?::[^:,(]+)?:(\d+)", self.gres)
-        return int(m.group(1)) if m else 0
+        """Every `gpu` entry of Gres summed: `gpu:h100:2,gpu:h200:4` is 6."""
+        return gres_gpus(self.gres)
+
+    @property
+    def gpus_used(self) -> int:
+        return gres_gpus(self.gres_used)
 
 
 @dataclass(frozen=True)

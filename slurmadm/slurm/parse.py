@@ -8,7 +8,8 @@ Shapes handled (real samples of each: tests/fixtures/slurm/<release>/):
   upper-case flags (["IDLE", "DRAIN"]), `reason` a string, `features` a list; numbers possibly
   wrapped as {set, infinite, number}.
 - `sinfo --json` 23.11+: sinfo[] rows, one per partition and group of alike nodes (with `-N` too),
-  reason at `reason.description`/`reason.user`, sizes as {minimum, maximum}.
+  reason at `reason.description`/`reason.user` (26.05: the user at the row's `reason_set_by_user`),
+  sizes as {minimum, maximum}.
 - `scontrol show node -o` (every release): one line per node of Key=Value pairs, ending with the
   free-text Reason (`<text> [<user>@<time>]`), Comment and Extra.
 """
@@ -24,7 +25,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import UnreachableError
-from .model import BASE_STATES, NodeInfo, Reservation, SlurmdHardware
+from .model import NodeInfo, Reservation, SlurmdHardware
+from .nodestate import decode
 
 VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
@@ -64,30 +66,7 @@ def split_state(state: Any, flags: Any = None) -> tuple[str, frozenset[str]]:
 
 
 def _split_state(state: Any, flags: Any = None) -> tuple[str, frozenset[str]]:
-    parts: list[str] = []
-    if isinstance(state, list):
-        parts = [str(s).upper() for s in state]
-    elif isinstance(state, str):
-        # 22.05 JSON: "idle"; text output: "IDLE+DRAIN", "idle*", "drained", "draining"
-        text = state.upper().rstrip("*~#!%$@^-")
-        parts = text.split("+")
-    parts += [str(f).upper() for f in (flags or [])]
-    base = "UNKNOWN"
-    out: set[str] = set()
-    for part in parts:
-        if part in BASE_STATES:
-            base = part
-        elif part in ("DRAINED", "DRAINING", "DRAIN"):
-            out.add("DRAIN")
-            if base == "UNKNOWN" and part == "DRAINED":
-                base = "IDLE"
-        elif part in ("ALLOC",):
-            base = "ALLOCATED"
-        elif part in ("MIX",):
-            base = "MIXED"
-        elif part:
-            out.add(part)
-    return base, frozenset(out)
+    return decode(state, flags)  # Slurm's own rules, as data: slurmadm/slurm/nodestate.py
 
 
 def _text(value: Any) -> str:
@@ -135,6 +114,7 @@ def node_from_json(obj: dict[str, Any]) -> NodeInfo:
         reason_user=_text(get("reason_set_by_user")),
         reason_time=float((unwrap_number(changed) if type(changed) is dict else changed) or 0),
         gres=_text(get("gres")),
+        gres_used=_text(get("gres_used")),
         partitions=_names(get("partitions")),
         features=_names(get("features") or get("active_features")),
         cpus=int((unwrap_number(cpus) if type(cpus) is dict else cpus) or 0),
@@ -211,9 +191,11 @@ def _nodes_from_sinfo_rows(rows: list[Any]) -> list[NodeInfo]:
                     "name": name,
                     "state": (row.get("node") or {}).get("state"),
                     "reason": reason.get("description"),
-                    "reason_set_by_user": reason.get("user"),
+                    # 26.05 moved the user out of `reason` to the row's reason_set_by_user
+                    "reason_set_by_user": reason.get("user") or row.get("reason_set_by_user"),
                     "reason_changed_at": reason.get("time"),
                     "gres": (row.get("gres") or {}).get("total"),
+                    "gres_used": (row.get("gres") or {}).get("used"),
                     "features": (row.get("features") or {}).get("total"),
                     "partitions": [],
                     "cpus": _group_value(row.get("cpus")),
@@ -231,9 +213,11 @@ def _group_value(minmax: Any) -> Any:
     return None
 
 
-# `scontrol show node -o` ends with these free-text fields (each optional, in this order). Their
-# values may hold spaces and "=" (`Reason=slurmadm: ecc: GPU5 DBE=2 [prolog] [root@2026-...]`).
-NODE_TEXT_TAIL = ("Reason", "Comment", "Extra")
+# `scontrol show node -o` ends with these free-text fields, each optional, in this order
+# (src/api/node_info.c, slurm_sprint_node_table): Reason, Comment, Extra, then (23.02+ cloud
+# nodes) InstanceId and InstanceType, then (24.11+) ReservationName. Values may hold spaces and
+# "=" (`Reason=slurmadm: ecc: GPU5 DBE=2 [prolog] [root@2026-...]`, `Extra=ticket=4712 vendor RMA`).
+NODE_TEXT_TAIL = ("Reason", "Comment", "Extra", "InstanceId", "InstanceType", "ReservationName")
 _REASON_BY = re.compile(r"^(.*?)\s*\[([^@\]\s]+)@([^\]]*)\]$")  # "<reason> [<user>@<time>]"
 
 
@@ -286,6 +270,7 @@ def nodes_from_scontrol_text(text: str) -> list[NodeInfo]:
                 reason_user=user,
                 reason_time=when,
                 gres=kv.get("Gres", ""),
+                gres_used=kv.get("GresUsed", ""),  # with `scontrol -d`
                 partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p),
                 features=tuple(f for f in kv.get("AvailableFeatures", "").split(",") if f and f != "(null)"),
                 cpus=int(kv.get("CPUTot", "0") or 0),

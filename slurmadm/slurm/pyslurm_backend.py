@@ -29,6 +29,23 @@ def pyslurm_release(module: Any) -> tuple[int, int] | None:
     return major, minor
 
 
+def pyslurm_built_for(module: Any) -> str | None:
+    """The Slurm release the installed pyslurm was compiled against: `slurm_api_version()` (the
+    SLURM_VERSION_NUMBER of the slurm.h it was built with) where pyslurm has it, else its own
+    version's first two numbers (pyslurm is versioned after the Slurm release it builds for:
+    24.11.x for 24.11)."""
+    api = getattr(module, "slurm_api_version", None)
+    if callable(api):
+        try:
+            got = api()
+            if isinstance(got, (tuple, list)) and len(got) >= 2:
+                return f"{int(got[0])}.{int(got[1]):02d}" + (f".{int(got[2])}" if len(got) > 2 else "")
+        except Exception:  # a pyslurm that cannot answer: fall back to its version
+            pass
+    have = pyslurm_release(module)
+    return None if have is None else f"{have[0]}.{have[1]:02d} (from pyslurm's version)"
+
+
 class PyslurmBackend:
     name = "pyslurm"
 

@@ -396,3 +396,20 @@ def test_sacctmgr_load_drops_changes_it_reports_when_a_default_account_also_chan
     finally:
         sh(cluster_env, "sacctmgr", "-i", "delete", "user", "name=ld-user", check=False)
         sh(cluster_env, "sacctmgr", "-i", "delete", "account", "name=ld-a,ld-b", check=False)
+
+
+def test_apply_returns_once_slurmctld_enforces_it(cluster_env, base, tmp_path, no_jobs, job_users):
+    """slurmdbd hands new associations to slurmctld asynchronously: apply waits until `scontrol
+    show assoc_mgr` has them, so a job submitted right after is not refused "Invalid account or
+    account/partition combination"."""
+    alice, _bob = job_users
+    base["projects"].append(project("enforce-test", "ops", [alice], gpu_quota=8))
+    site = write_site(tmp_path / "site.toml", base)
+    r = accounts(cluster_env, "apply", "--json", "--site", site)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["enforced"] is True and out["not_yet_in_slurmctld"] == [] and out["enforced_after_s"] is not None
+    mgr = sh(cluster_env, "scontrol", "show", "assoc_mgr", "accounts=enforce-test", "flags=assoc")
+    assert "Account=enforce-test" in mgr and f"UserName={alice}(" in mgr
+    sh(cluster_env, "runuser", "-u", alice, "--", "sbatch", "--test-only", "-A", "enforce-test", "-t", "5",
+       "--gres=gpu:1", "-o", "/dev/null", "--chdir=/tmp", "--wrap", "true")

@@ -51,6 +51,8 @@ def test_doctor_on_the_dev_cluster(env, dev_cluster):
     assert by["slurmdbd"]["status"] == "ok" and dev_cluster.site().cluster.name in by["slurmdbd"]["data"]["clusters"]
     assert by["store"]["status"] in ("ok", "warn") and by["store"]["data"]["path"] == dev_cluster.site().store.path
     assert by["hooks"]["status"] == "ok" and by["hooks"]["data"]["config_source"] == "scontrol show config"
+    assert by["gpu-tres"]["status"] == "ok" and by["gpu-tres"]["data"]["tracked"] is True  # the dev site tracks it
+    assert "pyslurm_built_for" in by["slurm"]["data"]
     assert by["schedule"]["status"] in ("ok", "warn")
     assert all(f["status"] in ("ok", "warn", "skip") for f in out["findings"])
     # the session's dev cluster runs a BMC emulator (IPMI + Redfish) and an sshd per node

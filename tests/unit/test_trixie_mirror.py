@@ -59,3 +59,38 @@ def test_no_source_is_a_clear_error_and_the_override_wins(tmp_path):
     assert p.returncode == 2 and "set TRIXIE_MIRROR" in p.stderr
     p = mirror(tmp_path, TRIXIE_MIRROR="http://override.example.invalid/debian")
     assert p.stdout.split()[0] == "http://override.example.invalid/debian"
+
+
+def _debootstrap(tmp_path: Path, suite: str | None, scripts: list[str]) -> subprocess.CompletedProcess[str]:
+    sdir = tmp_path / "scripts"
+    sdir.mkdir(parents=True, exist_ok=True)
+    for name in scripts:
+        (sdir / name).write_text("# debootstrap suite script\n")
+    e = {k: v for k, v in os.environ.items() if k not in ("TRIXIE_SUITE", "TRIXIE_ROOT")}
+    env = {**e, "TRIXIE_MIRROR": "http://mirror.example.invalid/debian", "TRIXIE_DEBOOTSTRAP_SCRIPTS": str(sdir)}
+    if suite:
+        env["TRIXIE_SUITE"] = suite
+    return subprocess.run(["bash", str(SCRIPT), "debootstrap"], env=env, capture_output=True, text=True, timeout=30)
+
+
+def test_the_suite_is_a_choice_and_bookworms_debootstrap_builds_forky_with_its_sid_script(tmp_path):
+    """Bookworm's debootstrap has scripts up to trixie and sid, none for forky (Debian testing,
+    Slurm 26.05): `create` then passes the sid script."""
+    bookworm = ["bookworm", "trixie", "sid"]
+    p = _debootstrap(tmp_path, None, bookworm)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["debootstrap", "--variant=minbase", "trixie", "/srv/trixie",
+                                "http://mirror.example.invalid/debian"]
+    p = _debootstrap(tmp_path, "forky", bookworm)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["debootstrap", "--variant=minbase", "forky", "/srv/forky",
+                                "http://mirror.example.invalid/debian", str(tmp_path / "scripts" / "sid")]
+    p = _debootstrap(tmp_path / "new", "forky", ["forky", "sid"])  # a debootstrap that knows forky
+    assert p.stdout.split()[-1] == "http://mirror.example.invalid/debian"
+    bad = _debootstrap(tmp_path, "Forky;rm", bookworm)
+    assert bad.returncode == 2 and "not a Debian suite name" in bad.stderr
+
+
+def test_testing_and_unstable_chroots_do_not_check_valid_until():
+    text = SCRIPT.read_text()
+    assert 'Acquire::Check-Valid-Until "false";' in text and "SHORT_LIVED=yes" in text

@@ -327,3 +327,93 @@ def test_finished_changes_are_marked_done(tmp_path):
     assert started and started == followed
     assert {e.detail["status"] for e in events} == {"started", "done"}
     assert all(e.detail["command"].startswith("sacctmgr -i ") for e in events)
+
+
+# What `scontrol show assoc_mgr` prints (the shape of src/scontrol/info_assoc_mgr.c, as in public
+# samples, e.g. sites' test data quoting it): records per section, a user's name with its uid.
+ASSOC_MGR_BEFORE = """Current Association Manager state
+
+User Records
+
+UserName=root(0) DefAccount=root DefWckey= AdminLevel=Administrator
+
+Association Records
+
+ClusterName=b200 Account=root UserName= Partition= Priority=0 ID=1
+    SharesRaw/Norm/Level/Factor=1/0.00/0/0.00
+    ParentAccount= Lft=1 DefAssoc=No
+ClusterName=b200 Account=root UserName=root(0) Partition= Priority=0 ID=2
+    ParentAccount= Lft=2 DefAssoc=Yes
+ClusterName=other Account=ml-llm UserName= Partition= Priority=0 ID=9
+
+QOS Records
+
+QOS=normal(1)
+    UsageRaw=0.000000
+    Account Limits
+        No Accounts
+"""
+ASSOC_MGR_AFTER = ASSOC_MGR_BEFORE.replace("\nQOS Records", """ClusterName=b200 Account=ml-llm UserName= Partition= Priority=0 ID=10
+    ParentAccount=ml(3) Lft=5 DefAssoc=No
+ClusterName=b200 Account=ml-llm UserName=alice(4294967294) Partition= Priority=0 ID=11
+    ParentAccount= Lft=6 DefAssoc=Yes
+
+QOS Records""").replace("    Account Limits\n        No Accounts\n", "QOS=high(2)\n    UsageRaw=0.000000\n")
+
+
+def test_assoc_mgr_records_of_one_cluster():
+    from slurmadm.slurm.accounting import parse_assoc_mgr
+
+    assocs, qos = parse_assoc_mgr(ASSOC_MGR_AFTER, "b200")
+    assert assocs == {("root", ""), ("root", "root"), ("ml-llm", ""), ("ml-llm", "alice")}
+    assert qos == {"normal", "high"}
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
+def _added():
+    from slurmadm.accounts.plan import Op
+
+    return [Op("add-qos", "high"), Op("add-account", "ml-llm", "ml"), Op("add-user", "alice", "ml-llm"),
+            Op("modify-qos", "normal")]
+
+
+def test_apply_waits_until_slurmctld_holds_what_was_added():
+    from slurmadm.accounts.apply import wait_enforced
+
+    clock, reads = FakeClock(), []
+
+    def read():
+        reads.append(clock())
+        return ASSOC_MGR_BEFORE if len(reads) < 4 else ASSOC_MGR_AFTER  # slurmdbd's update arrives late
+
+    missing, took = wait_enforced(_added(), "b200", read, deadline_s=30, poll_s=0.5, clock=clock, sleep=clock.sleep)
+    assert missing == [] and len(reads) == 4 and took == 1.5
+
+
+def test_apply_says_what_has_not_arrived_after_the_deadline():
+    from slurmadm.accounts.apply import wait_enforced
+    from slurmadm.errors import UnreachableError
+
+    clock = FakeClock()
+    calls = []
+
+    def read():
+        calls.append(1)
+        if len(calls) == 2:
+            raise UnreachableError("scontrol: timed out")  # a slurmctld too busy to answer counts as not yet
+        return ASSOC_MGR_BEFORE
+
+    missing, took = wait_enforced(_added(), "b200", read, deadline_s=5, poll_s=1, clock=clock, sleep=clock.sleep)
+    assert missing == ["account:ml-llm", "user:alice@ml-llm", "qos:high"] and took == 5
+    # nothing added (only modifications): nothing to wait for, slurmctld not even asked
+    assert wait_enforced(_added()[3:], "b200", lambda: 1 / 0) == ([], 0.0)

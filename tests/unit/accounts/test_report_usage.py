@@ -77,3 +77,20 @@ def test_the_tightest_budget_is_reported():
     rep = {p.project: p for p in build_full_report(site(), st, {}, shares)[0]}["rep-test"]
     assert rep.budget_account == "rep-test" and rep.gpu_hours_budget == 1.0
     assert rep.gpu_hours_left == pytest.approx(1.0 - 17 / 60 - 80 / 60)
+
+
+def test_report_says_unknown_not_zero_when_slurm_does_not_track_gpus():
+    """AccountingStorageTRES without gres/gpu: jobs carry no gres/gpu, so "0 GPUs in use" and
+    "0 GPU-hours charged" would be false; the report gives None (and the CLI a warning)."""
+    from slurmadm.slurm.accounting import config_value, gpu_tres_tracked
+
+    conf = "AccountingStorageHost   = localhost\nAccountingStorageTRES   = cpu,mem,energy,node,billing\n"
+    tracked = gpu_tres_tracked(config_value(conf, "AccountingStorageTRES"))
+    assert tracked is False
+    shares = shares_from_text((DATA / "sshare_runmins.txt").read_text())
+    projects, orgs = build_full_report(site(), state(), {}, shares, None, tracked)
+    rep = {p.project: p for p in projects}["rep-test"]
+    assert rep.gpus_in_use is None and rep.gpu_hours_charged is None and rep.gpu_hours_left is None
+    assert all(o.gpus_in_use is None for o in orgs)
+    tracked_rep = {p.project: p for p in build_full_report(site(), state(), {}, shares)[0]}["rep-test"]
+    assert tracked_rep.gpus_in_use == 0 and tracked_rep.gpu_hours_charged is not None

@@ -175,3 +175,30 @@ def test_release_parsing():
         parse_release("latest")
     with pytest.raises(UsageError, match="older than 22.05"):
         parse_release("21.08")
+
+
+@pytest.mark.parametrize("state,since", [("START_ONLY", (25, 11)), ("REBOOT_ONLY", (26, 5))])
+def test_health_check_node_state_values_by_release(state, since):
+    site = make_site(lambda d: d["slurm"].update(health_check_node_state=[state]))
+    older = (since[0], since[1] - 1) if since[1] > 5 else (since[0] - 1, 11)
+    with pytest.raises(SiteError) as info:
+        render(site, older, source="site.toml")
+    assert info.value.lines() == [
+        f"site.toml: slurm.health_check_node_state[0]: {state!r} exists from Slurm {since[0]}.{since[1]:02d}; "
+        f"the target is {older[0]}.{older[1]:02d} (use ANY, or set slurm.release)"]
+    assert f"HealthCheckNodeState={state}" in render(site, since)["slurm.conf"]
+
+
+def test_job_container_key_is_written_as_the_target_release_names_it():
+    """25.11 renamed JobContainerType=job_container/tmpfs to NamespaceType=namespace/tmpfs."""
+    site = make_site(lambda d: d["slurm"].update(extra={"JobContainerType": "job_container/tmpfs"}))
+    assert "JobContainerType=job_container/tmpfs" in render(site, (24, 11))["slurm.conf"]
+    new = render(site, (25, 11))["slurm.conf"]
+    assert "NamespaceType=namespace/tmpfs" in new and "JobContainerType" not in new
+    back = make_site(lambda d: d["slurm"].update(extra={"NamespaceType": "namespace/tmpfs"}))
+    assert "JobContainerType=job_container/tmpfs" in render(back, (22, 5))["slurm.conf"]
+
+
+def test_site_release_accepts_every_supported_release():
+    for rel in ("22.05", "24.11", "25.05", "25.11", "26.05"):
+        assert make_site(lambda d, rel=rel: d["slurm"].update(release=rel)).slurm.release == rel

@@ -164,3 +164,45 @@ def test_bmc_and_ssh_report_which_nodes_do_not_answer(site):
     f = checks._reach_finding("ssh", "node SSH", {"b200-001": None, "b200-002": "Connection refused"}, targets,
                               "check sshd")
     assert f.status == "warn" and "1 of 2 do not answer: b200-002" in f.summary and f.fix == "check sshd"
+
+
+def _fake_scontrol(tmp_path, monkeypatch, config: str) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\ncat <<'EOF'\n{config}EOF\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+@pytest.mark.parametrize("tres,status", [
+    ("cpu,mem,energy,node,billing,fs/disk,vmem,pages", "warn"),  # Slurm's default (slurm.conf.5)
+    ("cpu,mem,energy,node,billing,fs/disk,vmem,pages,gres/gpu", "ok"),
+    ("cpu,mem,gres/gpu:b200", "ok"),  # a typed GPU TRES tracks gres/gpu too
+])
+def test_gpu_tres_check_says_when_slurm_counts_gpu_jobs_as_zero(site, tmp_path, monkeypatch, tres, status):
+    _fake_scontrol(tmp_path, monkeypatch, f"AccountingStorageTRES   = {tres}\nAccountingStorageType   = "
+                                          "accounting_storage/slurmdbd\n")
+    ctx = doctor.Context(site_file=str(site))
+    doctor.run(ctx, ["site"])
+    f = checks.gpu_tres(ctx)
+    assert f.status == status, f.summary
+    assert f.data["tracked"] is (status == "ok")
+    if status == "warn":
+        assert "0 GPUs" in f.summary and "AccountingStorageTRES" in f.fix
+
+
+def test_doctor_names_the_slurm_release_pyslurm_was_built_for():
+    from slurmadm.slurm.pyslurm_backend import pyslurm_built_for
+
+    class Old:
+        __version__ = "24.11.0"
+
+    class New:
+        __version__ = "25.11.1"
+
+        @staticmethod
+        def slurm_api_version():
+            return (25, 11, 2)
+
+    assert pyslurm_built_for(Old) == "24.11 (from pyslurm's version)"
+    assert pyslurm_built_for(New) == "25.11.2"

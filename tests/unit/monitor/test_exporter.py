@@ -174,7 +174,7 @@ def test_squeue_rows_of_the_real_output(tmp_path):
     assert all(j.batch for j in by_id.values())
 
 
-@pytest.mark.parametrize("release", ["22.05", "24.11"])
+@pytest.mark.parametrize("release", ["22.05", "24.11", "26.05"])
 def test_squeue_json_of_both_releases_reads_as_the_text_rows(release):
     """Real `squeue --json` of 22.05 (job_state a string) and 24.11 (a list, wrapped numbers):
     every job squeue's text output lists comes out with the same fields (squeue.txt is
@@ -211,7 +211,8 @@ def test_squeue_json_flags_beside_the_state_and_odd_output():
         assert str(err.value).startswith("squeue --json: ")
 
 
-@pytest.mark.parametrize("release, nodes_file", [("22.05", "sinfo.json"), ("24.11", "scontrol-show-node.json")])
+@pytest.mark.parametrize("release, nodes_file", [("22.05", "sinfo.json"), ("24.11", "scontrol-show-node.json"),
+                                                 ("26.05", "scontrol-show-node.json")])
 def test_aggregate_real_nodes_and_jobs(release, nodes_file):
     nodes = nodes_from_json((FIX / release / nodes_file).read_text(), "fixture")
     jobs = parse_squeue((FIX / "22.05" / "squeue-O-monitor.txt").read_text())

@@ -275,3 +275,19 @@ def test_a_refused_change_names_sacctmgr_s_reason(monkeypatch):
         Sacctmgr("c").execute(["delete", "account", "where", "name=p", "cluster=c"])
     assert "You can not remove the default account of a user" in str(err.value)
     assert err.value.exit_code == 3
+
+
+def test_qos_memory_limits_compare_in_one_unit():
+    """A QOS with a per-user memory limit: sacctmgr's text prints `mem=64G`, its --json the count
+    in MB (65536). The real 24.11 samples, with that one limit added to QOS high in both forms."""
+    import json
+
+    text = sample("24.11", "show_qos.txt").replace("|gres/gpu=128|", "|gres/gpu=128,mem=64G|")
+    doc = json.loads(sample("24.11", "show_qos.json"))
+    high = next(q for q in doc["qos"] if q["name"] == "high")
+    high["limits"]["max"]["tres"]["per"]["user"].append({"type": "mem", "name": "", "id": 2, "count": 65536})
+    from_text, from_json = qos_from_text(text)["high"], qos_from_json(json.dumps(doc))["high"]
+    assert from_text.max_tres_per_user == {"gres/gpu": "128", "mem": "65536"}
+    assert from_text == from_json
+    assert parse_tres("mem=512M,vmem=1.5T,cpu=8,billing=64G") == {
+        "mem": "512", "vmem": "1572864", "cpu": "8", "billing": "64G"}
