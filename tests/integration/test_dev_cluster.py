@@ -80,9 +80,11 @@ def _our_processes(state_dir: Path) -> list[str]:
 
 
 def test_second_cluster_comes_up_and_down_leaving_nothing(tmp_path, dev_cluster):
-    """A second, separate dev cluster (other ports) beside the session one; down leaves no process."""
+    """A second, separate dev cluster (other ports) beside the session one; down leaves no process.
+    A dev cluster spans base..base+703, so the second one starts clear of the session's span and of
+    the other test ranges (base+720..739, +1000..1727, +2000..2703)."""
     dc = DevCluster(tmp_path / "dc")
-    dc.up(nodes=2, port_base=TEST_PORT_BASE + 400, timeout=120)
+    dc.up(nodes=2, port_base=TEST_PORT_BASE + 3000, timeout=120)
     try:
         env = {"SLURM_CONF": str(dc.slurm_conf), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
         sh(env, "sbatch", "-o", "/dev/null", "--wrap", "sleep 300")  # a running job must not survive down
@@ -113,13 +115,14 @@ def test_foreground_mode_comes_down_on_sigterm(tmp_path, cluster_env):
 
     state = tmp_path / "fg"
     proc = subprocess.Popen([sys.executable, "-m", "slurmadm", "dev-cluster", "up", "--nodes", "2",
-                             "--state-dir", str(state), "--port-base", str(TEST_PORT_BASE + 450), "--foreground"],
+                             "--state-dir", str(state), "--port-base", str(TEST_PORT_BASE + 3800), "--foreground"],
                             env=cluster_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     dc = DevCluster(state)
     try:
         assert wait_for(lambda: proc.poll() is None and dc.record() is not None
                         and all(d.alive() for d in dc.daemons())
-                        and set(dc.node_states().values()) == {"idle"}, 120, interval=0.5), proc.poll()
+                        and set(dc.node_states().values()) == {"idle"}, 120, interval=0.5), \
+            (proc.poll(), proc.poll() is not None and proc.stderr.read())
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
     finally:
