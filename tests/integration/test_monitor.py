@@ -130,7 +130,9 @@ def test_gpu_fault_becomes_an_alert_and_an_isolated_node_then_resumes(stack, dev
         if not wait_for(panels_answer, 30, interval=1):
             empty = [t for t, expr in dashboard.panel_queries(site) if not prom(stack, expr)]
             pytest.fail(f"dashboard panels without series: {empty}")
-        assert prom(stack, f'slurmadm_node_state{{node="{target}", owner="slurmadm"}}')
+        # the head exporter answers from a read up to monitor.head_cache_s old: the drain shows within it
+        assert wait_for(lambda: prom(stack, f'slurmadm_node_state{{node="{target}", owner="slurmadm"}}'),
+                        site.monitor.head_cache_s + 30, interval=1), prom(stack, f'slurmadm_node_state{{node="{target}"}}')
     finally:
         run_slurmadm(env, "dev-cluster", "gpu-fault", target, "--clear")
     assert wait_for(lambda: node_state(env, target)[0] == "idle", 180, interval=0.5), node_state(env, target)
