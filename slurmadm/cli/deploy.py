@@ -291,15 +291,9 @@ def rollback(nodes, dry_run, reason, site_file, as_json) -> None:
 def status(site_file, as_json) -> None:
     """The deploy rollouts in the store, with each node's phase (as `fleet rollout status`)."""
     from ..fleet import rollout as ro
-    from .fleet import _show_rollout
+    from .fleet import show_rollouts
 
     site = get_site(site_file)
     with Store.for_site(site) as store:
         found = [s for s in ro.status(store) if s.name.startswith("deploy-")]
-    if as_json:
-        print_json({"rollouts": [s.as_dict() for s in found]})
-        return
-    if not found:
-        console.print("no deploys")
-    for s in found:
-        _show_rollout(s.name, s.state, s.detail, s.nodes)
+    show_rollouts(found, as_json, "no deploys")

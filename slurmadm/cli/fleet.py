@@ -275,10 +275,15 @@ def rollout_status(name, site_file, as_json) -> None:
         found = ro.status(store, name)
     if name and not found:
         raise UsageError(f"no rollout named {name!r} in {site.store.path}")
+    show_rollouts(found, as_json, "no rollouts")
+
+
+def show_rollouts(found: list, as_json: bool, none_text: str) -> None:
+    """Rollout statuses (fleet.rollout.status) as JSON, or each with its nodes' phases."""
     if as_json:
         print_json({"rollouts": [s.as_dict() for s in found]})
         return
     if not found:
-        console.print("no rollouts")
+        console.print(none_text)
     for s in found:
         _show_rollout(s.name, s.state, s.detail, s.nodes)

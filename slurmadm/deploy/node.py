@@ -238,36 +238,38 @@ def _version_key(name: str):
 def install_script(want: Desired, python: str) -> str:
     """The release's virtualenv from the copied wheelhouse, offline (no index, no pip config)."""
     r, w = want.release_dir, f"{want.prefix}/wheelhouse/{want.release}"
-    return "\n".join([
-        "set -e",
-        "export LC_ALL=C PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        f"rm -rf {r}",
+    return _release_script(want, [
         f"{python} -m venv {r}",
         f"PIP_CONFIG_FILE=/dev/null {r}/bin/python -m pip install --quiet --no-index --find-links {w} "
         f"--disable-pip-version-check --no-warn-script-location slurmadm=={want.version}",
         f"hooks=$({r}/bin/python -I -c 'from slurmadm.resources import prolog_epilog_dir; print(prolog_epilog_dir())')",
         f"ln -s \"$hooks\" {r}/hooks",
-        f"echo {want.release} > {r}/{MARKER}",
-        f"rm -rf {w}",
-        "",
-    ])
+    ], f"rm -rf {w}")
 
 
 def unpack_script(want: Desired) -> str:
     """deploy.install = "tarball": the virtualenv the head built, unpacked at this node's path;
     the `#!` lines and bin/activate* that name the head's build path are pointed here."""
     r, t = want.release_dir, f"{want.prefix}/wheelhouse/{want.release}.tar.gz"
-    return "\n".join([
-        "set -e",
-        "export LC_ALL=C PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        f"rm -rf {r}",
+    return _release_script(want, [
         f"tar -C {want.prefix}/releases -xzf {t}",
         f"old=$(cat {r}/.slurmadm-stage)",
         f"for f in {r}/bin/*; do [ -L \"$f\" ] || [ ! -f \"$f\" ] || sed -i \"s|$old|{r}|g\" \"$f\"; done",
         f"rm -f {r}/.slurmadm-stage",
         f"{r}/bin/python -I -c 'import slurmadm.health' && [ -e {r}/hooks/prolog.sh ]",
-        f"echo {want.release} > {r}/{MARKER}",
-        f"rm -rf {t} {want.prefix}/wheelhouse/{want.release}",
+    ], f"rm -rf {t} {want.prefix}/wheelhouse/{want.release}")
+
+
+def _release_script(want: Desired, build: list[str], cleanup: str) -> str:
+    """A release directory made afresh by `build`, marked done only when all of it ran (set -e),
+    then `cleanup` of what was copied for it."""
+    return "\n".join([
+        "set -e",
+        "export LC_ALL=C PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        f"rm -rf {want.release_dir}",
+        *build,
+        f"echo {want.release} > {want.release_dir}/{MARKER}",
+        cleanup,
         "",
     ])
 

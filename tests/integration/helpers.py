@@ -98,3 +98,30 @@ def hook(dc, script, node_name, timeout=60):
     p = subprocess.run([str(dc.site().slurm.prolog_dir + f"/{script}")], env=env, capture_output=True,
                        text=True, timeout=timeout, cwd="/")
     return p, time.monotonic() - started
+
+
+def monitor_stack(dev_cluster, gpu_source: str | None = None):
+    """A module's monitoring stack on the session dev cluster (a generator for a module-scoped
+    fixture: up, yield it, down)."""
+    from slurmadm.monitor.stack import MonitorStack
+
+    s = MonitorStack(dev_cluster, gpu_source=gpu_source)
+    s.up(timeout=120)
+    yield s
+    s.down()
+
+
+def accounting_env(dev_cluster) -> dict[str, str]:
+    """os.environ plus the dev cluster's, with the burn-in account in Slurm's accounting."""
+    import os
+
+    e = {**os.environ, **dev_cluster.env()}
+    ensure_burnin_accounting(e, dev_cluster.site())
+    return e
+
+
+def prom(stack, expr: str) -> list:
+    """An instant query to the stack's Prometheus."""
+    from slurmadm.monitor.stack import prom_query
+
+    return prom_query(stack.urls()["prometheus"], expr)

@@ -8,7 +8,6 @@ in tmux and is read back with capture-pane. Every wait polls with a deadline."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -17,26 +16,21 @@ import pytest
 
 from slurmadm.devcluster.daemons import wait_for
 from slurmadm.monitor import dashboard
-from slurmadm.monitor.stack import MonitorStack, http_get, prom_query
+from slurmadm.monitor.stack import http_get
 from slurmadm.store import Store
-from tests.integration.helpers import ensure_burnin_accounting, run_slurmadm
+from tests.integration.helpers import accounting_env, monitor_stack, prom, run_slurmadm
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def stack(dev_cluster):
-    s = MonitorStack(dev_cluster)
-    s.up(timeout=120)
-    yield s
-    s.down()
+    yield from monitor_stack(dev_cluster)
 
 
 @pytest.fixture(scope="module")
 def env(dev_cluster):
-    e = {**os.environ, **dev_cluster.env()}
-    ensure_burnin_accounting(e, dev_cluster.site())
-    return e
+    return accounting_env(dev_cluster)
 
 
 def sh(env, *argv, timeout=30, check=True) -> str:
@@ -47,10 +41,6 @@ def node_state(env, name) -> tuple[str, str]:
     out = sh(env, "sinfo", "-h", "-N", "-n", name, "-o", "%T|%E").strip().splitlines()[0]
     state, _, reason = out.partition("|")
     return state, reason
-
-
-def prom(stack, expr):
-    return prom_query(stack.urls()["prometheus"], expr)
 
 
 def test_prometheus_scrapes_every_exporter(stack, dev_cluster):

@@ -16,30 +16,21 @@ import pytest
 
 from slurmadm.devcluster.daemons import wait_for
 from slurmadm.monitor import dashboard
-from slurmadm.monitor.stack import MonitorStack, http_get, prom_query
+from slurmadm.monitor.stack import http_get
 from slurmadm.top import util_query
-from tests.integration.helpers import ensure_burnin_accounting, run_slurmadm
+from tests.integration.helpers import accounting_env, monitor_stack, prom, run_slurmadm
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def stack(dev_cluster):
-    s = MonitorStack(dev_cluster, gpu_source="dcgm")
-    s.up(timeout=120)
-    yield s
-    s.down()
+    yield from monitor_stack(dev_cluster, gpu_source="dcgm")
 
 
 @pytest.fixture(scope="module")
 def env(dev_cluster):
-    e = {**os.environ, **dev_cluster.env()}
-    ensure_burnin_accounting(e, dev_cluster.site())
-    return e
-
-
-def prom(stack, expr):
-    return prom_query(stack.urls()["prometheus"], expr)
+    return accounting_env(dev_cluster)
 
 
 def test_dcgm_exporter_series_are_scraped_and_slurmadm_keeps_only_what_dcgm_lacks(stack, dev_cluster):

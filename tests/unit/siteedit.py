@@ -60,3 +60,18 @@ def standin_node_data(tmp: Path, **health: Any) -> dict:
     # this machine's memory stands in for the node's 2 TB (host-memory reads the real /proc/meminfo)
     data["profiles"]["hgx-b200"]["memory_gib"] = max(1, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 30)
     return data
+
+
+def site_file(tmp: Path, monkeypatch, *edits: Edit, slurm_conf: bool = False) -> Path:
+    """The example site with its store in `tmp` (then `edits`), written to tmp/site.toml and named
+    by $SLURMADM_SITE; `slurm_conf`: $SLURM_CONF names a slurm.conf with no slurmctld behind it."""
+    data = example_data()
+    data["store"] = {"path": str(tmp / "slurmadm.db")}
+    for edit in edits:
+        edit(data)
+    path = tmp / "site.toml"
+    path.write_text(tomli_w.dumps(data))
+    monkeypatch.setenv("SLURMADM_SITE", str(path))
+    if slurm_conf:
+        monkeypatch.setenv("SLURM_CONF", str(tmp / "etc" / "slurm.conf"))
+    return path

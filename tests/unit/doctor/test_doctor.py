@@ -8,20 +8,18 @@ import json
 import os
 import socket
 import threading
-import tomllib
 from pathlib import Path
 
 import pytest
-import tomli_w
 from click.testing import CliRunner
 
 from slurmadm import doctor
 from slurmadm.cli import cli
 from slurmadm.doctor import checks
+from tests.unit.siteedit import put, site_file
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[3]
 
 
 def free_port(kind=socket.SOCK_STREAM) -> int:
@@ -32,14 +30,7 @@ def free_port(kind=socket.SOCK_STREAM) -> int:
 
 @pytest.fixture()
 def site(tmp_path, monkeypatch) -> Path:
-    data = tomllib.loads((REPO / "site.example.toml").read_text())
-    data["store"] = {"path": str(tmp_path / "slurmadm.db")}
-    data["slurm"]["prolog_dir"] = str(tmp_path / "hooks")
-    path = tmp_path / "site.toml"
-    path.write_text(tomli_w.dumps(data))
-    monkeypatch.setenv("SLURMADM_SITE", str(path))
-    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "etc" / "slurm.conf"))  # no slurmctld behind it
-    return path
+    return site_file(tmp_path, monkeypatch, put("slurm.prolog_dir", str(tmp_path / "hooks")), slurm_conf=True)
 
 
 def test_a_bad_site_fails_and_exits_1_with_the_fix(tmp_path):

@@ -8,25 +8,19 @@ import tomllib
 from pathlib import Path
 
 import pytest
-import tomli_w
 from click.testing import CliRunner
 
 from slurmadm.cli import cli
 from slurmadm.store import Store
+from tests.unit.siteedit import put, site_file
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture()
 def site(tmp_path, monkeypatch) -> Path:
-    data = tomllib.loads((REPO / "site.example.toml").read_text())
-    data["store"] = {"path": str(tmp_path / "slurmadm.db")}
-    data["health"]["results_log"] = str(tmp_path / "health.jsonl")
-    path = tmp_path / "site.toml"
-    path.write_text(tomli_w.dumps(data))
-    monkeypatch.setenv("SLURMADM_SITE", str(path))
+    path = site_file(tmp_path, monkeypatch, put("health.results_log", str(tmp_path / "health.jsonl")))
     monkeypatch.setenv("SLURMADM_CACHE_DIR", str(tmp_path / "cache"))
     return path
 

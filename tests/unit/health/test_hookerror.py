@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import json
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
-import tomli_w
 from click.testing import CliRunner
 from prometheus_client.core import CollectorRegistry
 from prometheus_client.exposition import generate_latest
@@ -21,22 +19,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from slurmadm.cli import cli
 from slurmadm.health import hookerror
 from slurmadm.store import Store
+from tests.unit.siteedit import put, site_file
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[3]
 NODE = "b200-007"
 
 
 @pytest.fixture()
 def site(tmp_path, monkeypatch) -> Path:
-    data = tomllib.loads((REPO / "site.example.toml").read_text())
-    data["store"] = {"path": str(tmp_path / "slurmadm.db")}
-    data["health"]["results_log"] = str(tmp_path / "health.jsonl")
-    path = tmp_path / "site.toml"
-    path.write_text(tomli_w.dumps(data))
-    monkeypatch.setenv("SLURMADM_SITE", str(path))
-    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "etc" / "slurm.conf"))  # no slurmctld behind it
+    path = site_file(tmp_path, monkeypatch, put("health.results_log", str(tmp_path / "health.jsonl")), slurm_conf=True)
     # the node's last good settings cache: where its store and results log are
     cache = tmp_path / "cache"
     cache.mkdir()
