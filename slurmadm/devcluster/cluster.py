@@ -247,6 +247,21 @@ class DevCluster:
         self._make_gpu_devices(site)
         self._stand_in_gpus(site, progress)
         started = time.monotonic()
+        fresh = not any(d.alive() for d in self.daemons() + self.extra_daemons())
+        try:
+            self._start(site, ports, node_names, central_store=central_store, ssh=ssh, bmc=bmc,
+                        port_base=port_base, timeout=timeout, progress=progress)
+        except BaseException:
+            if fresh:  # nothing ran before this up: leave nothing running (the state stays, with its logs)
+                progress("bring-up failed: stopping what it started")
+                self.down()
+            raise
+        self._write_env_file()
+        progress(f"dev cluster {site.cluster.name} up in {time.monotonic() - started:.1f} s")
+        return self.status()
+
+    def _start(self, site: Site, ports, node_names: list[str], *, central_store: bool, ssh: bool, bmc: bool,
+               port_base: int, timeout: float, progress) -> None:
         self._munge(progress)
         self._mariadb(site, ports, progress)
         self._slurmdbd(site, progress)
@@ -262,9 +277,6 @@ class DevCluster:
             bmcs.start(self, node_names, ports, progress, restart=bool(powered_off))
         progress(f"waiting for {len(node_names)} nodes to be idle")
         self.wait_ready(timeout=timeout)
-        self._write_env_file()
-        progress(f"dev cluster {site.cluster.name} up in {time.monotonic() - started:.1f} s")
-        return self.status()
 
     def _write_configs(self, site: Site, release: tuple[int, int, int]) -> bool:
         files = config.render(site, release[:2], source=str(self.site_path))

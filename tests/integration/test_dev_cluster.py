@@ -97,6 +97,26 @@ def test_second_cluster_comes_up_and_down_leaving_nothing(tmp_path, dev_cluster)
     assert dev_cluster.daemon("slurmctld").alive()
 
 
+def test_a_bring_up_failing_midway_leaves_nothing_running(tmp_path, monkeypatch):
+    """A fresh `up` whose slurmctld dies (here: made to) after munged and MariaDB started stops
+    them again, keeping the state and its logs, and says why."""
+    from slurmadm.errors import UnreachableError
+
+    dc = DevCluster(tmp_path / "dc")
+    running_before = []
+
+    def dies(progress):
+        running_before.extend(d.name for d in dc.daemons() if d.alive())
+        raise UnreachableError("slurmctld died: (injected by the test)")
+    monkeypatch.setattr(dc, "_slurmctld", dies)
+    with pytest.raises(UnreachableError, match="injected"):
+        dc.up(nodes=2, port_base=TEST_PORT_BASE + 3000, timeout=120)
+    assert {"munged", "mariadbd", "slurmdbd"} <= set(running_before), running_before
+    assert not any(d.alive() for d in dc.daemons())
+    assert _our_processes(dc.state_dir) == []
+    assert (dc.state_dir / "etc" / "slurm.conf").exists()
+
+
 def test_up_refuses_bad_arguments(cluster_env, tmp_path):
     bad = run_slurmadm(cluster_env, "dev-cluster", "up", "--nodes", "0", "--state-dir", str(tmp_path))
     assert bad.returncode == 2 and "--nodes" in bad.stderr and "Traceback" not in bad.stderr
