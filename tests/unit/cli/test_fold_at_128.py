@@ -145,3 +145,36 @@ def test_bmc_power_status_of_128_nodes_folds_answers_and_errors(tmp_path, monkey
                                              "--site", site]).stdout)
     assert len(js) == 128 and js[39] == {"node": "b200-040", "power": None, "seconds": js[39]["seconds"],
                                          "error": "b200-040-bmc:623: no answer within 2 s"}
+
+
+def test_fleet_drift_of_128_nodes_is_one_row_per_drift_and_one_line_per_shared_error(site, monkeypatch):
+    from slurmadm import fleet as fleetmod
+    from slurmadm.fleet import NodeFacts
+
+    from slurmadm.fleet import collector as factsmod
+    from slurmadm.site import load_site
+
+    base = dict(factsmod.baseline(load_site(str(site)).software), mpi="4.1.7")  # every node as the baseline
+    down = {"b200-030", "b200-031", "b200-099"}
+
+    def facts(site, names, refresh=True):
+        out = {}
+        for n in names:
+            if n in down:
+                out[n] = NodeFacts(n, None, error=f"ssh {n}:22: connection refused", kind="unreachable")
+            else:
+                have = dict(base, hostname=n)
+                if n in ("b200-002", "b200-003", "b200-050"):
+                    have["nccl"] = "2.21.5"
+                out[n] = NodeFacts(n, 1.0, have)
+        return out
+
+    monkeypatch.setattr(fleetmod, "facts", facts)
+    r = CliRunner().invoke(cli, ["fleet", "drift"])
+    assert r.exit_code == 3, r.output  # unreachable wins over drift
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert lines[0].split() == ["nodes", "fact", "has", "wanted", "from"]
+    assert lines[1].split()[:3] == ["b200-[002-003,050]", "nccl", "2.21.5"]
+    assert lines[2:] == ["b200-[030-031,099]: ssh <node>:22: connection refused"]  # 3 nodes, one line
+    js = json.loads(CliRunner().invoke(cli, ["fleet", "drift", "--json"]).stdout)
+    assert sorted(x["node"] for x in js["unreachable"]) == sorted(down)  # per node
