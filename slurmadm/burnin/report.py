@@ -571,7 +571,8 @@ def render_html(summary: dict[str, Any]) -> str:
         "trend": trend,
         "has_previous": bool(prev.get("sweep_id")),
         "changes": [(g.hostlist, g.key[0], g.key[1]) for g in
-                    fold((node, (p["verdict"], after[node])) for node, p in prev["nodes"].items() if p["verdict_changed"])],
+                    fold((node, (p["verdict"], after[node])) for node, p in prev["nodes"].items()
+                         if p["verdict_changed"])],
         **big_view(summary, v["levels"], grid, trend),
     }
     return env.get_template("burnin/report.html.j2").render(s=summary, view=view, colors=COLORS)

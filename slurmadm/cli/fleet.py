@@ -124,7 +124,8 @@ def drift(nodes, cached, drain, dry_run, reason, site_file, as_json) -> None:
         # nodes that agree on one line (clush-style), as the drift rows are; --json stays per node
         for g in fold((n, neutral(e, n)) for n, e in down):
             console.print(f"[red]{escape(g.hostlist)}: {escape(g.named(g.key))}[/red]")
-        for g in fold((a.node, (a.action, neutral(a.reason, a.node))) for a in actions if a.action != "none" or dry_run):
+        shown = [a for a in actions if a.action != "none" or dry_run]
+        for g in fold((a.node, (a.action, neutral(a.reason, a.node))) for a in shown):
             console.print(f"{'would ' if dry_run else ''}{g.key[0]} {escape(g.hostlist)}: {escape(g.named(g.key[1]))}")
     if down:
         sys.exit(EXIT_UNREACHABLE)
