@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 from ClusterShell.RangeSet import RangeSetException
@@ -44,6 +46,52 @@ def compress(names: Iterable[str]) -> str:
     if not names:
         return ""
     return str(NodeSet.fromlist(names))
+
+
+NODE_TOKEN = "<node>"
+
+
+def _own_name(node: str) -> re.Pattern:
+    # the name whole: b200-001 in "b200-001-bmc: refused", not in "b200-0010"
+    return re.compile(rf"(?<![A-Za-z0-9]){re.escape(node)}(?![0-9])")
+
+
+def neutral(text: str, node: str) -> str:
+    """`text` with the node's own name as `<node>`, so the same message from two nodes folds
+    (`b200-001-bmc: refused` and `b200-002-bmc: refused` are one row)."""
+    return _own_name(node).sub(NODE_TOKEN, text) if node and text else text
+
+
+@dataclass(frozen=True)
+class Folded:
+    """Nodes that agree on `key` (one row for people)."""
+
+    nodes: tuple[str, ...]
+    key: Any
+
+    @property
+    def hostlist(self) -> str:
+        return compress(self.nodes)
+
+    @property
+    def count(self) -> int:
+        return len(self.nodes)
+
+    def named(self, text: str) -> str:
+        """A neutral() text for people: one node's own name put back; `<node>` for many."""
+        return text.replace(NODE_TOKEN, self.nodes[0]) if len(self.nodes) == 1 else text
+
+
+def fold(pairs: Iterable[tuple[str, Hashable]]) -> list[Folded]:
+    """(node, key) pairs folded into one group per key, as `clush -b` gathers outputs: the
+    largest group first, then by hostlist. The key is whatever must agree (a status, a message
+    made neutral() of the node's name, a tuple of them)."""
+    groups: dict[Hashable, list[str]] = {}
+    for node, key in pairs:
+        groups.setdefault(key, []).append(node)
+    out = [Folded(tuple(str(n) for n in NodeSet.fromlist(ns)) if len(ns) > 1 else tuple(ns), k)
+           for k, ns in groups.items()]
+    return sorted(out, key=lambda f: (-f.count, f.hostlist))
 
 
 def hostlist_size(pattern: str) -> int | None:

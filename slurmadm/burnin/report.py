@@ -12,7 +12,11 @@ tests/unit/burnin/test_report*.py check, the page itself in a headless Chromium)
 - slowdowns beyond `burnin.slowdown_warn_percent` since the previous sweep are warnings
   (`slowdowns()`, also in `burnin status`);
 - why a node is missing from the pair tests, the health checks' measured values per node, job
-  ids linked to their output files, times with their time zone.
+  ids linked to their output files, times with their time zone;
+- at the reference size (128 nodes, 64 pairs a round; tests/unit/burnin/test_report_at_128.py):
+  past BIG nodes each table leads with what needs a look and keeps every row in a closed
+  <details>, the passed nodes are one hostlist, bar charts past DENSE_AT bars are denser with one
+  readable label per bar, and a distribution chart's stacks close up past STACK_MAX under a count.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 import jinja2
 
 from ..files import write_atomic
+from ..hostlist import compress, fold
 from ..resources import templates_dir
 from .fleet import METRICS
 from .fleet import describe as fleet_describe
@@ -36,6 +41,10 @@ CHART_W = 860
 VALUE_W = 150  # room right of the plot for "370 GB/s ▼23%"
 BAR_H = 16
 GAP = 8
+DENSE_AT = 32  # more bars than this: the dense layout
+DENSE_BAR_H = 10  # with the gap a 14 px row: an 11 px label box (~13 px) never meets the next
+DENSE_GAP = 4
+DENSE_MIN_W = 720  # its 11 px labels no smaller than ~10 px on a phone: the chart scrolls sideways
 TOP = 20  # room above the bars for the floor label
 AXIS_H = 34  # room below the bars for tick labels and the unit
 CHAR_W = 7.0  # approximate width of one 12 px label character
@@ -43,6 +52,7 @@ MIN_W = 600  # narrower screens scroll the chart sideways rather than shrink its
 COLORS = {"pass": "#2e7d32", "fail": "#c62828", "error": "#ad1457", "warn": "#ef8f00", "skip": "#9e9e9e",
           "skipped": "#9e9e9e", "none": "#9e9e9e"}
 DEFAULT_SLOWDOWN_PERCENT = 10.0
+BIG = 16  # a sweep of more nodes: tables show what needs a look first, every row under <details>
 
 
 # ------------------------------------------------------------------------------ comparison
@@ -249,9 +259,13 @@ def bar_chart(items: list[dict[str, Any]], floor: float | None, unit: str) -> di
     def x(v: float) -> float:
         return round(plot_x + v / top * plot_w, 1)
 
+    # past DENSE_AT bars (128 nodes, 64 pairs a round) thinner bars and 11 px labels: one
+    # label per 13 px row still reads, and 128 bars stay a page tall, not three
+    dense = len(items) > DENSE_AT
+    bar_h, gap = (DENSE_BAR_H, DENSE_GAP) if dense else (BAR_H, GAP)
     bars = []
     for k, item in enumerate(items):
-        y = TOP + GAP + k * (BAR_H + GAP)
+        y = TOP + gap + k * (bar_h + gap)
         v, prev = item["value"], item.get("previous")
         change = _change(v, prev)
         value_text = f"{_num(v)} {unit}" if v is not None else f"no result ({item['status']})"
@@ -260,7 +274,7 @@ def bar_chart(items: list[dict[str, Any]], floor: float | None, unit: str) -> di
             delta = f"{'▼' if change < 0 else '▲'}{abs(change) * 100:.0f}%"
         end = max(x(v) if v is not None else plot_x, x(prev) if prev is not None else plot_x)
         bars.append({
-            "label": item["label"], "y": y, "text_y": y + BAR_H - 4, "mid_y": y + BAR_H / 2,
+            "label": item["label"], "y": y, "text_y": y + bar_h - (1 if dense else 4), "mid_y": y + bar_h / 2,
             "width": round((x(v) - plot_x) if v is not None else 0, 1),
             "status": item["status"], "color": COLORS.get(item["status"], "#607d8b"),
             "value_text": value_text, "delta": delta, "slower": bool(item.get("slower")),
@@ -271,15 +285,16 @@ def bar_chart(items: list[dict[str, Any]], floor: float | None, unit: str) -> di
             "title": f"{item['label']}: {value_text}, test {item['status']}"
                      + (f"; previous sweep {_num(prev)} {unit} ({delta})" if prev is not None else ""),
         })
-    axis_y = TOP + GAP + len(items) * (BAR_H + GAP)
+    axis_y = TOP + gap + len(items) * (bar_h + gap)
     return {
         "width": CHART_W, "height": axis_y + AXIS_H, "bars": bars, "plot_x": plot_x, "plot_w": plot_w,
-        "plot_end": plot_x + plot_w, "top_y": TOP, "axis_y": axis_y, "bar_h": BAR_H, "unit": unit,
+        "plot_end": plot_x + plot_w, "top_y": TOP, "axis_y": axis_y, "bar_h": bar_h, "unit": unit,
+        "dense": dense, "mark_pad": 1 if dense else 3,
         "ticks": [{"x": x(t), "text": _num(t)} for t in ticks],
         "floor_x": x(floor) if floor else None, "floor_text": f"floor {_num(floor)} {unit}" if floor else "",
         "has_previous": any(b["prev_x"] is not None for b in bars),
         "statuses": sorted({b["status"] for b in bars}, key=lambda s: list(COLORS).index(s) if s in COLORS else 99),
-        "min_width": MIN_W,
+        "min_width": DENSE_MIN_W if dense else MIN_W,
     }
 
 
@@ -309,6 +324,8 @@ def charts(summary: dict[str, Any]) -> dict[str, Any]:
 
 DIST_H_ROW = 13  # vertical step between stacked dots
 DIST_R = 5
+STACK_MAX = 8  # dots a column shows at full step; more close up under a count
+COUNT_W = 64  # room a "128 nodes" count takes
 
 
 def dist_charts(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -346,16 +363,30 @@ def dist_charts(summary: dict[str, Any]) -> list[dict[str, Any]]:
             stacks[col] = k + 1
             entry = (levels.get(node) or {}).get("metrics", {}).get(g["metric"]) or {}
             level = entry.get("level") or "none"
-            dots.append({"node": node, "share": round(share, 1), "x": x(share), "k": k, "level": level,
+            dots.append({"node": node, "share": round(share, 1), "x": x(share), "k": k, "col": col, "level": level,
                          "color": {"slow": COLORS["fail"], "warn": COLORS["warn"], "ok": COLORS["pass"]}
                          .get(level, COLORS["none"]),
                          "title": f"{node}: {_num(g['values'][node])} {m.unit} = {share:.0f}% of the fleet median"
                                   f" {_num(g['median'])} ({level})"})
         rows = max([d["k"] for d in dots] + [0]) + 1
-        top = 22
-        base_y = top + rows * DIST_H_ROW + 4
+        # 128 alike nodes meet at the median: past STACK_MAX a column's dots close up (they
+        # overlap) and its count is written over it, so the chart keeps its height
+        step = DIST_H_ROW if rows <= STACK_MAX else DIST_H_ROW * (STACK_MAX - 1) / (rows - 1)
+        shown = min(rows, STACK_MAX)
+        top = 22 + (14 if rows > STACK_MAX else 0)
+        base_y = top + shown * DIST_H_ROW + 4
         for d in dots:
-            d["y"] = base_y - DIST_R - d["k"] * DIST_H_ROW
+            d["y"] = round(base_y - DIST_R - d["k"] * step, 1)
+        counts, run = [], []  # one count over each run of full columns closer than a label's width
+        for col in [*sorted(c for c, n in stacks.items() if n > STACK_MAX), None]:
+            if run and (col is None or (col - run[-1]) * 2 * DIST_R > COUNT_W):
+                mine = [d for d in dots if d["col"] in run]
+                xs = [d["x"] for d in mine]
+                counts.append({"x": round((min(xs) + max(xs)) / 2, 1), "y": round(top - 23, 1),
+                               "text": f"{len(mine)} nodes"})
+                run = []
+            if col is not None:
+                run.append(col)
         labelled = [d for d in dots if d["level"] in ("warn", "slow")]
         label_y = base_y + 44
         for i, d in enumerate(labelled):
@@ -367,7 +398,7 @@ def dist_charts(summary: dict[str, Any]) -> list[dict[str, Any]]:
             "profile": g["profile"], "nodes": g["nodes"], "median": _num(g["median"]), "mad": _num(g["mad"]),
             "judged": g["judged"], "higher_is_better": m.higher_is_better,
             "width": CHART_W, "height": height, "plot_x": plot_x, "plot_end": plot_x + plot_w, "top_y": top,
-            "axis_y": base_y, "r": DIST_R, "dots": dots, "labelled": labelled, "min_width": MIN_W,
+            "axis_y": base_y, "r": DIST_R, "dots": dots, "labelled": labelled, "min_width": MIN_W, "counts": counts,
             "ticks": [{"x": x(t), "text": f"{t}%"} for t in ticks],
             "lines": [{"x": x(v), "kind": kind, "text": "median" if kind == "median" else f"{kind} {v:g}%"}
                       for v, kind in lines],
@@ -405,10 +436,10 @@ def notes(summary: dict[str, Any]) -> list[str]:
 
     cpu = nodes_where(lambda t: t["test"] == "stress" and (t.get("data") or {}).get("device") == "cpu")
     if cpu:
-        out.append(f"No GPU was stressed on {', '.join(cpu)}: the CPU stand-in ran instead (see the stress rows).")
+        out.append(f"No GPU was stressed on {compress(cpu)}: the CPU stand-in ran instead (see the stress rows).")
     no_health = nodes_where(lambda t: t["test"] == "health" and t["status"] == "skip")
     if no_health:
-        out.append(f"The health suite did not run on {', '.join(no_health)} (see the health rows).")
+        out.append(f"The health suite did not run on {compress(no_health)} (see the health rows).")
     return out
 
 
@@ -496,6 +527,28 @@ def output_link(path: str | None) -> str | None:
     return p.as_posix()
 
 
+def big_view(summary: dict[str, Any], levels: dict[str, str], grid: dict[str, Any],
+             trend: dict[str, Any]) -> dict[str, Any]:
+    """A sweep of more than BIG nodes (the reference site's 128, 64 pairs a round): each table
+    first shows what needs a look (a node not a plain pass, a pair not passed or slower, a grid
+    row with a result other than pass, a trend row warned or slow), every row stays on the page
+    in a closed <details> under it, and the passed nodes are named by one hostlist."""
+    nodes = summary["nodes"]
+    big = len(nodes) > BIG
+    attention = [n for n in nodes if levels.get(n["node"]) != "pass"]
+    quiet = [n for n in nodes if levels.get(n["node"]) == "pass"]
+    pairs_prev = (summary.get("previous") or {}).get("pairs") or {}
+    return {
+        "big": big, "attention_nodes": attention, "quiet_rows": quiet, "quiet_count": len(quiet),
+        "quiet_nodes": compress(n["node"] for n in quiet),
+        "pair_attention": [p for p in summary["pairs"] if p["status"] != "pass"
+                           or (pairs_prev.get(f"{p['a']}+{p['b']}") or {}).get("slower")],
+        "grid_attention": [r for r in grid["rows"] if any(c["status"] != "pass" for c in r["cells"].values())],
+        "trend_attention": [r for r in trend["rows"]
+                            if any(c["level"] in ("warn", "slow") for cells in r["cells"].values() for c in cells)],
+    }
+
+
 def render_html(summary: dict[str, Any]) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -504,18 +557,23 @@ def render_html(summary: dict[str, Any]) -> str:
     after = {n["node"]: n["verdict"] for n in summary["nodes"]}
     prev = summary.get("previous") or {"sweep_id": None, "nodes": {}, "pairs": {}}
     summary = {**summary, "previous": prev}
+    v = verdict(summary)
+    grid = check_grid(summary)
+    trend = trend_table(summary)
     view = {
-        "verdict": verdict(summary),
+        "verdict": v,
         "charts": charts(summary),
         "notes": notes(summary),
         "slowdowns": slowdowns(summary),
-        "not_paired": not_paired(summary),
-        "grid": check_grid(summary),
+        "not_paired": {g.hostlist: g.key for g in fold(not_paired(summary).items())},
+        "grid": grid,
         "dists": dist_charts(summary),
-        "trend": trend_table(summary),
+        "trend": trend,
         "has_previous": bool(prev.get("sweep_id")),
-        "changes": [(node, p["verdict"], after[node]) for node, p in prev["nodes"].items()
-                    if p["verdict_changed"]],
+        "changes": [(g.hostlist, g.key[0], g.key[1]) for g in
+                    fold((node, (p["verdict"], after[node])) for node, p in prev["nodes"].items()
+                         if p["verdict_changed"])],
+        **big_view(summary, v["levels"], grid, trend),
     }
     return env.get_template("burnin/report.html.j2").render(s=summary, view=view, colors=COLORS)
 

@@ -98,9 +98,12 @@ def power(action, nodes, site_file, as_json, dry_run, force, drain, reason) -> N
             print_json([{"node": r.node, "power": r.value if r.ok else None, "error": r.error or None,
                          "seconds": r.seconds} for r in rows])
         else:
-            console.print(table(None, ["node", "power"],
-                                [(r.node, r.value if r.ok else f"[red]unreachable[/red]: {escape(r.error)}")
-                                 for r in rows]))
+            from ..bmc.fold import fold_rows  # nodes that agree: one row
+
+            console.print(table(None, ["nodes", "n", "power"],
+                                [(escape(g.hostlist), str(g.count), escape(g.key[1]) if g.key[0] else
+                                  f"[red]unreachable[/red]: {escape(g.named(g.key[1]))}") for g in fold_rows(rows)],
+                                wrap=["nodes", "power"]))
         _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
         return
     try:

@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from .. import fleet as fleetmod
 from ..errors import EXIT_PROBLEMS, EXIT_UNREACHABLE, UsageError
-from ..hostlist import compress, expand
+from ..hostlist import compress, expand, fold, neutral
 from ..store import Store
 from .common import Group, dry_run_option, get_site, json_option, print_json, progress, reason_option
 from .common import site_option, when
@@ -121,11 +121,12 @@ def drift(nodes, cached, drain, dry_run, reason, site_file, as_json) -> None:
                                   "baseline" if d.source == "baseline" else "fleet's most common") for d in diffs]))
         else:
             console.print(f"no drift on {len(got) - len(down)} node(s)")
-        for n, e in down:
-            console.print(f"[red]{n}: {escape(e)}[/red]")
-        for a in actions:
-            if a.action != "none" or dry_run:
-                console.print(f"{'would ' if dry_run else ''}{a.action} {a.node}: {escape(a.reason)}")
+        # nodes that agree on one line (clush-style), as the drift rows are; --json stays per node
+        for g in fold((n, neutral(e, n)) for n, e in down):
+            console.print(f"[red]{escape(g.hostlist)}: {escape(g.named(g.key))}[/red]")
+        shown = [a for a in actions if a.action != "none" or dry_run]
+        for g in fold((a.node, (a.action, neutral(a.reason, a.node))) for a in shown):
+            console.print(f"{'would ' if dry_run else ''}{g.key[0]} {escape(g.hostlist)}: {escape(g.named(g.key[1]))}")
     if down:
         sys.exit(EXIT_UNREACHABLE)
     if diffs:

@@ -12,7 +12,8 @@ import click
 
 from ..errors import SlurmadmError, UsageError
 from ..health import config as hconfig
-from ..health import engine, sitecheck  # noqa: F401  (sitecheck registers the check-id validation)
+from ..health import engine, sitecheck
+from ..health import status as hstatus  # noqa: F401  (sitecheck registers the check-id validation)
 from ..health.checks import BY_ID, CHECKS, SETTINGS, policy
 from ..health.hook import local_node
 from ..store import read
@@ -34,6 +35,10 @@ def health() -> None:
 
 def _node_option(fn):
     return click.option("--node", help="Act as this Slurm node (default: $SLURMD_NODENAME, then the host name).")(fn)
+
+
+def _when_span(oldest: float, newest: float) -> str:
+    return when(newest) if when(oldest) == when(newest) else f"{when(oldest)} .."
 
 
 def _show(report: engine.Report) -> None:
@@ -135,8 +140,11 @@ def _drained(site, wanted: set[str] | None) -> list | str:
 @click.option("--nodes", help="Only these nodes (hostlist).")
 def status_cmd(site_file, as_json, nodes) -> None:
     """The latest result of every check on every node (from the store), then each drained node
-    with its whole drain reason as Slurm holds it (`sinfo -R` shows only 20 characters). A node
-    whose health hooks cannot load the site shows a `hook` row (health enforcement is off there).
+    with its whole drain reason as Slurm holds it (`sinfo -R` shows only 20 characters). Nodes
+    that agree share one row (a hostlist): each problem with the nodes that have it, then the
+    nodes whose checks all pass; `when` is the newest result, or the oldest then `..` where a
+    row's results differ in time. --json stays one row per node and check. A node whose health
+    hooks cannot load the site shows a `hook` row (health enforcement is off there).
     Exit 1 if any check is failing."""
     from ..site import require_nodes
 
@@ -161,16 +169,18 @@ def status_cmd(site_file, as_json, nodes) -> None:
     if as_json:
         print_json(out)
     else:
-        console.print(table(None, ["node", "check", "status", "context", "when", "detail"],
-                            [(r["node"], r["check_id"], status_cell(r["status"]),
-                              r["context"], when(r["ts"]), r["detail"]) for r in out]))
+        # nodes that agree are one row (clush-style hostlist); --json above stays per node
+        console.print(table(None, ["nodes", "n", "check", "status", "context", "when", "detail"],
+                            [(g["nodes"], g["count"], g["check_id"], status_cell(g["status"]), ",".join(g["contexts"]),
+                              _when_span(g["oldest"], g["newest"]), g["detail"]) for g in hstatus.fold_results(out)],
+                            wrap=["nodes", "detail"], optional=("n", "context", "when")))
         if isinstance(drained, str):
             say(("drain reasons: ", "yellow"), f"Slurm did not answer ({drained})")
         elif drained:
-            console.print(table("drained nodes (whole reason)", ["node", "state", "by", "reason"],
-                                [(n.name, n.state_text, n.reason_user,
-                                  styled(n.reason, "bold") if n.reason.startswith("slurmadm:") else n.reason)
-                                 for n in drained], wrap=["reason"]))
+            console.print(table("drained nodes (whole reason)", ["nodes", "state", "by", "reason"],
+                                [(g["nodes"], g["state"], g["by"],
+                                  styled(g["reason"], "bold") if g["reason"].startswith("slurmadm:") else g["reason"])
+                                 for g in hstatus.fold_drained(drained)], wrap=["nodes", "reason"]))
     if any(r["status"] in ("fail", "error") for r in out):
         raise SystemExit(1)
 

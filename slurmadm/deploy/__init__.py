@@ -16,7 +16,7 @@ node.py for the layout on a node and engine.py for the order of the work.
 
 from __future__ import annotations
 
-from ..hostlist import compress
+from ..hostlist import compress, fold, neutral
 from . import node, wheelhouse
 from .engine import DeployError, Deployer, DeployRollout, NodeResult, rollout_name
 from .node import Change, HOOKS
@@ -77,22 +77,17 @@ def manifest(site, release: str = "{release}", version: str | None = None, *, si
 
 def fold_plans(plans: dict) -> list[tuple[list[str], list | str]]:
     """Nodes with the same changes (or the same error) together: [(nodes, changes | error)]."""
-    groups: dict = {}
-    for n, p in plans.items():
-        key = p if isinstance(p, str) else tuple(p)
-        groups.setdefault(key, []).append(n)
-    return sorted(((ns, (k if isinstance(k, str) else list(k))) for k, ns in groups.items()),
+    groups = fold((n, p if isinstance(p, str) else tuple(p)) for n, p in plans.items())
+    return sorted(((list(g.nodes), (g.key if isinstance(g.key, str) else list(g.key))) for g in groups),
                   key=lambda g: (isinstance(g[1], str), -len(g[0])))
 
 
 def fold_findings(results: dict) -> list[dict]:
     """One row per (check, status, summary) with the nodes that agree (node names in a summary
     are read as `<node>`, so 128 healthy nodes are one row per check)."""
-    groups: dict = {}
-    for n, r in results.items():
-        for f in r.findings:
-            summary = f["summary"].replace(n, "<node>")
-            groups.setdefault((f["check"], f["status"], summary, f.get("fix", "")), []).append(n)
+    groups = {g.key: list(g.nodes) for g in
+              fold((n, (f["check"], f["status"], neutral(f["summary"], n), f.get("fix", "")))
+                   for n, r in results.items() for f in r.findings)}
     order = {"fail": 0, "warn": 1, "ok": 2, "skip": 3}
     return [{"nodes": compress(ns), "count": len(ns), "check": c, "status": s, "summary": m, "fix": fx}
             for (c, s, m, fx), ns in sorted(groups.items(), key=lambda kv: (order.get(kv[0][1], 9), kv[0][0]))]

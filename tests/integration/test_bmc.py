@@ -414,9 +414,9 @@ def test_progress_bar_for_people_in_a_terminal(dc, env, tmp_path):
         assert any(bar.search(s) for s in seen), "no progress bar was drawn:\n" + "\n---\n".join(seen[-3:])
         final = seen[-1]
         assert "EXIT=0" in final and not bar.search(final)  # transient: gone, the table stays
-        assert re.search(r"b200-004 +│ +on", final), final
+        assert re.search(r"b200-\[001-004\] +│ +4 +│ +on", final), final  # the four agree: one row
         assert "━━ " not in piped.read_text() and "\x1b[" not in piped.read_text()  # piped: no bar
-        assert "b200-004" in piped.read_text()
+        assert "b200-[001-004]" in piped.read_text()
         data = json.loads(out.read_text())  # --json in a terminal: only the JSON on stdout
         assert [x["power"] for x in data] == ["on"] * 4
     finally:

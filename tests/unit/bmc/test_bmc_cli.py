@@ -70,7 +70,7 @@ def test_progress_bar_on_a_terminal(tmp_path, fake_bmcs, terminal):
     assert "power status" in shown and "6/6" in shown and "━" in shown  # the bar, complete
     assert "\x1b[" in shown  # drawn with terminal control codes (and erased at the end: transient)
     assert fake_bmcs[0].bar is None  # detached after the command
-    assert "b200-006" in r.stdout and "━" not in r.stdout  # the table on stdout, no bar in it
+    assert "b200-[001-006]" in r.stdout and "━" not in r.stdout  # the table (one folded row) on stdout, no bar
 
 
 def test_no_progress_bar_with_json_even_on_a_terminal(tmp_path, fake_bmcs, terminal):

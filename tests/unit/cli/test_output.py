@@ -141,3 +141,22 @@ def test_health_status_says_when_slurm_does_not_answer(site, monkeypatch):
     monkeypatch.setattr(health_cli, "slurm_nodes", down)
     r = CliRunner().invoke(cli, ["health", "status"])
     assert "drain reasons: Slurm did not answer (scontrol: no answer within 30 s)" in r.output
+
+
+def test_health_status_of_128_nodes_in_80_columns_stays_inside_with_its_hostlists_whole(site):
+    """Folded rows (tests/unit/cli/test_fold_at_128.py) in a real 80-column terminal: the long
+    hostlist wraps inside its column, the optional columns go first, nothing runs past 80."""
+    with Store(tomllib.loads(site.read_text())["store"]["path"]) as store, store.transaction() as db:
+        for i in range(1, 129):
+            status = "fail" if i in (7, 64, 100) else "pass"
+            db.execute("INSERT INTO check_results (ts, run_id, node, context, check_id, status, severity, detail, "
+                       "value, duration_ms) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                       (time.time() - i, "r", f"b200-{i:03d}", "periodic", "gpu-count", status, "critical",
+                        "7 of 8 GPUs" if status == "fail" else f"8 GPUs, {i}", None, 1.0))
+    out = in_terminal(["health", "status"], 80, {"SLURMADM_SITE": str(site)})
+    lines = [ln for ln in out.splitlines() if ln[:1] in "┏┃┡│└"]  # the table (a long warning wraps as text)
+    assert len(lines) == 10 and max(len(ln) for ln in lines) <= 80, out
+    assert sum(1 for ln in lines if "│ fail" in ln) == 2, out  # b200-003's ecc row and the 3 gpu-count nodes
+    joined = "".join(ln.split("│")[1].strip() for ln in lines if ln.startswith("│"))
+    assert "b200-[007,064,100]" in joined, out  # the hostlist, read back across its wrapped lines
+    assert "not shown at this width" in out
