@@ -144,3 +144,42 @@ def rollout(fleet: Fleet, nodes: list[str], component: str, image_url: str, imag
             break
     return {"results": results, "failed": failed, "budget": allowed, "stopped": stopped,
             "not_started": [n for n in nodes if n not in results]}
+
+
+def prepare_update(fleet: Fleet, backend, nodes: list[str], component: str, *, version: str | None, force: bool,
+                   drain: bool) -> tuple[list[dict], list[str], list[list[str]]]:
+    """`bmc firmware update`'s plan from Slurm's view and each BMC's firmware: (plan, the nodes
+    to update, their waves)."""
+    from .ops import slurm_view
+
+    states = slurm_view(backend, nodes)
+    current = {r.node: r for r in fleet.run(nodes, lambda c: c.redfish.firmware())}
+    plan = plan_update(nodes, current, states, component, version=version, force=force, drain=drain)
+    todo = [p["node"] for p in plan if p["action"] == "update"]
+    sw = fleet.site.software
+    return plan, todo, waves(todo, sw.canary_nodes, sw.wave_fraction)
+
+
+def update(fleet: Fleet, backend, plan: list[dict], todo: list[str], component: str, image_url: str, *,
+           push: bool, store: Store, reason: str, task_timeout_s: float, progress: Callable[[str], None],
+           version: str | None = None) -> dict:
+    """The update itself: nodes that must be drained first (--drain) are drained and waited for
+    (bmc.drain_timeout_s; those still busy are refused in `plan`, left drained), then the
+    rollout in waves. With `push` the image is read here and pushed to the BMCs."""
+    from .ops import Step, drain_and_wait
+    from .redfish import _fetch
+
+    image = _fetch(image_url) if push else None
+    waiting = [Step(p["node"], "firmware update", True, "" if p["drain"] else "drained; waiting for jobs",
+                    drain=p["drain"]) for p in plan if p.get("wait")]
+    if waiting:
+        stuck = drain_and_wait(backend, waiting, "bmc-firmware-update", reason, fleet.site.bmc.drain_timeout_s,
+                               progress)
+        store.audit_many([("bmc.drain", s.node, reason, {"for": f"firmware update {component}"})
+                          for s in waiting if s.drain])
+        for p in plan:
+            if p["node"] in stuck:
+                p.update(action="refused", why=stuck[p["node"]])
+        todo = [n for n in todo if n not in stuck]
+    return rollout(fleet, todo, component, image_url, image, store, reason, task_timeout_s=task_timeout_s,
+                   progress=progress, version=version)

@@ -156,6 +156,36 @@ def drain_and_wait(backend: SlurmBackend, steps: list[Step], check_id: str, reas
     return {n: f"jobs still running after {timeout_s:g} s (left drained)" for n in waiting}
 
 
+def backend_or_none(get_backend: Callable[[], SlurmBackend]) -> SlurmBackend | NoSlurm:
+    """The Slurm backend, or a NoSlurm saying why there is none: out-of-band power is for when
+    Slurm is down, and plan_power decides what may still be done."""
+    from ..errors import SlurmadmError
+
+    try:
+        return get_backend()
+    except SlurmadmError as exc:
+        return NoSlurm(str(exc))
+
+
+def power(site, fleet: Fleet, backend: SlurmBackend, steps: list[Step], action: str, reason: str,
+          progress: Callable[[str], None]) -> Outcome:
+    """`bmc power ACTION` after its plan: drain and wait where asked (--drain; nodes still busy
+    at bmc.drain_timeout_s are refused), then the power action, audited; a node whose BMC failed
+    the change gets its error on its step."""
+    with Store.for_site(site) as store:
+        if any(s.do and (s.drain or s.why == "drained; waiting for jobs") for s in steps):
+            stuck = drain_and_wait(backend, steps, f"bmc-power-{action}", reason, site.bmc.drain_timeout_s, progress)
+            for s in steps:
+                if s.node in stuck:
+                    s.do, s.action, s.why = False, "refused", stuck[s.node]
+            store.audit_many([("bmc.drain", s.node, reason, {"for": f"power {action}"}) for s in steps if s.drain])
+        outcome = apply_power(fleet, steps, action, store, reason)
+    for s in steps:
+        if s.node in outcome.failed:
+            s.error = outcome.failed[s.node]
+    return outcome
+
+
 def apply_power(fleet: Fleet, steps: list[Step], action: str, store: Store, reason: str) -> Outcome:
     todo = [s.node for s in steps if s.do]
     by_node = {s.node: s for s in steps}

@@ -303,3 +303,46 @@ class Recovery:
             self.backend.set_reason([node], format_reason(CHECK_ID, why, "bmc"))
             self.store.audit("bmc.recover.failed", node, why)
             self._done(report, node, why)
+
+
+def recovery(site, fleet: Fleet, backend: SlurmBackend, store: Store, *, progress: Callable[[str], None],
+             bar: Progress | None = None) -> Recovery:
+    """The Recovery `bmc recover` runs: first health runs read through store/read.trusted when
+    the site has a central store, else from `store`."""
+    from ..store import read
+
+    return Recovery(site, fleet, backend, store, progress=progress, bar=bar,
+                    results_factory=(lambda: read.trusted(site)) if site.store.url else None)
+
+
+def run_locked(rec: Recovery, nodes: list[str] | None, reason: str, *, trigger: bool, sweep: bool,
+               progress: Callable[[str], None], sleep: Callable[[float], None] = time.sleep
+               ) -> tuple[list[Candidate], Report] | None:
+    """Plan and recover under the site's recovery lock (one recovery at a time). For Slurm's
+    strigger (`trigger`): wait out the grace period of the nodes still in it, and wait for a
+    recovery that holds the lock, up to grace_s + 10 minutes. From the sweep: when another
+    recovery holds the lock, leave the nodes to it (None). Otherwise a held lock is LockBusy."""
+    from pathlib import Path
+
+    from ..errors import LockBusy
+    from ..files import exclusive_lock
+
+    grace_s = rec.site.bmc.recover.grace_s
+    lock = Path(f"{rec.site.store.path}.bmc-recover.lock")
+    deadline = time.monotonic() + (grace_s + 600 if trigger else 0)
+    while True:
+        try:
+            with exclusive_lock(lock, lambda holder: f"another recovery runs ({holder})"):
+                cands = rec.plan(nodes)
+                if trigger and any(c.action == "wait" for c in cands) and time.monotonic() < deadline:
+                    progress(f"waiting: {min(c.why for c in cands if c.action == 'wait')}")
+                    sleep(min(5.0, max(0.5, grace_s / 10)))
+                    continue
+                return cands, rec.run(cands, reason)
+        except LockBusy as exc:
+            if sweep:
+                progress(f"{exc}: this sweep leaves the nodes to it")
+                return None
+            if not trigger or time.monotonic() >= deadline:
+                raise
+            sleep(2.0)

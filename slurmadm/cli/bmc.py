@@ -1,7 +1,9 @@
 """`slurmadm bmc ...`: out-of-band management through the nodes' BMCs (slurmadm/bmc/).
 
 Every command takes a hostlist. A BMC that does not answer is one row with its error and makes
-the exit code 3; a refused change (running jobs without --force/--drain) makes it 1.
+the exit code 3; a refused change (running jobs without --force/--drain) makes it 1. What each
+command shows (tables, --json, exit codes) is built in slurmadm/bmc/views.py; this module only
+parses arguments and prints.
 """
 
 from __future__ import annotations
@@ -9,17 +11,15 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import click
-from rich.markup import escape
+from rich.text import Text
 
 from ..bmc import ops
+from ..bmc import views as v
 from ..bmc.model import BOOT_DEVICES, POWER_ACTIONS
-from ..errors import EXIT_PROBLEMS, EXIT_UNREACHABLE, SlurmadmError
 from ..store import Store
 from .audit import parse_since
-from .common import (Group, dry_run_option, get_site, info, json_option, print_json, reason_option,
-                     site_option, warn, when)
-from .common import markup_console as console  # this module escapes every value itself
-from .common import markup_table as table
+from .common import Group, console, dry_run_option, get_site, info, json_option, print_json, reason_option
+from .common import site_option, styled, table, warn, when
 
 
 @click.group(cls=Group)
@@ -31,6 +31,12 @@ def _fleet(site):
     from ..bmc.fanout import Fleet
 
     return Fleet(site)
+
+
+def _backend():
+    from ..slurm import get_backend
+
+    return get_backend()
 
 
 @contextmanager
@@ -46,27 +52,43 @@ def _bar(fleet, what: str, as_json: bool):
             fleet.bar = None
 
 
-def _backend():
-    from ..slurm import get_backend
-
-    return get_backend()
+def _cell(c):
+    return styled(*c) if isinstance(c, tuple) else Text.assemble(*c) if isinstance(c, list) else c
 
 
-def _exit(code: int) -> None:
+def _show(t: v.Table | None) -> None:
+    if t is not None:
+        title, cols, rows, *wrap = t  # a 4th item: the columns that wrap (views.Table)
+        console.print(table(title, cols, [[_cell(c) for c in row] for row in rows], **({"wrap": wrap[0]} if wrap else {})))
+
+
+def _out(as_json: bool, data, tables, errors=(), code: int = 0, note: str | None = None, lines=()) -> None:
+    """--json: the data; else each table, the lines, the note (stderr), the unreachable BMCs.
+    Then exit with `code`."""
+    if as_json:
+        print_json(data)
+    else:
+        for t in tables:
+            _show(t)
+        for line in lines:
+            console.print(_cell(line) if isinstance(line, list) else line)
+        if note:
+            info(note)
+        _show(v.errors_table(list(errors)))
     if code:
         raise SystemExit(code)
 
 
-def _unreachable_rows(rows) -> list[tuple[str, str]]:
-    return [(r.node, r.error) for r in rows if not r.ok]
-
-
-def _show_errors(errors: list[tuple[str, str]]) -> None:
-    if errors:
-        console.print(table("unreachable", ["node", "error"], [(n, escape(e)) for n, e in errors]))
-
-
 nodes_arg = click.argument("nodes", metavar="NODES")
+
+
+def _on_nodes(*more):
+    """NODES, --site, --json, then `more` (option decorators, in their order) on a command."""
+    def deco(fn):
+        for d in reversed((nodes_arg, site_option, json_option, *more)):
+            fn = d(fn)
+        return fn
+    return deco
 
 
 def _safety_options(fn):
@@ -76,132 +98,54 @@ def _safety_options(fn):
     return fn
 
 
+def _start(site_file, nodes):
+    site = get_site(site_file)
+    return site, ops.check_nodes(site, nodes), _fleet(site)
+
+
 # ---------------------------------------------------------------------- power
 @bmc.command()
 @click.argument("action", type=click.Choice(["status", *POWER_ACTIONS]))
-@nodes_arg
-@site_option
-@json_option
-@dry_run_option
+@_on_nodes(dry_run_option)
 @_safety_options
 @reason_option("slurmadm bmc power")
 def power(action, nodes, site_file, as_json, dry_run, force, drain, reason) -> None:
     """Power status, or on|off|cycle|reset NODES. Off/cycle/reset refuse nodes with running jobs
     unless --force or --drain."""
-    site = get_site(site_file)
-    names = ops.check_nodes(site, nodes)
-    fleet = _fleet(site)
+    site, names, fleet = _start(site_file, nodes)
     if action == "status":
         with _bar(fleet, "power status", as_json):
             rows = fleet.run(names, lambda c: c.bmc.power_state())
-        if as_json:
-            print_json([{"node": r.node, "power": r.value if r.ok else None, "error": r.error or None,
-                         "seconds": r.seconds} for r in rows])
-        else:
-            from ..bmc.fold import fold_rows  # nodes that agree: one row
-
-            console.print(table(None, ["nodes", "n", "power"],
-                                [(escape(g.hostlist), str(g.count), escape(g.key[1]) if g.key[0] else
-                                  f"[red]unreachable[/red]: {escape(g.named(g.key[1]))}") for g in fold_rows(rows)],
-                                wrap=["nodes", "power"]))
-        _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
+        _out(as_json, v.power_status_json(rows), [v.power_status_table(rows)], code=v.code(rows))
         return
-    try:
-        backend = _backend()
-    except SlurmadmError as exc:  # out-of-band power is for when Slurm is down: plan_power decides
-        backend = ops.NoSlurm(str(exc))
+    backend = ops.backend_or_none(_backend)
+    failed: dict[str, str] = {}
     with _bar(fleet, "power status", as_json) as bar:
         steps = ops.plan_power(fleet, names, action, backend, force=force, drain=drain, warn=warn)
         if not dry_run:
             bar.what = f"power {action}"
-            outcome = _power_apply(site, fleet, backend, steps, action, reason)
-    if dry_run:
-        _show_plan(steps, as_json, dry_run=True)
-        _exit(_code(steps, {}))
-        return
-    for s in steps:
-        if s.node in outcome.failed:
-            s.error = outcome.failed[s.node]
-    _show_plan(steps, as_json, dry_run=False)
-    _exit(_code(steps, outcome.failed))
-
-
-def _power_apply(site, fleet, backend, steps, action, reason) -> ops.Outcome:
-    """Drain and wait where asked (--drain), then the power action, audited."""
-    with Store.for_site(site) as store:
-        stuck = {}
-        if any(s.do and (s.drain or s.why == "drained; waiting for jobs") for s in steps):
-            stuck = ops.drain_and_wait(backend, steps, f"bmc-power-{action}", reason,
-                                       site.bmc.drain_timeout_s, info)
-            for s in steps:
-                if s.node in stuck:
-                    s.do, s.action, s.why = False, "refused", stuck[s.node]
-            store.audit_many([("bmc.drain", s.node, reason, {"for": f"power {action}"})
-                              for s in steps if s.drain])
-        return ops.apply_power(fleet, steps, action, store, reason)
-
-
-def _code(steps, failed) -> int:
-    if failed or any(s.error for s in steps):
-        return EXIT_UNREACHABLE
-    if any(s.action == "refused" for s in steps):
-        return EXIT_PROBLEMS
-    return 0
-
-
-def _show_plan(steps, as_json: bool, *, dry_run: bool) -> None:
-    if as_json:
-        print_json({"dry_run": dry_run, "steps": [s.to_json() for s in steps]})
-        return
-    rows = []
-    for s in steps:
-        what = s.action if not s.error else "[red]unreachable[/red]"
-        if s.do and not dry_run and not s.error:
-            what = f"[green]{s.action}[/green]"
-        elif s.action == "refused":
-            what = "[yellow]refused[/yellow]"
-        rows.append((s.node, s.power or "?", s.slurm, what, escape(s.error or s.why)))
-    console.print(table("plan (dry run)" if dry_run else None, ["node", "power", "slurm", "action", "why"], rows))
+            failed = ops.power(site, fleet, backend, steps, action, reason, info).failed
+    _out(as_json, v.plan_json(steps, dry_run=dry_run), [v.plan_table(steps, dry_run=dry_run)],
+         code=v.plan_code(steps, failed))
 
 
 # ---------------------------------------------------------------------- sensors
 @bmc.command()
-@nodes_arg
-@site_option
-@json_option
+@_on_nodes()
 @click.option("--type", "kind", type=click.Choice(["temperature", "power", "fan", "voltage"]), default=None,
               help="Only sensors of this type (power includes the PSUs).")
 @click.option("--alarms", is_flag=True, help="Only readings outside the BMC's thresholds (or failed states).")
 def sensors(nodes, site_file, as_json, kind, alarms) -> None:
     """Sensor readings with the BMC's thresholds; out-of-range ones marked. Exit 1 if any alarm."""
-    site = get_site(site_file)
-    names = ops.check_nodes(site, nodes)
-    fleet = _fleet(site)
+    site, names, fleet = _start(site_file, nodes)
     with _bar(fleet, "sensors", as_json):
         rows = ops.read_sensors(fleet, names, kind=kind, alarms=alarms)
-    any_alarm = any(s.alarm for r in rows if r.ok for s in r.value)
-    if as_json:
-        print_json([{"node": r.node, "sensors": [s.to_json() for s in r.value] if r.ok else None,
-                     "error": r.error or None} for r in rows])
-    else:
-        out = []
-        for r in rows:
-            for s in (r.value if r.ok else []):
-                value = "" if s.value is None else f"{s.value:g} {s.unit}".strip()
-                th = " ".join(f"{k}={v:g}" for k, v in s.thresholds.items())
-                status = {"ok": "ok", "warning": "[yellow]warning[/yellow]"}.get(s.status, "[red]CRITICAL[/red]")
-                out.append((r.node, escape(s.name), s.type, value or ", ".join(s.states), status, th))
-        console.print(table(None, ["node", "sensor", "type", "reading", "status", "thresholds"], out))
-        _show_errors(_unreachable_rows(rows))
-    _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else EXIT_PROBLEMS if any_alarm else 0)
+    _out(as_json, v.sensors_json(rows), [v.sensors_table(rows)], v.unreachable(rows), v.sensors_code(rows))
 
 
 # ---------------------------------------------------------------------- SEL
 @bmc.command()
-@nodes_arg
-@site_option
-@json_option
-@dry_run_option
+@_on_nodes(dry_run_option)
 @click.option("--since", help="Only events since a date (2026-11-01) or an age (24h, 7d).")
 @click.option("--clear", is_flag=True, help="Clear the log in the same step as reading it (nothing logged in between is lost); audited.")
 @reason_option("slurmadm bmc sel --clear")
@@ -214,15 +158,8 @@ def sel(nodes, site_file, as_json, dry_run, since, clear, reason) -> None:
     if clear and dry_run:
         with _bar(fleet, "event log", as_json):
             rows = ops.read_sel(fleet, names, since=None, clear=False, store=None, reason=reason)
-        plan = [{"node": r.node, "would_clear": len(r.value) if r.ok else None, "error": r.error or None}
-                for r in rows]
-        if as_json:
-            print_json({"dry_run": True, "plan": plan})
-        else:
-            console.print(table("plan (dry run)", ["node", "action"],
-                                [(p["node"], f"clear {p['would_clear']} event(s)" if p["error"] is None
-                                  else f"unreachable: {escape(p['error'])}") for p in plan]))
-        _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
+        plan = v.sel_clear_plan(rows)
+        _out(as_json, {"dry_run": True, "plan": plan}, [v.sel_clear_plan_table(plan)], code=v.code(rows))
         return
     with _bar(fleet, "event log (read + clear)" if clear else "event log", as_json):
         if clear:
@@ -230,95 +167,44 @@ def sel(nodes, site_file, as_json, dry_run, since, clear, reason) -> None:
                 rows = ops.read_sel(fleet, names, since=since_ts, clear=True, store=store, reason=reason)
         else:
             rows = ops.read_sel(fleet, names, since=since_ts, clear=False, store=None, reason=reason)
-    if as_json:
-        print_json([{"node": r.node, "events": [e.to_json() for e in r.value] if r.ok else None,
-                     "cleared": clear and r.ok, "error": r.error or None} for r in rows])
-    else:
-        out = []
-        for r in rows:
-            for e in (r.value if r.ok else []):
-                sev = {"critical": "[red]critical[/red]", "warning": "[yellow]warning[/yellow]"}.get(e.severity, "info")
-                out.append((r.node, escape(e.log), e.record_id, when(e.timestamp) if e.timestamp else "?",
-                            escape(e.sensor), escape(e.event), sev))
-        console.print(table(None, ["node", "log", "id", "when", "sensor", "event", "severity"], out))
-        if clear:
-            info(f"cleared the event log of {sum(r.ok for r in rows)} BMC(s)")
-        _show_errors(_unreachable_rows(rows))
-    _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
+    _out(as_json, v.sel_json(rows, cleared=clear), [v.sel_table(rows, when)], v.unreachable(rows), v.code(rows),
+         note=f"cleared the event log of {sum(r.ok for r in rows)} BMC(s)" if clear else None)
 
 
 # ---------------------------------------------------------------------- inventory
 @bmc.command()
-@nodes_arg
-@site_option
-@json_option
+@_on_nodes()
 @click.option("--redfish/--no-redfish", default=True, show_default=True,
               help="Also read the Redfish firmware inventory (BIOS, BMC, CPLD, NICs, HGX GPUs/NVSwitches).")
 def inventory(nodes, site_file, as_json, redfish) -> None:
     """FRU (model, serial), BMC and BIOS firmware, and the Redfish firmware inventory."""
-    site = get_site(site_file)
-    names = ops.check_nodes(site, nodes)
-    fleet = _fleet(site)
+    site, names, fleet = _start(site_file, nodes)
     with _bar(fleet, "inventory", as_json):
         rows = ops.read_inventory(fleet, names, redfish=redfish)
     errors = ops.inventory_errors(rows)
-    if as_json:
-        print_json([{"node": r.node, "inventory": r.value if r.ok else None,
-                     "error": r.error or "; ".join(r.value.get("errors", [])) or None} for r in rows])
-    else:
-        out = []
-        for r in rows:
-            if not r.ok:
-                continue
-            v = r.value
-            fw = v.get("firmware", {})
-            out.append((r.node, v.get("model", ""), v.get("serial", ""), v.get("bmc_firmware", ""),
-                        v.get("bios_firmware", fw.get("BIOS", "")), len(fw)))
-        console.print(table(None, ["node", "model", "serial", "BMC", "BIOS", "firmware items"], out))
-        _show_errors(errors)
-    _exit(EXIT_UNREACHABLE if errors else 0)
+    _out(as_json, v.inventory_json(rows), [v.inventory_table(rows)], errors, v.EXIT_UNREACHABLE if errors else 0)
 
 
 # ---------------------------------------------------------------------- boot device
 @bmc.command()
 @click.argument("device", type=click.Choice(["status", *BOOT_DEVICES]))
-@nodes_arg
-@site_option
-@json_option
-@dry_run_option
+@_on_nodes(dry_run_option)
 @click.option("--persist", is_flag=True, help="Every boot, not only the next one.")
 @reason_option("slurmadm bmc bootdev")
 def bootdev(device, nodes, site_file, as_json, dry_run, persist, reason) -> None:
     """Show (status) or set the boot device override: pxe for re-imaging, disk, bios, default."""
-    site = get_site(site_file)
-    names = ops.check_nodes(site, nodes)
-    fleet = _fleet(site)
+    site, names, fleet = _start(site_file, nodes)
     if device == "status" or dry_run:
         with _bar(fleet, "boot device", as_json):
             rows = fleet.run(names, lambda c: c.bmc.bootdev())
         data = ops.bootdev_plan(rows, device, persist, dry_run=dry_run)
-        if as_json:
-            print_json({"dry_run": True, "plan": data} if dry_run and device != "status" else data)
-        else:
-            cols = ["node", "bootdev", "persistent"] + (["action"] if device != "status" else [])
-            out = [(d["node"], d["bootdev"] or "[red]unreachable[/red]", d["persistent"],
-                    *([f"set {device}{' (persistent)' if persist else ''}" if d.get("would_change") else "nothing"]
-                      if device != "status" else [])) for d in data]
-            console.print(table("plan (dry run)" if device != "status" else None, cols, out))
-            _show_errors(_unreachable_rows(rows))
-        _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
+        _out(as_json, v.bootdev_status_json(data, device, dry_run=dry_run),
+             [v.bootdev_status_table(data, device, persist)], v.unreachable(rows), v.code(rows))
         return
     with Store.for_site(site) as store, _bar(fleet, f"boot device {device}", as_json):
         rows, changed = ops.set_bootdev(fleet, names, device, persist, store, reason)
-    if as_json:
-        print_json([{"node": r.node, "changed": r.node in changed, "was": r.value["was"] if r.ok else None,
-                     "error": r.error or None} for r in rows])
-    else:
-        console.print(table(None, ["node", "was", "now"],
-                            [(r.node, r.value["was"], f"{device}{' (persistent)' if persist else ''}"
-                              if r.node in changed else "unchanged") for r in rows if r.ok]))
-        _show_errors(_unreachable_rows(rows))
-    _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else 0)
+    _out(as_json, v.bootdev_set_json(rows, changed), [v.bootdev_set_table(rows, changed, device, persist)],
+         v.unreachable(rows), v.code(rows))
 
 
 # ---------------------------------------------------------------------- recover
@@ -339,66 +225,24 @@ def recover(ctx, nodes, site_file, as_json, dry_run, trigger, sweep, reason) -> 
     node could not be recovered, 3 when a BMC was unreachable."""
     if ctx.invoked_subcommand is not None:
         return
-    import time
-
-    from ..bmc.recover import Recovery
-    from ..files import exclusive_lock
-    from ..errors import LockBusy
+    from ..bmc import recover as rc
+    from .common import ProgressBar
 
     site = get_site(site_file)
     names = ops.check_nodes(site, nodes) if nodes else None
-    from .common import ProgressBar
-
     with Store.for_site(site) as store, ProgressBar("recover", enabled=not as_json) as bar:
-        from ..store import read
-
-        rec = Recovery(site, _fleet(site), _backend(), store, progress=info, bar=bar,
-                       results_factory=(lambda: read.trusted(site)) if site.store.url else None)
+        rec = rc.recovery(site, _fleet(site), _backend(), store, progress=info, bar=bar)
         if dry_run:
-            cands = rec.plan(names, record=False)
-            _show_recover(cands, None, as_json, dry_run=True)
-            return
-        lock = __import__("pathlib").Path(f"{site.store.path}.bmc-recover.lock")
-        deadline = time.monotonic() + (site.bmc.recover.grace_s + 600 if trigger else 0)
-        while True:
-            try:
-                with exclusive_lock(lock, lambda holder: f"another recovery runs ({holder})"):
-                    cands = rec.plan(names)
-                    if trigger and any(c.action == "wait" for c in cands) and time.monotonic() < deadline:
-                        wait = min(c.why for c in cands if c.action == "wait")
-                        info(f"waiting: {wait}")
-                        time.sleep(min(5.0, max(0.5, site.bmc.recover.grace_s / 10)))
-                        continue
-                    report = rec.run(cands, reason)
-                break
-            except LockBusy as exc:
-                if sweep:
-                    info(f"{exc}: this sweep leaves the nodes to it")
-                    return
-                if not trigger or time.monotonic() >= deadline:
-                    raise
-                time.sleep(2.0)
-    _show_recover(cands, report, as_json, dry_run=False)
-    unreachable = any("unreachable" in why or "did not answer" in why for why in report.failed.values())
-    _exit(EXIT_UNREACHABLE if unreachable else EXIT_PROBLEMS if report.failed else 0)
-
-
-def _show_recover(cands, report, as_json: bool, *, dry_run: bool) -> None:
-    if as_json:
-        print_json({"dry_run": dry_run, **(report.to_json() if report else
-                                           {"candidates": [c.__dict__ for c in cands]})})
-        return
-    if not cands:
+            cands, report = rec.plan(names, record=False), None
+        elif (done := rc.run_locked(rec, names, reason, trigger=trigger, sweep=sweep, progress=info)) is None:
+            return  # the sweep left the nodes to a recovery that runs
+        else:
+            cands, report = done
+    if not as_json and not cands:
         console.print("no DOWN nodes")
         return
-    rows = []
-    for c in cands:
-        result = ""
-        if report is not None:
-            result = ("[green]recovered[/green]" if c.node in report.recovered else
-                      f"[red]{escape(report.failed[c.node])}[/red]" if c.node in report.failed else "")
-        rows.append((c.node, c.action, escape(c.why), result))
-    console.print(table("plan (dry run)" if dry_run else None, ["node", "action", "why", "result"], rows))
+    _out(as_json, v.recover_json(cands, report, dry_run=dry_run), [v.recover_table(cands, report, dry_run=dry_run)],
+         code=v.recover_code(report) if report else 0)
 
 
 @recover.command("install-trigger")
@@ -412,51 +256,18 @@ def _show_recover(cands, report, as_json: bool, *, dry_run: bool) -> None:
 def install_trigger(site_file, dry_run, script, log_file, reason) -> None:
     """Register a permanent Slurm trigger (strigger --set --node --down --flags=PERM) that runs
     `slurmadm bmc recover --trigger` for nodes going DOWN. Idempotent."""
-    import os
-    import shlex
-    import sys
-    from pathlib import Path
-
-    from ..files import write_atomic
-    from ..proc import run
+    from ..bmc import trigger
 
     site = get_site(site_file)
-    site_path = os.path.abspath(site_file or os.environ.get("SLURMADM_SITE") or "/etc/slurmadm/site.toml")
-    script = os.path.abspath(script)
-    env = {k: os.environ[k] for k in ("SLURM_CONF",) if os.environ.get(k)}
-    text = ("#!/bin/sh\n# written by `slurmadm bmc recover install-trigger`; Slurm's strigger runs it with the\n"
-            "# nodes that went DOWN. It starts the recovery detached and returns at once.\n"
-            f"export SLURMADM_SITE={shlex.quote(site_path)}\n"
-            + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
-            + 'nodes=$(echo "$*" | tr " " ",")\n'
-            f"setsid {shlex.quote(sys.executable)} -m slurmadm bmc recover --trigger --nodes \"$nodes\" "
-            f"--reason 'strigger: node down' >> {shlex.quote(os.path.abspath(log_file))} 2>&1 < /dev/null &\n"
-            "exit 0\n")
-    existing = run(["strigger", "--get", "--node", "--down"], check=False, timeout=20)
-    if existing.returncode != 0:
-        from ..errors import UnreachableError
-
-        raise UnreachableError(f"strigger --get failed: {existing.stderr.strip() or existing.stdout.strip()}")
-    have = script in existing.stdout.split()
-    same = Path(script).exists() and Path(script).read_text() == text
-    plan = []
-    if not same:
-        plan.append(f"write {script}")
-    if not have:
-        plan.append(f"strigger --set --node --down --flags=PERM --program={script}")
-    if not plan:
-        console.print(f"trigger already installed ({script})")
+    plan = trigger.plan(site_file, script, log_file)
+    if not plan.steps:
+        console.print(f"trigger already installed ({plan.script})")
         return
-    for step in plan:
+    for step in plan.steps:
         console.print(("would: " if dry_run else "") + step)
-    if dry_run:
-        return
-    if not same:
-        write_atomic(Path(script), text, mode=0o755)
-    if not have:
-        run(["strigger", "--set", "--node", "--down", "--flags=PERM", f"--program={script}"], timeout=20)
-    with Store.for_site(site) as store:
-        store.audit("bmc.recover.install-trigger", script, reason, steps=plan)
+    if not dry_run:
+        with Store.for_site(site) as store:
+            trigger.install(plan, store, reason)
 
 
 @recover.command("install-sweep")
@@ -496,9 +307,7 @@ def firmware() -> None:
 
 
 @firmware.command("status")
-@nodes_arg
-@site_option
-@json_option
+@_on_nodes()
 def firmware_status(nodes, site_file, as_json) -> None:
     """Each baseline component of each node: ok, drift or missing. Exit 1 on any drift."""
     from ..bmc import firmware as fw
@@ -512,19 +321,8 @@ def firmware_status(nodes, site_file, as_json) -> None:
     fleet = _fleet(site)
     with _bar(fleet, "firmware", as_json):
         rows, drift = fw.status(fleet, names)
-    if as_json:
-        print_json({"baseline": site.bmc.firmware,
-                    "nodes": [{"node": r.node, "firmware": r.value if r.ok else None, "error": r.error or None}
-                              for r in rows],
-                    "drift": [{"node": d.node, "component": d.component, "have": d.have, "want": d.want}
-                              for d in drift if not d.ok]})
-    else:
-        console.print(table(None, ["node", "component", "have", "baseline", "status"],
-                            [(d.node, d.component, d.have or "-", d.want,
-                              "ok" if d.ok else "[red]missing[/red]" if d.have is None else "[yellow]drift[/yellow]")
-                             for d in drift]))
-        _show_errors(_unreachable_rows(rows))
-    _exit(EXIT_UNREACHABLE if any(not r.ok for r in rows) else EXIT_PROBLEMS if any(not d.ok for d in drift) else 0)
+    _out(as_json, v.firmware_status_json(site.bmc.firmware, rows, drift), [v.firmware_status_table(drift)],
+         v.unreachable(rows), v.firmware_status_code(rows, drift))
 
 
 @firmware.command("update")
@@ -553,85 +351,36 @@ def firmware_update(nodes, component, image_url, push, version, task_timeout, fo
     or undrained nodes are drained first (`slurmadm: bmc-firmware-update: REASON [bmc]`) and
     updated once idle; nodes still busy after bmc.drain_timeout_s are left drained, not updated."""
     from ..bmc import firmware as fw
-    from ..bmc.redfish import _fetch
 
-    site = get_site(site_file)
-    names = ops.check_nodes(site, nodes)
-    fleet = _fleet(site)
+    site, names, fleet = _start(site_file, nodes)
     backend = _backend()
-    states = ops.slurm_view(backend, names)
     with _bar(fleet, "firmware", as_json):
-        current = {r.node: r for r in fleet.run(names, lambda c: c.redfish.firmware())}
-    plan = fw.plan_update(names, current, states, component, version=version, force=force, drain=drain)
-    todo = [p["node"] for p in plan if p["action"] == "update"]
-    waves = fw.waves(todo, site.software.canary_nodes, site.software.wave_fraction)
+        plan, todo, waves = fw.prepare_update(fleet, backend, names, component, version=version, force=force,
+                                              drain=drain)
     if dry_run or not todo:
-        if as_json:
-            print_json({"dry_run": dry_run, "plan": plan, "waves": waves,
-                        "failure_budget": fw.budget(len(todo), site.software.max_failed_fraction)})
-        else:
-            console.print(table("plan (dry run)" if dry_run else "nothing to update",
-                                ["node", "action", "why"], [(p["node"], p["action"], escape(p["why"])) for p in plan]))
-            if waves:
-                console.print("waves: " + " | ".join(",".join(w) for w in waves))
-        _exit(EXIT_UNREACHABLE if any(p["action"] == "unreachable" for p in plan) else
-              EXIT_PROBLEMS if any(p["action"] == "refused" for p in plan) else 0)
+        _out(as_json, {"dry_run": dry_run, "plan": plan, "waves": waves,
+                       "failure_budget": fw.budget(len(todo), site.software.max_failed_fraction)},
+             [v.firmware_plan_table(plan, dry_run=dry_run)], code=v.firmware_plan_code(plan),
+             lines=["waves: " + " | ".join(",".join(w) for w in waves)] if waves else [])
         return
-    image = _fetch(image_url) if push else None
     with Store.for_site(site) as store, _bar(fleet, f"firmware update {component}", as_json):
-        waiting = [ops.Step(p["node"], "firmware update", True, "" if p["drain"] else "drained; waiting for jobs",
-                            drain=p["drain"]) for p in plan if p.get("wait")]
-        if waiting:
-            stuck = ops.drain_and_wait(backend, waiting, "bmc-firmware-update", reason, site.bmc.drain_timeout_s,
-                                       info)
-            store.audit_many([("bmc.drain", s.node, reason, {"for": f"firmware update {component}"})
-                              for s in waiting if s.drain])
-            for p in plan:
-                if p["node"] in stuck:
-                    p.update(action="refused", why=stuck[p["node"]])
-            todo = [n for n in todo if n not in stuck]
-        out = fw.rollout(fleet, todo, component, image_url, image, store, reason, task_timeout_s=task_timeout,
-                         progress=info, version=version)
-    if as_json:
-        print_json({"plan": plan, **out})
-    else:
-        rows = [(n, r.get("before", ""), r.get("after", ""), r.get("task", ""),
-                 "[green]ok[/green]" if r["ok"] else f"[red]failed[/red] {escape(r.get('error') or '; '.join(r.get('messages', [])))}")
-                for n, r in out["results"].items()]
-        rows += [(p["node"], "", "", "", f"[yellow]{p['action']}[/yellow] {escape(p['why'])}")
-                 for p in plan if p["action"] in ("refused", "unreachable")]
-        console.print(table(None, ["node", "before", "after", "task", "result"], rows))
-        if out["stopped"]:
-            console.print(f"[red]{out['stopped']}[/red]; not started: {', '.join(out['not_started'])}")
-    _exit(EXIT_UNREACHABLE if any(p["action"] == "unreachable" for p in plan) else
-          EXIT_PROBLEMS if out["failed"] or out["stopped"] or any(p["action"] == "refused" for p in plan) else 0)
+        out = fw.update(fleet, backend, plan, todo, component, image_url, push=push, store=store, reason=reason,
+                        task_timeout_s=task_timeout, progress=info, version=version)
+    _out(as_json, {"plan": plan, **out}, [v.firmware_update_table(plan, out)], code=v.firmware_plan_code(plan, out),
+         lines=[[(out["stopped"], "red"), f"; not started: {', '.join(out['not_started'])}"]] if out["stopped"] else [])
 
 
 # ---------------------------------------------------------------------- BMC health
 @bmc.command("health")
-@nodes_arg
-@site_option
-@json_option
-@dry_run_option
+@_on_nodes(dry_run_option)
 def health_cmd(nodes, site_file, as_json, dry_run) -> None:
     """BMC sensors and SEL as node health (bmc-temperature, bmc-psu, bmc-fan, bmc-sel): drain on
     failure under the health breaker, resume after clean runs. For cron on the head node. Exit 1
     when a check failed, 3 when a BMC was unreachable."""
     from ..bmc import health as bh
 
-    site = get_site(site_file)
-    names = ops.check_nodes(site, nodes)
-    fleet = _fleet(site)
+    site, names, fleet = _start(site_file, nodes)
     with Store.for_site(site) as store, _bar(fleet, "BMC health", as_json):
         out = bh.run(site, fleet, _backend(), store, names, act=not dry_run)
-    if as_json:
-        print_json(out)
-    else:
-        style = {"pass": "green", "fail": "red", "error": "magenta"}
-        console.print(table(None, ["node", "check", "status", "detail"],
-                            [(v["node"], v["check_id"], f"[{style[v['status']]}]{v['status']}[/]", escape(v["detail"]))
-                             for v in out["verdicts"]]))
-        for a in out["actions"]:
-            console.print(f"{a['node']}: {a['action']}: {escape(a['why'])}")
-    failed = any(v["status"] == "fail" for v in out["verdicts"])
-    _exit(EXIT_UNREACHABLE if out["unreachable"] else EXIT_PROBLEMS if failed else 0)
+    _out(as_json, out, [v.health_table(out)], code=v.health_code(out),
+         lines=[f"{a['node']}: {a['action']}: {a['why']}" for a in out["actions"]])

@@ -165,6 +165,12 @@ def _nodes_from_json(text: str, command: str) -> list[NodeInfo]:
         raise UnreachableError(f"{command}: output is not JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(data, dict):
         raise UnreachableError(f"{command}: unexpected JSON (top level is {type(data).__name__})")
+    errors = data.get("errors")
+    if isinstance(errors, list) and errors and not data.get("nodes") and not data.get("sinfo"):
+        # 22.05's `sinfo --json` when slurmctld does not answer: exit 0, no nodes, and
+        # "errors": [{"error": "Unspecified error", "errno": -1}] (tests/fixtures/slurm/22.05/
+        # sinfo-no-slurmctld.json). That is no answer, not an empty cluster.
+        raise UnreachableError(f"{command}: no nodes, errors: {'; '.join(map(_json_error, errors))}")
     try:
         if "nodes" in data and isinstance(data["nodes"], list):
             return [node_from_json(n) for n in data["nodes"] if isinstance(n, dict)]
@@ -173,6 +179,15 @@ def _nodes_from_json(text: str, command: str) -> list[NodeInfo]:
     except (AttributeError, TypeError, ValueError) as exc:  # a field of an unexpected type
         raise UnreachableError(f"{command}: unexpected JSON ({exc})") from None
     raise UnreachableError(f"{command}: unexpected JSON (no 'nodes' list)")
+
+
+def _json_error(e: Any) -> str:
+    """One entry of a Slurm JSON "errors" list: 22.05 {error, errno}; later {description, error, error_number, ...}."""
+    if not isinstance(e, dict):
+        return str(e)
+    text = str(e.get("description") or e.get("error") or "error")
+    num = e.get("error_number", e.get("errno"))
+    return text if num is None else f"{text} (errno {num})"
 
 
 def _nodes_from_sinfo_rows(rows: list[Any]) -> list[NodeInfo]:

@@ -11,10 +11,12 @@ import json
 import os
 import re
 import secrets
+import socket
 import ssl
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +27,8 @@ from slurmadm.bmc.redfish import RedfishClient, TlsPolicy
 from slurmadm.devcluster.daemons import wait_for
 from slurmadm.devcluster.redfish_emulator import make_certificate
 from slurmadm.errors import UnreachableError
-from tests.integration.independent_bmcs import (OURS_IPMI_PORT, OURS_REDFISH_PORT, ipmi_sim,  # noqa: F401
+from tests.integration.helpers import run_slurmadm
+from tests.integration.independent_bmcs import (BASE, OURS_IPMI_PORT, OURS_REDFISH_PORT, ipmi_sim,  # noqa: F401
                                                 sushy_static)
 
 pytestmark = pytest.mark.integration
@@ -263,3 +266,167 @@ def test_pinning_holds_on_every_reconnect_to_sushy_static(sushy_static, tmp_path
     finally:
         switching.close()
         steady.close()
+
+
+# ---------------------------------------------------------------------- the CLI against them
+EXAMPLE = Path(__file__).resolve().parents[2] / "site.example.toml"
+NO_SLURMCTLD_PORT = BASE + 727  # nothing of the test bed listens here (independent_bmcs.py)
+
+
+def site_for(d: Path, *, protocol: str, port: int, redfish_port: int, password: str,
+             fingerprint: str | None = None, redfish: bool = True) -> Path:
+    """site.example.toml with its store in `d` and one BMC address for its nodes (the first node,
+    b200-001, on `port` / `redfish_port`), the password in a root-only file."""
+    (d / "bmc.password").write_text(password + "\n")
+    os.chmod(d / "bmc.password", 0o600)
+    text = EXAMPLE.read_text()
+    for old, new in [('path = "/var/lib/slurmadm/slurmadm.db"', f'path = "{d}/s.db"'),
+                     ('audit_log = "/var/log/slurmadm/audit.jsonl"', f'audit_log = "{d}/audit.jsonl"'),
+                     ('host_pattern = "{node}-bmc"', 'host_pattern = "{node}-bmc"\nshared_address = "127.0.0.1"'),
+                     ('protocol = "ipmi"', f'protocol = "{protocol}"'), ("port = 623 ", f"port = {port} "),
+                     ('password_file = "/etc/slurmadm/bmc.password"', f'password_file = "{d}/bmc.password"'),
+                     ("redfish = true ", f"redfish = {'true' if redfish else 'false'} "),
+                     ("redfish_port = 443 ", f"redfish_port = {redfish_port} "),
+                     ('# tls_fingerprint = "30:4b:..."', f'tls_fingerprint = "{fingerprint}"' if fingerprint else "")]:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    (d / "site.toml").write_text(text)
+    return d / "site.toml"
+
+
+def audit(d: Path, action: str) -> list[dict]:
+    path = d / "audit.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [e for e in map(json.loads, lines) if e.get("action") == action]
+
+
+@pytest.fixture()
+def slurm_gone(dev_cluster, tmp_path):
+    """The dev cluster's slurm.conf (its munge, its cluster) with slurmctld moved to a port where
+    nothing listens: Slurm as the head sees it when its slurmctld is down."""
+    with pytest.raises(OSError):  # connection refused: nothing listens there
+        socket.create_connection(("127.0.0.1", NO_SLURMCTLD_PORT), timeout=2).close()
+    text = dev_cluster.slurm_conf.read_text()
+    assert re.search(r"^SlurmctldPort=\S+$", text, flags=re.M)
+    conf = dev_cluster.slurm_conf.with_name("slurm-no-slurmctld.conf")  # beside it: its relative paths hold
+    conf.write_text(re.sub(r"^SlurmctldHost=.*$", "SlurmctldHost=localhost(127.0.0.1)",
+                           re.sub(r"^SlurmctldPort=\S+$", f"SlurmctldPort={NO_SLURMCTLD_PORT}", text, flags=re.M),
+                           flags=re.M))
+    env = {**os.environ, **dev_cluster.env(), "SLURM_CONF": str(conf)}
+    for k in ("SLURMADM_SITE", "SLURMADM_BMC_PASSWORD"):
+        env.pop(k, None)
+    try:
+        yield env
+    finally:
+        conf.unlink()
+
+
+def test_power_off_and_on_force_without_slurm_reach_the_bmc(ours, slurm_gone, tmp_path):
+    """Defect 5 with Slurm really unreachable: `bmc power off|on --force` acts on the BMC
+    (ipmitool sees the change), warns once that it skipped the job check, audits it; without
+    --force, off is refused and the BMC is left alone."""
+    site = site_for(tmp_path, protocol="ipmi", port=ours["port"], redfish_port=ours["redfish_port"],
+                    password=ours["password"], redfish=False)
+    assert ipmitool(ours, "power", "status").strip() == "Chassis Power is on"
+    refused = run_slurmadm(slurm_gone, "bmc", "power", "off", "b200-001", "--site", str(site), "--json")
+    assert refused.returncode == 1, refused.stderr
+    assert json.loads(refused.stdout)["steps"][0]["action"] == "refused" and "Traceback" not in refused.stderr
+    assert ipmitool(ours, "power", "status").strip() == "Chassis Power is on"
+    try:
+        off = run_slurmadm(slurm_gone, "bmc", "power", "off", "b200-001", "--force", "--site", str(site), "--json",
+                           "--reason", "slurmctld down: power off by hand")
+        assert off.returncode == 0, off.stdout + off.stderr
+        assert ipmitool(ours, "power", "status").strip() == "Chassis Power is off"
+        assert off.stderr.count("warning:") == 1 and "Slurm did not answer" in off.stderr, off.stderr
+        assert "without the job check" in off.stderr and "Traceback" not in off.stderr
+        # why, as Slurm says it (22.05's sinfo --json exits 0 with no nodes there: not "does not know")
+        assert "Unable to contact slurm controller" in off.stderr and "does not know" not in off.stderr
+        step = json.loads(off.stdout)["steps"][0]
+        assert (step["do"], step["no_slurm"], step["slurm"]) == (True, True, "unreachable"), step
+        [event] = audit(tmp_path, "bmc.power.off")
+        assert (event["target"], event["reason"]) == ("b200-001", "slurmctld down: power off by hand")
+        assert event["detail"]["slurm_unreachable"] and event["detail"]["forced"] and event["detail"]["was"] == "on"
+    finally:
+        on = run_slurmadm(slurm_gone, "bmc", "power", "on", "b200-001", "--force", "--site", str(site))
+    assert on.returncode == 0, on.stdout + on.stderr
+    assert ipmitool(ours, "power", "status").strip() == "Chassis Power is on"
+    assert on.stderr.count("warning:") == 1 and "Slurm did not answer" in on.stderr
+    [event] = audit(tmp_path, "bmc.power.on")
+    assert event["detail"]["slurm_unreachable"] and event["detail"]["was"] == "off"
+
+
+# ---------------------------------------------------------------------- DMTF's own client
+def dmtf_client(bmc):
+    """DMTF's python-redfish-library (pip `redfish`) on the mockup: not our HTTP, not our parsing."""
+    import redfish
+
+    c = redfish.redfish_client(base_url=f"https://127.0.0.1:{bmc['redfish_port']}", username="admin",
+                               password=bmc.get("password", "x"), cafile=str(bmc["ca"]))
+    c.login(auth="basic")
+    return c
+
+
+def members(c, uri: str) -> list[dict]:
+    return [c.get(m["@odata.id"]).dict for m in c.get(uri).dict["Members"]]
+
+
+@pytest.fixture()
+def dmtf_site(sushy_static, tmp_path):
+    bmc = {**sushy_static, "redfish_port": sushy_static["port"]}
+    site = site_for(tmp_path, protocol="redfish", port=623, redfish_port=sushy_static["port"], password="x",
+                    fingerprint=sushy_static["fingerprint"])
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURMADM_SITE", "SLURMADM_BMC_PASSWORD")}
+    c = dmtf_client(bmc)
+    try:
+        yield {"site": site, "env": env, "client": c}
+    finally:
+        c.logout()
+
+
+def cli_json(dmtf_site, *args: str):
+    r = run_slurmadm(dmtf_site["env"], "bmc", *args, "b200-001", "--site", str(dmtf_site["site"]), "--json")
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    [row] = json.loads(r.stdout)
+    assert row["node"] == "b200-001" and row["error"] is None, row
+    return row
+
+
+def test_inventory_json_agrees_with_dmtf_client(dmtf_site):
+    c = dmtf_site["client"]
+    [system] = members(c, "/redfish/v1/Systems")
+    manager = members(c, "/redfish/v1/Managers")[0]
+    firmware = {d["Id"]: d.get("Version", "") for d in members(c, "/redfish/v1/UpdateService/FirmwareInventory")}
+    inv = cli_json(dmtf_site, "inventory")["inventory"]
+    assert (inv["model"], inv["serial"]) == (system["Model"], system["SerialNumber"])
+    assert (inv.get("bios_firmware"), inv.get("bmc_firmware")) == (system.get("BiosVersion"),
+                                                                   manager.get("FirmwareVersion"))
+    assert firmware and inv["firmware"] == firmware
+
+
+def test_sel_json_agrees_with_dmtf_client(dmtf_site):
+    """Every entry of every log service of the system and the managers, as DMTF's client reads
+    them: same log, id, message and Redfish severity (OK/Warning/Critical)."""
+    c = dmtf_site["client"]
+    [system] = members(c, "/redfish/v1/Systems")
+    expected = []
+    for owner in [system, *members(c, "/redfish/v1/Managers")]:
+        for service in members(c, owner["LogServices"]["@odata.id"]) if "LogServices" in owner else []:
+            log = service["@odata.id"][len("/redfish/v1/"):]
+            for e in c.get(service["Entries"]["@odata.id"]).dict["Members"]:  # entries come expanded
+                expected.append((log, int(e["Id"]) if str(e["Id"]).isdigit() else 0, e.get("Message", ""),
+                                 {"OK": "info", "Warning": "warning", "Critical": "critical"}[e.get("Severity", "OK")]))
+    events = cli_json(dmtf_site, "sel")["events"]
+    assert expected and sorted((e["log"], e["record_id"], e["event"], e["severity"]) for e in events) == sorted(expected)
+
+
+def test_sensors_json_agrees_with_dmtf_client(dmtf_site):
+    c = dmtf_site["client"]
+    [chassis] = members(c, "/redfish/v1/Chassis")[:1]
+    theirs = {d["Name"]: d for d in members(c, chassis["Sensors"]["@odata.id"])}
+    mine = {s["name"]: s for s in cli_json(dmtf_site, "sensors")["sensors"]}
+    assert set(theirs) <= set(mine), set(theirs) - set(mine)
+    for name, d in theirs.items():
+        assert mine[name]["value"] == d.get("Reading"), name
+        unit = {"Cel": "temperature", "RPM": "fan", "V": "voltage", "W": "power"}.get(d.get("ReadingUnits"))
+        if unit:
+            assert mine[name]["type"] in (unit, "psu" if unit == "power" else unit), (name, mine[name])

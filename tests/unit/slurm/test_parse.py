@@ -154,6 +154,15 @@ def test_odd_json_is_one_clear_error(text):
     assert str(err.value).startswith("sinfo --json: ")
 
 
+def test_sinfo_json_without_slurmctld_is_no_answer_not_an_empty_cluster():
+    """22.05's sinfo --json exits 0 when slurmctld does not answer: no nodes and an error list
+    (captured). Read as zero nodes it made `bmc power` say "Slurm does not know node(s) ..."."""
+    with pytest.raises(UnreachableError) as err:
+        nodes_from_json(fixture("22.05", "sinfo-no-slurmctld.json"), "sinfo --json")
+    assert str(err.value) == "sinfo --json: no nodes, errors: Unspecified error (errno -1)"
+    assert nodes_from_json('{"errors": [], "nodes": []}', "sinfo --json") == []  # an empty cluster is one
+
+
 @pytest.mark.parametrize(
     "state,flags,base,out",
     [
