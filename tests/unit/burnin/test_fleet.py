@@ -297,3 +297,17 @@ def test_hca_error_counts_against_the_baseline_and_the_report_has_no_chart_for_t
     charts = {c["metric"] for c in report.dist_charts(summary)}
     assert "hca-rate" in charts  # a rate (median 400) is charted as shares
     assert not charts & {m for m, x in fleet.METRICS.items() if x.kind == "count"}
+
+
+def test_one_throttled_or_hot_gpu_sets_its_nodes_clock_and_temperature():
+    """gpu-clock is the node's lowest GPU SM clock under load, gpu-temp its hottest GPU: one GPU
+    throttled to 1400 MHz (the other seven at the fleet's 1965) makes the node slow on the clock;
+    one GPU at 80 C warns (108-115% of the fleet's 70), the node's other metrics stay ok."""
+    fleet_nodes = [gpu_node(f"n{i}") for i in range(6)]
+    odd = gpu_node("odd")
+    odd["tests"][0]["data"]["per_gpu"]["6"]["sm_clock_mhz"] = 1400.0
+    odd["tests"][0]["data"]["per_gpu"]["2"]["temp_c"] = 80.0
+    e = ev(sweep(fleet_nodes + [odd]))["nodes"]["odd"]["metrics"]
+    assert e["gpu-clock"]["value"] == 1400.0 and e["gpu-clock"]["level"] == "slow"
+    assert e["gpu-temp"]["value"] == 80.0 and e["gpu-temp"]["level"] == "warn"
+    assert e["stress-tflops"]["level"] == "ok" and e["thermal"]["level"] == "ok"
