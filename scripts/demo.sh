@@ -115,6 +115,22 @@ fi
 slurmadm dev-cluster gpu-fault b200-002 --clear
 slurmadm burnin status
 
+step "stragglers: b200-003 passes every check but runs 70% slower than its fleet"
+# fleet-relative verdicts, on for this step: the dev site leaves them off (four CPU stand-ins on
+# one machine differ by noise alone), so judge the CPU stand-in rate, far past that noise
+python3 - "$SLURMADM_SITE" "$STATE/site-straggler.toml" <<'PY'
+import sys, tomllib, tomli_w
+d = tomllib.loads(open(sys.argv[1]).read())
+d["burnin"]["straggler"] = {"enabled": True, "min_nodes": 4, "metrics": ["stress-cpu"], "mad_k": 0.0,
+                            "warn_percent": 80.0, "fail_percent": 60.0, "drain_after": 2}
+open(sys.argv[2], "w").write(tomli_w.dumps(d))
+PY
+slurmadm dev-cluster gpu-fault b200-003 --gpu 0 --kind slow --value 70
+slurmadm burnin run --site "$STATE/site-straggler.toml" || echo "(exit $?: see the report)"
+slurmadm burnin status --site "$STATE/site-straggler.toml" --limit 2   # the straggler, flagged (a second slow sweep drains it)
+slurmadm burnin history b200-003 --site "$STATE/site-straggler.toml" --limit 2
+slurmadm dev-cluster gpu-fault b200-003 --clear --kind slow
+
 step "fleet: every node's software stack over SSH (and its BMC's firmware, fw:*); b200-004 has an older NCCL than the baseline"
 slurmadm dev-cluster set-software b200-004 nccl=2.21.5 >/dev/null   # its own namespace, its own stack
 slurmadm fleet facts

@@ -54,7 +54,10 @@ def read_file(path: str, site: Site) -> dict[str, dict[str, dict[str, Any]]]:
             if not isinstance(b, dict):
                 raise UsageError(f"{where}: expected {{\"median\": ..., \"mad\": ..., \"nodes\": ...}}")
             med, mad, nodes = b.get("median"), b.get("mad", 0), b.get("nodes", 0)
-            if not _number(med) or med <= 0:
+            if fleet.METRICS[metric].kind == "count":  # an error count's median is mostly 0
+                if not _number(med) or med < 0:
+                    raise UsageError(f"{where}.median: {med!r} is not a number >= 0")
+            elif not _number(med) or med <= 0:
                 raise UsageError(f"{where}.median: {med!r} is not a positive number")
             if not _number(mad) or mad < 0:
                 raise UsageError(f"{where}.mad: {mad!r} is not a number >= 0")

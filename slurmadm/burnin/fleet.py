@@ -37,6 +37,7 @@ class Metric:
     unit: str
     higher_is_better: bool
     what: str
+    kind: str = "rate"  # rate: judged as a share of the median; count: an error count (see judge_count)
 
 
 # The metric ids are also the values burnin.straggler.metrics accepts (site/burnin.py FleetMetric).
@@ -50,7 +51,32 @@ METRICS: dict[str, Metric] = {m.id: m for m in (
     Metric("allreduce-pair", "two-node all-reduce", "GB/s", True, "median bus bandwidth of the node's pair tests"),
     Metric("hca-rate", "InfiniBand port rate", "Gb/s", True, "slowest compute HCA port's link rate"),
     Metric("thermal", "hottest GPU after load", "C", False, "health check thermal: hottest GPU after the load"),
+    *(Metric(mid, label, "errors", False, f"worst compute HCA port's {counter} rise over the burn-in job", "count")
+      for mid, (counter, label) in {
+          "hca-symbol-errors": ("symbol_error", "InfiniBand symbol errors"),
+          "hca-link-recovery": ("link_error_recovery", "InfiniBand link retrains"),
+          "hca-link-downed": ("link_downed", "InfiniBand link downs"),
+          "hca-rcv-errors": ("port_rcv_errors", "InfiniBand receive errors"),
+      }.items()),
 )}
+
+# Error counters as fleet metrics (kind "count"): the rise of each sysfs counter
+# (class/infiniband/<hca>/ports/<port>/counters/<counter>) over the burn-in job, the worst compute
+# HCA port of the node. A healthy fleet's median rise is 0, so a share of the median means
+# nothing; a count is judged against an allowance instead (judge_count):
+#   allowance = max(COUNT_FLOORS[metric], COUNT_FACTOR x median), and, when the fleet's MAD is
+#   not 0, at least mad_k robust deviations above the median.
+# A rise at or past the allowance is a warning, never `slow`: errors show a marginal cable or
+# transceiver, not by themselves a slow node (hca-rate and the all-reduces measure that), and
+# the hard limits are the `infiniband` health check's (health.ib_counter_rise_max, which fails
+# the node). The floors are the rise over one burn-in job below which a port is never singled
+# out: a few symbol or receive errors in an hour of full load are within the IBTA bit-error-rate
+# budget (1e-12 at 400 Gb/s is ~1.4 errors an hour), one retrain or link down is not.
+COUNT_FLOORS: dict[str, float] = {"hca-symbol-errors": 10, "hca-rcv-errors": 10, "hca-link-recovery": 1,
+                                  "hca-link-downed": 1}
+COUNT_FACTOR = 2.0
+COUNTER_OF = {"hca-symbol-errors": "symbol_error", "hca-link-recovery": "link_error_recovery",
+              "hca-link-downed": "link_downed", "hca-rcv-errors": "port_rcv_errors"}
 
 
 @dataclass(frozen=True)
@@ -98,6 +124,13 @@ def node_values(node: dict[str, Any], pairs: Iterable[dict[str, Any]] = ()) -> d
                      if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
             if rates:
                 out["hca-rate"] = min(rates)
+        if test == "fabric" and t.get("status") in ("pass", "warn"):
+            rise = data.get("counter_rise") or {}
+            for metric, counter in COUNTER_OF.items():
+                seen = [float(c[counter]) for c in rise.values() if isinstance(c, dict)
+                        and isinstance(c.get(counter), (int, float)) and not isinstance(c.get(counter), bool)]
+                if seen:
+                    out[metric] = max(seen)
         elif test == "allreduce-node" and t.get("status") == "pass" and isinstance(t.get("value"), (int, float)):
             out["allreduce-node"] = float(t["value"])
         elif test == "health":
@@ -123,9 +156,21 @@ def robust(values: Iterable[float]) -> tuple[float, float]:
     return med, statistics.median(abs(v - med) for v in vals)
 
 
+def judge_count(value: float, median: float, mad: float, metric: Metric, s: Settings) -> dict[str, Any]:
+    """An error count (kind "count") against a reference: `limit` is the allowance (see
+    COUNT_FLOORS), `share` stays None (a share of a median of 0 means nothing); ok | warn."""
+    limit = max(COUNT_FLOORS.get(metric.id, 1.0), COUNT_FACTOR * median)
+    z = (value - median) / (MAD_SCALE * mad) if mad > 0 else None
+    spread_ok = z is None or z >= s.mad_k
+    level = "warn" if value >= limit and spread_ok else "ok"
+    return {"share": None, "z": round(z, 2) if z is not None else None, "level": level, "limit": limit}
+
+
 def judge(value: float, median: float, mad: float, metric: Metric, s: Settings) -> dict[str, Any]:
     """One value against one reference (a fleet group or a baseline): share of the median (1.0 =
     the median), robust z (signed, positive = worse), and the level."""
+    if metric.kind == "count":
+        return judge_count(value, median, mad, metric, s)
     share = value / median if median else None
     z = None
     if mad > 0:
@@ -197,11 +242,12 @@ def evaluate(summary: dict[str, Any], *, profile_of: dict[str, str], unit_of: di
                 if scope == "su" and g["nodes"] == ref[(profile, "", metric)]["nodes"]:
                     continue  # the unit is the whole profile group
                 verdict = judge(value, g["median"], g["mad"], m, settings) if g["judged"] else \
-                    {"share": round(value / g["median"], 4) if g["median"] else None, "z": None, "level": "none"}
+                    {"share": round(value / g["median"], 4) if g["median"] and m.kind != "count" else None,
+                     "z": None, "level": "none"}
                 row[scope] = {"median": g["median"], "mad": g["mad"], "nodes": g["nodes"], **verdict}
                 row["level"] = _worse(verdict["level"], row["level"])
             base = (baselines.get(profile) or {}).get(metric)
-            if base and base.get("median"):
+            if base and (base.get("median") or (m.kind == "count" and base.get("median") is not None)):
                 verdict = judge(value, float(base["median"]), float(base.get("mad") or 0), m, settings)
                 row["baseline"] = {"median": base["median"], "mad": base.get("mad") or 0, **verdict}
                 row["level"] = _worse(verdict["level"], row["level"])
@@ -213,7 +259,8 @@ def evaluate(summary: dict[str, Any], *, profile_of: dict[str, str], unit_of: di
     fleet = []
     for (profile, unit, metric), g in ref.items():
         base = (baselines.get(profile) or {}).get(metric)
-        if unit or not base or not base.get("median") or not g["judged"]:
+        count = METRICS[metric].kind == "count"
+        if unit or not base or not g["judged"] or not (base.get("median") or (count and base.get("median") is not None)):
             continue
         v = judge(g["median"], float(base["median"]), 0.0, METRICS[metric], settings)
         fleet.append({"profile": profile, "metric": metric, "median": g["median"], "baseline": base["median"],
@@ -231,12 +278,18 @@ def worst(entry: dict[str, Any]) -> dict[str, Any] | None:
             continue
         for scope in ("fleet", "su", "baseline"):
             r = row.get(scope)
-            if not r or r["level"] != row["level"] or r["share"] is None:
+            if not r or r["level"] != row["level"]:
                 continue
-            off = abs(1 - r["share"])
+            if r.get("limit") is not None:  # an error count: how far past its allowance
+                off = row["value"] / r["limit"] - 1 if r["limit"] else float(row["value"])
+            elif r["share"] is None:
+                continue
+            else:
+                off = abs(1 - r["share"])
             if best is None or off > best[0]:
                 best = (off, {"metric": metric, "scope": scope, "su": entry["unit"], "value": row["value"], "unit": row["unit"],
-                              "median": r["median"], "share": r["share"], "level": r["level"]})
+                              "median": r["median"], "share": r["share"], "level": r["level"],
+                              **({"limit": r["limit"]} if r.get("limit") is not None else {})})
     return best[1] if best else None
 
 
@@ -244,6 +297,8 @@ def describe(w: dict[str, Any]) -> str:
     """`stress-tflops 612 = 81% of fleet median 756` (the drain reason's detail)."""
     ref = {"fleet": "fleet median", "su": f"fleet median of {w.get('su') or 'its unit'}",
            "baseline": "baseline median"}[w["scope"]]
+    if w.get("limit") is not None:  # an error count: `hca-symbol-errors 240 in the burn-in, fleet median 0 (warns from 10)`
+        return f"{w['metric']} {_num(w['value'])} in the burn-in, {ref} {_num(w['median'])} (warns from {_num(w['limit'])})"
     return f"{w['metric']} {_num(w['value'])} = {w['share'] * 100:.0f}% of {ref} {_num(w['median'])}"
 
 

@@ -140,7 +140,40 @@ def health_suite(timeout: float) -> TestResult:
     return TestResult("health", "error", f"`slurmadm health run` exited {proc.returncode}: {last}")
 
 
-def fabric_rates(spec: dict[str, Any]) -> TestResult:
+# Error counters whose rise over the job is a fleet metric (burnin/fleet.py COUNTER_OF).
+ERROR_COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors")
+
+
+def read_counters(spec: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """hca -> counter -> value of each compute HCA port's error counters (sysfs
+    `<root>/class/infiniband/<hca>/ports/<port>/counters/<counter>`); unreadable ones left out."""
+    root = os.path.join(spec.get("sysfs_root") or "/sys", "class", "infiniband")
+    port = spec.get("hca_port", 1)
+    out: dict[str, dict[str, int]] = {}
+    for hca in spec.get("hcas") or []:
+        for counter in ERROR_COUNTERS:
+            try:
+                with open(os.path.join(root, hca, "ports", str(port), "counters", counter), encoding="utf-8") as fh:
+                    out.setdefault(hca, {})[counter] = int(fh.read().strip())
+            except (OSError, ValueError):
+                continue
+    return out
+
+
+def counter_rise(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """hca -> counter -> rise between two reads; a counter that went down was cleared in
+    between (perfquery -x, a driver reload): its rise is at least its new value."""
+    out: dict[str, dict[str, int]] = {}
+    for hca, now in after.items():
+        for counter, value in now.items():
+            was = (before.get(hca) or {}).get(counter)
+            if was is None:
+                continue
+            out.setdefault(hca, {})[counter] = value - was if value >= was else value
+    return out
+
+
+def fabric_rates(spec: dict[str, Any], before: dict[str, dict[str, int]] | None = None) -> TestResult:
     """Each compute HCA port's link rate from sysfs (`<root>/class/infiniband/<hca>/ports/<port>/rate`,
     e.g. "400 Gb/sec (4X NDR)"), for the fleet-relative verdict `hca-rate`. The health suite's
     `infiniband` check judges the rate against the profile; this only measures."""
@@ -162,7 +195,13 @@ def fabric_rates(spec: dict[str, Any]) -> TestResult:
     low = min(rates.values())
     missing = [h for h in hcas if h not in rates]
     detail = f"{len(rates)} HCA port(s): >= {low:g} Gb/s" + (f"; unreadable: {', '.join(missing)}" if missing else "")
-    return TestResult("fabric", "pass", detail, value=low, unit="Gb/s", data={"per_hca": rates, "port": port})
+    data: dict[str, Any] = {"per_hca": rates, "port": port}
+    if before is not None:  # error counters' rise since the job began (before the stress)
+        rise = counter_rise(before, read_counters(spec))
+        data["counter_rise"] = rise
+        risen = sorted(f"{h} {c} +{n}" for h, cs in rise.items() for c, n in cs.items() if n)
+        detail += "; error counters over the job: " + (", ".join(risen) if risen else "none rose")
+    return TestResult("fabric", "pass", detail, value=low, unit="Gb/s", data=data)
 
 
 def single_node_allreduce(spec: dict[str, Any]) -> TestResult:
@@ -204,13 +243,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = json.loads(ap.parse_args(argv).spec)
     node = local_node(None)
     _emit({"event": "started", "node": node, "job_id": os.environ.get("SLURM_JOB_ID", ""), "pid": os.getpid()})
+    counters_before = read_counters(spec)  # before the load: their rise over it is a fleet metric
     # Load first, then the health suite: the prolog already checked the idle node before this job
     # started; what burn-in adds is whether the node is still healthy after hours-long load.
     steps = [
         ("stress", lambda: stress.stress(spec["stress_seconds"], cpu_only=spec["collective"] == "gloo")),
         ("dcgm", lambda: stress.dcgm_diag(spec["dcgm_level"], spec["dcgm_timeout"])),
         ("allreduce-node", lambda: single_node_allreduce(spec)),
-        ("fabric", lambda: fabric_rates(spec)),
+        ("fabric", lambda: fabric_rates(spec, counters_before)),
         ("health", lambda: health_suite(spec["step_timeout"])),
     ]
     tests = []

@@ -340,7 +340,7 @@ def dist_charts(summary: dict[str, Any]) -> list[dict[str, Any]]:
         if g["unit"] or not g["median"]:
             continue
         m = METRICS.get(g["metric"])
-        if m is None:
+        if m is None or m.kind == "count":  # error counts have no share of a median to chart
             continue
         warn_p, fail_p = cfg.get("warn_percent", 92.0), cfg.get("fail_percent", 85.0)
         lines = [(100.0, "median"), (warn_p, "warn"), (fail_p, "slow")] if m.higher_is_better else \

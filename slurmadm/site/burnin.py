@@ -15,7 +15,8 @@ GBps = Annotated[float, Field(gt=0)]
 
 # Fleet-relative metrics (slurmadm/burnin/fleet.py METRICS, the same ids).
 FleetMetric = Literal["stress-tflops", "stress-copy", "stress-cpu", "gpu-clock", "gpu-temp", "allreduce-node",
-                      "allreduce-pair", "hca-rate", "thermal"]
+                      "allreduce-pair", "hca-rate", "thermal", "hca-symbol-errors", "hca-link-recovery",
+                      "hca-link-downed", "hca-rcv-errors"]
 Percent = Annotated[float, Field(gt=0, lt=100)]
 
 
@@ -37,7 +38,10 @@ class StragglerSection(Strict):
     # Slow in this many sweeps in a row (the node's sweeps): drained `burnin-straggler`.
     drain_after: Annotated[int, Field(ge=1, le=10)] = 2
     metrics: list[FleetMetric] = ["stress-tflops", "stress-copy", "stress-cpu", "gpu-clock", "gpu-temp",
-                                  "allreduce-node", "allreduce-pair", "hca-rate", "thermal"]
+                                  "allreduce-node", "allreduce-pair", "hca-rate", "thermal", "hca-symbol-errors",
+                                  "hca-link-recovery", "hca-link-downed", "hca-rcv-errors"]
+    # (the hca-*-errors/-recovery/-downed metrics are error counts over the burn-in: they warn at
+    # max(floor, 2 x the median), never drain; burnin/fleet.py COUNT_FLOORS)
 
     @model_validator(mode="after")
     def _fail_below_warn(self) -> "StragglerSection":

@@ -89,6 +89,8 @@ def test_baseline_show_set_reset_and_a_file_round_trip(swept, tmp_path):
     ('{"baselines": {"hgx-b200": {"ib-rate": {"median": 1}}}}', "baselines.hgx-b200.ib-rate: unknown metric"),
     ('{"baselines": {"hgx-b200": {"stress-tflops": {"median": -3}}}}', "stress-tflops.median: -3 is not a positive"),
     ('{"baselines": {"hgx-b200": {"stress-tflops": {"median": 3, "mad": "x"}}}}', "stress-tflops.mad: 'x'"),
+    ('{"baselines": {"hgx-b200": {"hca-link-downed": {"median": -1}}}}', "hca-link-downed.median: -1 is not a number >= 0"),
+    ('{"baselines": {"hgx-b200": {"stress-tflops": {"median": 0}}}}', "stress-tflops.median: 0 is not a positive"),
 ])
 def test_a_bad_baseline_file_is_one_line_and_changes_nothing(tmp_path, content, expected):
     path = site_copy(tmp_path)
@@ -114,3 +116,14 @@ def test_status_json_carries_the_fleet_relative_shares(swept):
     assert rows[2]["fleet"]["b200-001"]["shares"]["allreduce-node"] == 1.0
     text = invoke("burnin", "status", "--site", str(path))
     assert text.exit_code == 0 and "straggler" in text.output
+
+
+def test_a_baseline_file_may_give_an_error_count_a_median_of_zero(tmp_path):
+    """What `baseline show --json` prints for a fleet whose HCA counters did not rise sets again."""
+    path = site_copy(tmp_path)
+    f = tmp_path / "b.json"
+    f.write_text('{"baselines": {"hgx-b200": {"hca-symbol-errors": {"median": 0, "mad": 0, "nodes": 8}}}}')
+    res = invoke("burnin", "baseline", "set", "--site", str(path), "--from", str(f))
+    assert res.exit_code == 0, res.output
+    got = history.baselines(Store(parse_site(path.read_text()).store.path))["hgx-b200"]["hca-symbol-errors"]
+    assert (got["median"], got["nodes"]) == (0.0, 8)

@@ -228,3 +228,86 @@ def test_an_hca_port_at_half_rate_makes_a_slow_node():
     res = ev(sweep([with_fabric(f"n{i}", 400.0) for i in range(5)] + [with_fabric("hdr", 200.0)]))
     e = res["nodes"]["hdr"]
     assert e["level"] == "slow" and fleet.describe(e["worst"]) == "hca-rate 200 = 50% of fleet median 400"
+
+
+# ------------------------------------------------------------------------------ HCA error counters
+
+
+def with_counters(name, rise=None, hca="mlx5_3"):
+    """A node whose fabric test recorded each HCA port's error-counter rise over the job, shaped
+    as burnin.node.fabric_rates records it (data.counter_rise: hca -> counter -> rise)."""
+    n = gpu_node(name)
+    per = {f"mlx5_{i}": {"symbol_error": 0, "link_error_recovery": 0, "link_downed": 0, "port_rcv_errors": 0}
+           for i in range(8)}
+    per[hca].update(rise or {})
+    n["tests"].append({"test": "fabric", "status": "pass", "value": 400.0, "unit": "Gb/s",
+                       "data": {"per_hca": {h: 400.0 for h in per}, "port": 1, "counter_rise": per}})
+    return n
+
+
+def test_hca_error_counts_against_a_fleet_median_of_zero_use_the_floor():
+    quiet = [with_counters(f"n{i}") for i in range(5)]
+    res = ev(sweep(quiet + [with_counters("noisy", {"symbol_error": 240, "link_downed": 1}),
+                            with_counters("few", {"symbol_error": 9, "port_rcv_errors": 3})]))
+    noisy = res["nodes"]["noisy"]
+    assert noisy["metrics"]["hca-symbol-errors"]["value"] == 240
+    assert noisy["metrics"]["hca-symbol-errors"]["fleet"]["limit"] == fleet.COUNT_FLOORS["hca-symbol-errors"]
+    assert noisy["metrics"]["hca-link-downed"]["level"] == "warn"
+    # a warning, never slow: errors alone do not drain as a straggler (the infiniband check fails)
+    assert noisy["level"] == "warn"
+    assert fleet.describe(noisy["worst"]) == "hca-symbol-errors 240 in the burn-in, fleet median 0 (warns from 10)"
+    # below the floor: a few errors in a quiet fleet are not singled out
+    assert res["nodes"]["few"]["level"] == "ok"
+    assert all(res["nodes"][f"n{i}"]["level"] == "ok" for i in range(5))
+    # no share of a zero median: counts stay out of the shares (history, exporter, charts)
+    assert "hca-symbol-errors" not in fleet.shares(noisy) and "hca-rate" in fleet.shares(noisy)
+
+
+def test_hca_error_counts_in_a_fleet_that_always_sees_some():
+    # every port sees ~30 symbol errors over the job: 2x the median (31.5 over all 8) is the allowance
+    nodes = [with_counters(f"n{i}", {"symbol_error": 30 + i % 3}) for i in range(6)]
+    res = ev(sweep(nodes + [with_counters("x", {"symbol_error": 55}), with_counters("y", {"symbol_error": 200})]))
+    assert res["nodes"]["x"]["metrics"]["hca-symbol-errors"]["level"] == "ok"
+    y = res["nodes"]["y"]["metrics"]["hca-symbol-errors"]["fleet"]
+    assert y["level"] == "warn" and y["limit"] == pytest.approx(63.0) and y["share"] is None
+
+
+def test_hca_error_counts_need_enough_nodes_and_a_clear_spread():
+    few = ev(sweep([with_counters("a"), with_counters("b"), with_counters("c", {"link_downed": 4})]))
+    assert few["nodes"]["c"]["metrics"]["hca-link-downed"]["level"] == "none"  # 3 < min_nodes
+    s = fleet.Settings()
+    m = fleet.METRICS["hca-rcv-errors"]
+    # past 2x the median but within the fleet's own spread (3 robust deviations): not singled out
+    assert fleet.judge(70.0, 30.0, 20.0, m, s)["level"] == "ok"
+    assert fleet.judge(160.0, 30.0, 20.0, m, s)["level"] == "warn"
+
+
+def test_hca_error_counts_against_the_baseline_and_the_report_has_no_chart_for_them():
+    from slurmadm.burnin import report
+
+    nodes = [with_counters(f"n{i}", {"port_rcv_errors": 50}) for i in range(5)]  # the whole fleet got noisy
+    base = {"b200": {"hca-rcv-errors": {"median": 0.0, "mad": 0.0, "nodes": 5}}}
+    res = ev(sweep(nodes), baselines=base)
+    assert all(e["metrics"]["hca-rcv-errors"]["fleet"]["level"] == "ok" for e in res["nodes"].values())
+    assert all(e["metrics"]["hca-rcv-errors"]["baseline"]["level"] == "warn" for e in res["nodes"].values())
+    f = next(x for x in res["fleet"] if x["metric"] == "hca-rcv-errors")
+    assert f["level"] == "warn" and f["share"] is None
+    summary = {"nodes": [{**n, "fleet": res["nodes"][n["node"]]} for n in nodes],
+               "fleet": {k: v for k, v in res.items() if k != "nodes"}}
+    charts = {c["metric"] for c in report.dist_charts(summary)}
+    assert "hca-rate" in charts  # a rate (median 400) is charted as shares
+    assert not charts & {m for m, x in fleet.METRICS.items() if x.kind == "count"}
+
+
+def test_one_throttled_or_hot_gpu_sets_its_nodes_clock_and_temperature():
+    """gpu-clock is the node's lowest GPU SM clock under load, gpu-temp its hottest GPU: one GPU
+    throttled to 1400 MHz (the other seven at the fleet's 1965) makes the node slow on the clock;
+    one GPU at 80 C warns (108-115% of the fleet's 70), the node's other metrics stay ok."""
+    fleet_nodes = [gpu_node(f"n{i}") for i in range(6)]
+    odd = gpu_node("odd")
+    odd["tests"][0]["data"]["per_gpu"]["6"]["sm_clock_mhz"] = 1400.0
+    odd["tests"][0]["data"]["per_gpu"]["2"]["temp_c"] = 80.0
+    e = ev(sweep(fleet_nodes + [odd]))["nodes"]["odd"]["metrics"]
+    assert e["gpu-clock"]["value"] == 1400.0 and e["gpu-clock"]["level"] == "slow"
+    assert e["gpu-temp"]["value"] == 80.0 and e["gpu-temp"]["level"] == "warn"
+    assert e["stress-tflops"]["level"] == "ok" and e["thermal"]["level"] == "ok"

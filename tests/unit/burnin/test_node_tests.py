@@ -143,3 +143,39 @@ def test_clock_and_temperature_under_load_for_the_fleet_verdicts():
     per = {g: {"tflops": 1000.0, "copy_gbps": 3000.0, "checksum": "a", "sm_clock_mhz": 1965.0, "temp_c": 70.0}
            for g in range(8)}
     assert judge_gpus(per)[0] == "pass"
+
+
+# ------------------------------------------------------------------------------ HCA counters over the job
+
+def test_fabric_records_each_error_counter_rise_over_the_job(tmp_path):
+    from slurmadm.burnin import node as job
+
+    def write(hca, counters, rate="400 Gb/sec (4X NDR)"):
+        port = tmp_path / "class" / "infiniband" / hca / "ports" / "1"
+        (port / "counters").mkdir(parents=True, exist_ok=True)
+        (port / "rate").write_text(rate + "\n")
+        for c, v in counters.items():
+            (port / "counters" / c).write_text(f"{v}\n")
+
+    spec = {"hcas": ["mlx5_0", "mlx5_1"], "hca_port": 1, "sysfs_root": str(tmp_path)}
+    zero = dict.fromkeys(job.ERROR_COUNTERS, 0)
+    write("mlx5_0", {**zero, "symbol_error": 7})
+    write("mlx5_1", zero)
+    before = job.read_counters(spec)
+    assert before["mlx5_0"]["symbol_error"] == 7 and set(before["mlx5_1"]) == set(job.ERROR_COUNTERS)
+    # under load: mlx5_0's symbol errors rise by 300, mlx5_1's counters were cleared and rose to 2
+    write("mlx5_0", {**zero, "symbol_error": 307, "link_downed": 1})
+    write("mlx5_1", {**zero, "port_rcv_errors": 2})
+    before["mlx5_1"]["port_rcv_errors"] = 40
+    r = job.fabric_rates(spec, before)
+    assert r.status == "pass" and r.value == 400.0
+    assert r.data["counter_rise"]["mlx5_0"] == {**zero, "symbol_error": 300, "link_downed": 1}
+    assert r.data["counter_rise"]["mlx5_1"]["port_rcv_errors"] == 2
+    assert "mlx5_0 symbol_error +300" in r.detail and "mlx5_0 link_downed +1" in r.detail
+    # and the fleet reads the worst port's rise per counter
+    from slurmadm.burnin import fleet
+    vals = fleet.node_values({"node": "n", "tests": [r.to_json()]})
+    assert (vals["hca-symbol-errors"], vals["hca-link-downed"], vals["hca-rcv-errors"], vals["hca-link-recovery"]) \
+        == (300, 1, 2, 0)
+    # without a first read (an older job) no counters are recorded
+    assert "counter_rise" not in job.fabric_rates(spec).data
