@@ -66,8 +66,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import ipmi_emulator
 
-    servers_ipmi = [ipmi_emulator.EmulatedBmc(st, args.username, password, args.ipmi_port + i)
-            for i, st in enumerate(states)]
+    from .redfish_emulator import bind_retrying
+
+    servers_ipmi = [bind_retrying(lambda i=i, st=st: ipmi_emulator.EmulatedBmc(st, args.username, password,
+                                                                               args.ipmi_port + i),
+                                  f"IPMI of {st.node}", args.ipmi_port + i)
+                    for i, st in enumerate(states)]
     servers = []
     if args.redfish_port:
         from . import redfish_emulator

@@ -478,6 +478,22 @@ def _multipart(raw: bytes, ctype: str) -> dict[str, bytes]:
     return out
 
 
+def bind_retrying(make, what: str, port: int, timeout: float = 60.0):
+    """make() a server on `port`, again while the port is busy (up to `timeout` s): the dev
+    cluster's ports lie in Linux's ephemeral range (32768-60999), where a busy machine's outgoing
+    connection may hold one for a while (128 nodes' shippers and sshd at bring-up)."""
+    import errno
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return make()
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                raise OSError(exc.errno, f"{what}: port {port}: {exc.strerror}") from None
+            time.sleep(0.5)
+
+
 def start(states: list[NodeBmc], username: str, password: str, port: int, *, cert: str | None,
           key: str | None) -> list[ThreadingHTTPServer]:
     ctx = None
@@ -486,7 +502,8 @@ def start(states: list[NodeBmc], username: str, password: str, port: int, *, cer
         ctx.load_cert_chain(cert, key)
     servers = []
     for i, st in enumerate(states):
-        srv = ThreadingHTTPServer(("127.0.0.1", port + i), _handler(RedfishBmc(st, username, password)))
+        srv = bind_retrying(lambda i=i, st=st: ThreadingHTTPServer(
+            ("127.0.0.1", port + i), _handler(RedfishBmc(st, username, password))), f"Redfish of {st.node}", port + i)
         srv.daemon_threads = True
         if ctx is not None:
             srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
