@@ -639,11 +639,19 @@ class DevCluster:
         """Until every node has registered and is usable (idle, mixed or allocated) or drained
         by someone on purpose; a dead slurmd or an INVAL/down node is reported at once."""
         names = self.nodes()
+        first_busy: dict[str, float] = {}
+        env = self._slurm_env()
 
         def ready() -> bool:
             for n in names:
                 d = self.daemon(f"slurmd-{n}")
                 if not d.alive():
+                    # its port (in the ephemeral range) held by a closed outgoing connection in
+                    # TIME_WAIT (up to 60 s): start it again, for up to 90 s
+                    now = time.monotonic()
+                    if "Address already in use" in d.tail(5) and now - first_busy.setdefault(n, now) < 90:
+                        self._start_slurmd(n, env)
+                        continue
                     raise UnreachableError(f"slurmd for {n} died: {d.tail()}")
             states = self.node_states()
             return all(states.get(n, "").rstrip("*").split("+")[0] in
