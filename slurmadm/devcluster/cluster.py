@@ -510,23 +510,26 @@ class DevCluster:
         # all of them at once, one deadline (128 sshd on a loaded 2-core machine take ~20 s); an
         # sshd whose port a passing outgoing connection held (our ports lie in the ephemeral
         # range) is started again, a few times
-        retries = {node: 0 for node, _, _ in todo}
+        first_busy: dict[str, float] = {}
+        last_try: dict[str, float] = {}
         waiting = {node: (fn, port) for node, fn, port in todo}
 
         def listening() -> bool:
             for node, (fn, port) in list(waiting.items()):
                 d = self.daemon(f"sshd-{node}")
                 if not d.alive():
-                    if "in use" in d.tail(5) and retries[node] < 5:
-                        retries[node] += 1
-                        self._start_sshd(node, fn, port)
+                    now = time.monotonic()  # TIME_WAIT lasts 60 s: try for 90 s, once a second
+                    if "in use" in d.tail(5) and now - first_busy.setdefault(node, now) < 90:
+                        if now - last_try.get(node, 0.0) >= 1.0:
+                            last_try[node] = now
+                            self._start_sshd(node, fn, port)
                         continue
                     raise UnreachableError(f"sshd of {node} died: {d.tail()}")
                 if _port_busy(port):
                     del waiting[node]
             return not waiting
 
-        limit = 30 + 0.5 * len(todo)
+        limit = 90 + 0.5 * len(todo)
         if not wait_for(listening, limit, interval=0.2):
             raise UnreachableError(f"timed out after {limit:g} s waiting for the sshd of "
                                    f"{', '.join(sorted(waiting)[:5])}{' ...' if len(waiting) > 5 else ''} to listen")
@@ -640,6 +643,7 @@ class DevCluster:
         by someone on purpose; a dead slurmd or an INVAL/down node is reported at once."""
         names = self.nodes()
         first_busy: dict[str, float] = {}
+        last_try: dict[str, float] = {}
         env = self._slurm_env()
 
         def ready() -> bool:
@@ -650,7 +654,9 @@ class DevCluster:
                     # TIME_WAIT (up to 60 s): start it again, for up to 90 s
                     now = time.monotonic()
                     if "Address already in use" in d.tail(5) and now - first_busy.setdefault(n, now) < 90:
-                        self._start_slurmd(n, env)
+                        if now - last_try.get(n, 0.0) >= 1.0:
+                            last_try[n] = now
+                            self._start_slurmd(n, env)
                         continue
                     raise UnreachableError(f"slurmd for {n} died: {d.tail()}")
             states = self.node_states()
