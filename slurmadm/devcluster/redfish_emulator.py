@@ -500,10 +500,23 @@ def start(states: list[NodeBmc], username: str, password: str, port: int, *, cer
     if cert and key:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(cert, key)
+    def bind(i: int, st: NodeBmc):
+        try:
+            return bind_retrying(lambda: ThreadingHTTPServer(
+                ("127.0.0.1", port + i), _handler(RedfishBmc(st, username, password))), f"Redfish of {st.node}", port + i)
+        except OSError as exc:  # that one BMC does not answer (as a dead one); the others serve
+            print(f"warning: {exc}; this Redfish BMC is left out", flush=True)
+            return None
+
+    # every port at once: a port in TIME_WAIT costs its wait once, not once per port before it
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        bound = list(pool.map(lambda a: bind(*a), enumerate(states)))
     servers = []
-    for i, st in enumerate(states):
-        srv = bind_retrying(lambda i=i, st=st: ThreadingHTTPServer(
-            ("127.0.0.1", port + i), _handler(RedfishBmc(st, username, password))), f"Redfish of {st.node}", port + i)
+    for srv in bound:
+        if srv is None:
+            continue
         srv.daemon_threads = True
         if ctx is not None:
             srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
