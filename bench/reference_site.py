@@ -409,7 +409,7 @@ class Bench:
             on = -1
         s.check(p.returncode == 0 and on == self.n, f"power status: {on}/{self.n} on (exit {p.returncode})")
         t_status = s.extra["power_status_s"] = None
-        victim = nodes[-1]
+        victim = nodes[self.n // 4]  # clear of the breaker step's four (the last ones) and the drift node
         d = self.dc.daemon(f"slurmd-{victim}")
         pid = d.pid()
         os.kill(pid, signal.SIGSTOP)  # a hung node: Slurm marks it DOWN after SlurmdTimeout
