@@ -160,9 +160,12 @@ class Recovery:
             raw = self.store.get_node_state(n.name, DOWN_SINCE)
             if is_down(n):
                 if raw is None:
+                    # first seen down: since Slurm set its reason ("Not responding"), when Slurm
+                    # says (a first `recover` after the fact otherwise read "down 0 s")
+                    since = n.reason_time if 0 < n.reason_time <= now else now
                     if record:
-                        self.store.set_node_state(n.name, DOWN_SINCE, repr(now))
-                    down_since[n.name] = now
+                        self.store.set_node_state(n.name, DOWN_SINCE, repr(since))
+                    down_since[n.name] = since
                 else:
                     down_since[n.name] = float(raw)
             elif raw is not None and record and not (is_ours(n) and reason_check_id(n.reason) == CHECK_ID):

@@ -218,7 +218,7 @@ def single_node_allreduce(spec: dict[str, Any]) -> TestResult:
         ranks = 2  # gloo on the CPU: two local ranks exercise the path; numbers are CPU numbers
     if ranks < 2:
         return TestResult("allreduce-node", "skip", "one GPU: nothing to all-reduce between")
-    port = spec["rendezvous_port"] + int(os.environ.get("SLURM_JOB_ID", "0")) % 100
+    port = spec["rendezvous_port"] + int(os.environ.get("SLURM_JOB_ID", "0")) % spec.get("rendezvous_ports", 100)
     start = time.monotonic()
     res = allreduce.run_local(backend, ranks, mib=spec["allreduce_mib"], iters=spec["allreduce_iters"],
                                port=port, timeout=spec["step_timeout"])

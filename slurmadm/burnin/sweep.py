@@ -339,7 +339,7 @@ class Sweep:
             "dcgm_timeout": {2: 900, 3: 3600}.get(self.b.dcgm_level, 900),
             "collective": self.b.collective, "allreduce_mib": self.b.allreduce_mib,
             "allreduce_iters": self.b.allreduce_iters, "rendezvous_port": self.b.rendezvous_port,
-            "node_floor_gbps": floor, "step_timeout": self._step_timeout(),
+            "rendezvous_ports": self.b.rendezvous_ports, "node_floor_gbps": floor, "step_timeout": self._step_timeout(),
             **self._fabric_spec(node),
         }
 
@@ -358,7 +358,8 @@ class Sweep:
         ranks = min(self.site.node_profile(n).gpus.count for n in (a, b)) if self.b.collective == "nccl" else 1
         argv = [self.python, "-m", "slurmadm.health.allreduce", "--backend", self.b.collective,
                 "--mib", str(self.b.allreduce_mib), "--iters", str(self.b.allreduce_iters),
-                "--timeout", str(self._step_timeout()), "--port-base", str(self.b.rendezvous_port)]
+                "--timeout", str(self._step_timeout()), "--port-base", str(self.b.rendezvous_port),
+                "--port-range", str(self.b.rendezvous_ports)]
         for n in (a, b):
             argv += ["--addr", f"{n}={self.site.node_group_of[n].addr or n}"]
         return self._request(f"{JOB_PREFIX}.{self.id}.r{rnd}.{a}+{b}", [a, b], argv, ranks)

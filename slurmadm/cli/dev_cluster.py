@@ -46,7 +46,8 @@ def dev_cluster() -> None:
 @state_dir_option
 @click.option("--port-base", type=click.IntRange(1024, 65535 - 703), default=None,
               help=f"First of the ports used (default {DEFAULT_PORT_BASE}); the dev cluster uses base..base+703 "
-                   "(more with over 4 nodes: base+699+N), so two dev clusters' bases must be 704 or more apart.")
+                   "(more with over 4 nodes: base+699+N), so two dev clusters' bases must be 704 or more apart; "
+                   "over 50 nodes (or --wide-ports) base..base+2199.")
 @click.option("--timeout", type=click.FloatRange(10, 3600), default=180.0, show_default=True,
               help="Seconds to wait for every node to be idle.")
 @click.option("--foreground", is_flag=True, help="Stay in the foreground; SIGTERM/SIGINT brings it down.")
@@ -58,8 +59,12 @@ def dev_cluster() -> None:
 @click.option("--ssh/--no-ssh", default=None,
               help="One OpenSSH sshd per fake node (own mount+UTS namespace and software stack) "
                    "for `slurmadm fleet` (default: as last time).")
+@click.option("--wide-ports", is_flag=True, default=None,
+              help="The wide port plan (base..base+2199, up to 200 nodes with BMCs and sshd), used anyway "
+                   "above 50 nodes.")
 @json_option
-def up(nodes, site_file, state_dir, port_base, timeout, foreground, central_store, bmc, ssh, as_json) -> None:
+def up(nodes, site_file, state_dir, port_base, timeout, foreground, central_store, bmc, ssh, wide_ports,
+       as_json) -> None:
     """Start the dev cluster (idempotent) and wait until every node is idle."""
     dc = _cluster(state_dir)
     stop = threading.Event()
@@ -67,7 +72,8 @@ def up(nodes, site_file, state_dir, port_base, timeout, foreground, central_stor
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     status = dc.up(nodes=nodes, site_file=site_file, port_base=port_base, timeout=timeout,
-                   progress=progress, central_store=central_store, bmc=bmc, ssh=ssh)
+                   progress=progress, central_store=central_store, bmc=bmc, ssh=ssh,
+                   wide_ports=wide_ports)
     if as_json:
         print_json(status)
     else:

@@ -66,8 +66,16 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import ipmi_emulator
 
-    servers_ipmi = [ipmi_emulator.EmulatedBmc(st, args.username, password, args.ipmi_port + i)
-            for i, st in enumerate(states)]
+    from .redfish_emulator import bind_retrying
+
+    servers_ipmi = []
+    for i, st in enumerate(states):
+        try:
+            servers_ipmi.append(bind_retrying(
+                lambda i=i, st=st: ipmi_emulator.EmulatedBmc(st, args.username, password, args.ipmi_port + i),
+                f"IPMI of {st.node}", args.ipmi_port + i, timeout=10))
+        except OSError as exc:  # that one BMC does not answer (as a dead one); the others serve
+            print(f"warning: {exc}; this IPMI BMC is left out", flush=True)
     servers = []
     if args.redfish_port:
         from . import redfish_emulator

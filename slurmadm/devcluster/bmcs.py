@@ -73,8 +73,11 @@ def start(dc: "DevCluster", nodes: list[str], ports: "Ports", progress, *, resta
         except FileNotFoundError:
             return False
 
-    if not wait_for(ready, 30, interval=0.1):
-        raise UsageError(f"BMC emulator did not come up in 30 s (log: {d.logfile})")
+    # a BMC port a passing connection holds is tried again for up to 60 s (bind_retrying); 128
+    # nodes' emulators start in ~10 s on a loaded 2-core machine
+    limit = 90 + 0.25 * len(nodes)
+    if not wait_for(ready, limit, interval=0.1):
+        raise UsageError(f"BMC emulator did not come up in {limit:g} s (log: {d.logfile})")
 
 
 def node_power(dc: "DevCluster", node: str, what: str) -> None:

@@ -21,6 +21,7 @@ Layout of the state directory:
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import secrets
@@ -32,6 +33,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,7 +169,8 @@ class DevCluster:
     # ------------------------------------------------------------------ bring-up
     def up(self, *, nodes: int | None = None, site_file: str | None = None, port_base: int | None = None,
            progress: Callable[[str], None] = lambda msg: None, timeout: float = 180.0,
-           central_store: bool | None = None, bmc: bool | None = None, ssh: bool | None = None) -> dict:
+           central_store: bool | None = None, bmc: bool | None = None, ssh: bool | None = None,
+           wide_ports: bool | None = None) -> dict:
         if os.geteuid() != 0:
             raise UsageError("dev-cluster up must run as root (it starts munged, MariaDB and Slurm daemons)")
         missing = missing_binaries()
@@ -180,13 +183,19 @@ class DevCluster:
         port_base = port_base or old.get("port_base") or DEFAULT_PORT_BASE
         source = str(Path(site_file).resolve()) if site_file else old.get("source_site") or str(example_site())
         ssh = bool(old.get("ssh")) if ssh is None else ssh
-        if ssh and nodes > fakenode.MAX_SSH_NODES:
-            raise UsageError(f"--ssh: at most {fakenode.MAX_SSH_NODES} nodes get an sshd (ports base+500..599)")
+        if wide_ports is None and old.get("port_plan") == "wide" and old.get("nodes") == nodes:
+            wide_ports = True
+        ports = devsite.Ports.plan(port_base, nodes, wide=wide_ports or None)
+        if ports.span(nodes)[1] > 65535:
+            raise UsageError(f"--port-base: {port_base} leaves no room for the {ports.name} port plan "
+                             f"(base..base+{ports.span(nodes)[1] - port_base})")
+        if ssh and nodes > ports.max_nodes:
+            raise UsageError(f"--ssh: at most {ports.max_nodes} nodes get an sshd in the {ports.name} port plan, "
+                             f"not {nodes}")
         src_site = load_site(source)
         release = parse_version(run(["slurmd", "-V"]).stdout)
         hw = devsite.Hardware.parse(run(["slurmd", "-C"], timeout=30).stdout)
         hostname = socket.gethostname().split(".")[0]
-        ports = devsite.Ports(port_base)
 
         for sub in ("etc", "munge", "mysql", "spool/ctld", "spool/d", "log", "run", "run/munge", "dev", "gpus"):
             self.p(sub).mkdir(parents=True, exist_ok=True)
@@ -201,8 +210,9 @@ class DevCluster:
                               central_store=central_store, ssh=ssh)
         bmc = bool(old.get("bmc")) if bmc is None else bmc
         if bmc:
-            if nodes > devsite.BMC_MAX_NODES:
-                raise UsageError(f"--bmc: at most {devsite.BMC_MAX_NODES} nodes get emulated BMCs, not {nodes}")
+            if nodes > ports.max_nodes:
+                raise UsageError(f"--bmc: at most {ports.max_nodes} nodes get emulated BMCs in the {ports.name} "
+                                 f"port plan, not {nodes}")
             data["bmc"].update(devsite.bmc_settings(ports, self.state_dir))
             # a frozen node is marked DOWN in ~20 s rather than Slurm's default 300 s, so dead-node
             # recovery through the BMCs can be shown and tested
@@ -226,7 +236,7 @@ class DevCluster:
 
         changed = self._write_configs(site, release)
         if old and (old.get("node_names") != node_names or old.get("port_base") != port_base
-                    or bool(old.get("ssh")) != ssh):
+                    or bool(old.get("ssh")) != ssh or old.get("port_plan", "small") != ports.name):
             changed = True
         if changed:
             # configuration changed under running Slurm daemons: restart them
@@ -235,7 +245,8 @@ class DevCluster:
                     d.stop()
 
         rec = {
-            "nodes": nodes, "node_names": node_names, "port_base": port_base, "source_site": source,
+            "nodes": nodes, "node_names": node_names, "port_base": port_base, "port_plan": ports.name,
+            "source_site": source,
             "hostname": hostname, "slurm_release": f"{release[0]}.{release[1]:02d}.{release[2]}",
             "cluster_name": site.cluster.name, "started": old.get("started") or time.time(),
             "central_store": central_store,
@@ -271,7 +282,7 @@ class DevCluster:
         powered_off = [n for n in node_names if not self.daemon(f"slurmd-{n}").alive()]
         self._write_reboot_program()
         if ssh:
-            self._sshds(site, port_base, progress)
+            self._sshds(site, ports, progress)
         self._slurmds(node_names, progress)
         if bmc:  # restarted when slurmds were (re)started: its power state follows them
             bmcs.start(self, node_names, ports, progress, restart=bool(powered_off))
@@ -411,7 +422,7 @@ class DevCluster:
         if rec is None:
             raise UsageError(f"no dev cluster in {self.state_dir} (run `slurmadm dev-cluster up`)")
         site = self.site()
-        self._mariadb(site, devsite.Ports(rec["port_base"]), progress)
+        self._mariadb(site, devsite.Ports.of_record(rec), progress)
         self._slurmdbd(site, progress)
 
     def set_central_store(self, on: bool, progress: Callable[[str], None] = lambda msg: None) -> Site:
@@ -424,7 +435,7 @@ class DevCluster:
         if rec is None:
             raise UsageError(f"no dev cluster in {self.state_dir} (run `slurmadm dev-cluster up`)")
         data = tomllib.loads(self.site_path.read_text())
-        data["store"] = devsite.store_section(self.state_dir, devsite.Ports(rec["port_base"]), central=on)
+        data["store"] = devsite.store_section(self.state_dir, devsite.Ports.of_record(rec), central=on)
         site = devsite.write(data, self.site_path, source=rec["source_site"])
         if on:
             if not self.daemon("mariadbd").alive():
@@ -491,7 +502,7 @@ class DevCluster:
             raise UsageError(f"NODE: {node!r} is not a node of this dev cluster ({', '.join(self.nodes())})")
         return fakenode.FakeNode(self.state_dir, node)
 
-    def _sshds(self, site: Site, port_base: int, progress) -> None:
+    def _sshds(self, site: Site, ports: devsite.Ports, progress) -> None:
         """Per node: files, host key, sshd in its own namespaces; the known_hosts file."""
         fakenode.write_client_key(self.p("ssh"))
         defaults = fakenode.defaults(site.software)
@@ -499,7 +510,7 @@ class DevCluster:
         for i, node in enumerate(site.node_names):
             fn = fakenode.FakeNode(self.state_dir, node)
             fn.create(defaults)
-            port = fakenode.ssh_port(port_base, i)
+            port = ports.ssh(i)
             lines.append(fakenode.known_hosts_line(port, fn.ensure_host_key()))
             if not self.daemon(f"sshd-{node}").alive():
                 todo.append((node, fn, port))
@@ -508,9 +519,32 @@ class DevCluster:
             progress(f"starting {len(todo)} sshd (one namespace per node)")
         for node, fn, port in todo:
             self._start_sshd(node, fn, port)
-        for node, _, port in todo:
-            d = self.daemon(f"sshd-{node}")
-            self._await(d, lambda port=port: _port_busy(port), f"sshd of {node} listens on {port}", 30)
+        # all of them at once, one deadline (128 sshd on a loaded 2-core machine take ~20 s); an
+        # sshd whose port a passing outgoing connection held (our ports lie in the ephemeral
+        # range) is started again, a few times
+        first_busy: dict[str, float] = {}
+        last_try: dict[str, float] = {}
+        waiting = {node: (fn, port) for node, fn, port in todo}
+
+        def listening() -> bool:
+            for node, (fn, port) in list(waiting.items()):
+                d = self.daemon(f"sshd-{node}")
+                if not d.alive():
+                    now = time.monotonic()  # TIME_WAIT lasts 60 s: try for 90 s, once a second
+                    if "in use" in d.tail(5) and now - first_busy.setdefault(node, now) < 90:
+                        if now - last_try.get(node, 0.0) >= 1.0:
+                            last_try[node] = now
+                            self._start_sshd(node, fn, port)
+                        continue
+                    raise UnreachableError(f"sshd of {node} died: {d.tail()}")
+                if _port_busy(port):
+                    del waiting[node]
+            return not waiting
+
+        limit = 90 + 0.5 * len(todo)
+        if not wait_for(listening, limit, interval=0.2):
+            raise UnreachableError(f"timed out after {limit:g} s waiting for the sshd of "
+                                   f"{', '.join(sorted(waiting)[:5])}{' ...' if len(waiting) > 5 else ''} to listen")
 
     def _start_sshd(self, node: str, fn: fakenode.FakeNode, port: int) -> None:
         config = fn.sshd_config(port, self.p("ssh", "authorized_keys"))
@@ -518,7 +552,7 @@ class DevCluster:
 
     def _ssh_port(self, node: str) -> int:
         rec = self.record() or {}
-        return fakenode.ssh_port(int(rec["port_base"]), self.nodes().index(node))
+        return devsite.Ports.of_record(rec).ssh(self.nodes().index(node))
 
     def set_software(self, node: str, values: dict[str, str], *, at_boot: bool = False) -> dict:
         """Change a fake node's stack (now, or boot facts at its next reboot); NVML follows the
@@ -620,11 +654,22 @@ class DevCluster:
         """Until every node has registered and is usable (idle, mixed or allocated) or drained
         by someone on purpose; a dead slurmd or an INVAL/down node is reported at once."""
         names = self.nodes()
+        first_busy: dict[str, float] = {}
+        last_try: dict[str, float] = {}
+        env = self._slurm_env()
 
         def ready() -> bool:
             for n in names:
                 d = self.daemon(f"slurmd-{n}")
                 if not d.alive():
+                    # its port (in the ephemeral range) held by a closed outgoing connection in
+                    # TIME_WAIT (up to 60 s): start it again, for up to 90 s
+                    now = time.monotonic()
+                    if "Address already in use" in d.tail(5) and now - first_busy.setdefault(n, now) < 90:
+                        if now - last_try.get(n, 0.0) >= 1.0:
+                            last_try[n] = now
+                            self._start_slurmd(n, env)
+                        continue
                     raise UnreachableError(f"slurmd for {n} died: {d.tail()}")
             states = self.node_states()
             return all(states.get(n, "").rstrip("*").split("+")[0] in
@@ -675,8 +720,8 @@ class DevCluster:
             if first <= o_last and o_first <= last:
                 raise UsageError(
                     f"--port-base {ports.base}: ports {first}-{last} overlap those of the dev cluster in {o_dir} "
-                    f"({o_first}-{o_last}); a dev cluster spans base..base+{devsite.SPAN - 1}: pick a base "
-                    f"{devsite.SPAN} or more away (e.g. --port-base {o_last + 1}), or bring that one down")
+                    f"({o_first}-{o_last}); this dev cluster spans base..base+{last - first} "
+                    f"({ports.name} port plan): pick a base {last - first + 1} or more away (e.g. --port-base {o_last + 1}), or bring that one down")
         write_atomic(self._claim_path(), json.dumps({"state_dir": str(self.state_dir), "first": first,
                                                      "last": last}) + "\n")
 
@@ -704,10 +749,19 @@ class DevCluster:
         sids = {pid for d in daemons if (pid := d.pid()) is not None}
         stray_roots = self._our_stepds() | set(session_members(sids))
         stopped = []
-        for d in reversed(daemons):
-            if d.stop(timeout=kill_after):
-                stopped.append(d.name)
-                progress(f"stopped {d.name}")
+        # in reverse start order; a run of daemons of one kind (128 slurmd, 128 sshd, the
+        # monitor's exporters) stops at once: SIGTERM to all of them, then one wait each
+        for _kind, group in itertools.groupby(reversed(daemons), key=lambda d: d.name.split("-")[0]):
+            group = list(group)
+            if len(group) == 1:
+                done = [group[0].stop(timeout=kill_after)]
+            else:
+                with ThreadPoolExecutor(max_workers=min(32, len(group))) as pool:
+                    done = list(pool.map(lambda d: d.stop(timeout=kill_after), group))
+            for d, was in zip(group, done):
+                if was:
+                    stopped.append(d.name)
+                    progress(f"stopped {d.name}")
         # slurmstepd, job processes and forks that outlived their slurmd: looked for again until
         # none is left (a session id outlives its leader), each by pid and start time
         seen: dict[int, str] = {}

@@ -49,19 +49,58 @@ class Hardware:
         return cls(hw.sockets, hw.cores_per_socket, hw.threads_per_core, hw.real_memory)
 
 
-# A dev cluster's ports, base .. base+703 with up to 4 nodes (base+699+N with N): Slurm +0..+2 and
-# one slurmd per node from +11, BMC emulators IPMI (UDP) +300.. and Redfish +350..+399, burn-in
-# rendezvous +400..+499, fake nodes' sshd +500..+599, monitoring +690..+699, node exporters +700...
+# A dev cluster's ports. The small plan (up to BMC_MAX_NODES = 50 nodes), base .. base+703 with up
+# to 4 nodes (base+699+N with N): Slurm +0..+2 and one slurmd per node from +11, BMC emulators IPMI
+# (UDP) +300.. and Redfish +350..+399, burn-in rendezvous +400..+499, fake nodes' sshd +500..+599,
+# stand-in dcgm-exporters +600.., monitoring +690..+699, node exporters +700...
+#
+# The wide plan (more than 50 nodes, or `up --wide-ports`), base .. base+2199, for up to
+# WIDE_MAX_NODES = 200 nodes: Slurm, the slurmds and monitoring where the small plan has them
+# (+0..+2, +11.., +690..+699), and one block of 200 ports per per-node daemon from base+1000:
+#   IPMI (UDP) +1000+i, Redfish +1200+i, sshd +1400+i, node exporter +1600+i, dcgm +1800+i,
+#   burn-in rendezvous +2000..+2199 (job id % 200: 200 jobs in a row never share a port).
+# +300..+689 and +700..+999 stay unused (the tests' clusters beside one at base+5000 are below it).
 SPAN = 704
+WIDE_FROM = 1000
+WIDE_BLOCK = 200
+WIDE_MAX_NODES = WIDE_BLOCK
+WIDE_SPAN = WIDE_FROM + 6 * WIDE_BLOCK  # IPMI, Redfish, sshd, node exporter, dcgm, burn-in
 
 
 @dataclass(frozen=True)
 class Ports:
     base: int
+    wide: bool = False
+
+    @classmethod
+    def plan(cls, base: int, nodes: int, *, wide: bool | None = None) -> "Ports":
+        """The plan for a cluster of `nodes` nodes: wide above BMC_MAX_NODES (or when asked)."""
+        if wide is None:
+            wide = nodes > BMC_MAX_NODES
+        return cls(base, wide)
+
+    @classmethod
+    def of_record(cls, rec: dict) -> "Ports":
+        """The ports of a running dev cluster, from its cluster.json."""
+        return cls(int(rec["port_base"]), rec.get("port_plan") == "wide")
+
+    @property
+    def name(self) -> str:
+        return "wide" if self.wide else "small"
+
+    @property
+    def max_nodes(self) -> int:
+        """The most nodes that get every per-node daemon (BMC, sshd, exporters) in this plan."""
+        return WIDE_MAX_NODES if self.wide else BMC_MAX_NODES
 
     def span(self, nodes: int = 4) -> tuple[int, int]:
         """(first, last) port a dev cluster of `nodes` nodes may use."""
+        if self.wide:
+            return self.base, self.base + WIDE_SPAN - 1
         return self.base, self.base + max(SPAN, 700 + nodes) - 1
+
+    def _block(self, k: int) -> int:
+        return self.base + WIDE_FROM + k * WIDE_BLOCK
 
     @property
     def slurmctld(self) -> int:
@@ -79,7 +118,8 @@ class Ports:
     def first_slurmd(self) -> int:
         return self.base + 11
 
-    # Monitoring (slurmadm monitor dev-stack): base+690..base+699, node exporters from base+700.
+    # Monitoring (slurmadm monitor dev-stack): base+690..base+699, node exporters from base+700
+    # (wide: base+1600).
     @property
     def monitor_head_exporter(self) -> int:
         return self.base + 690
@@ -101,11 +141,15 @@ class Ports:
         return self.base + 694
 
     def monitor_node_exporter(self, index: int) -> int:
-        return self.base + 700 + index
+        return (self._block(3) if self.wide else self.base + 700) + index
 
     def monitor_dcgm_exporter(self, index: int) -> int:
-        """The stand-in dcgm-exporter of node `index` (gpu_source "dcgm"): base+600.."""
-        return self.base + 600 + index
+        """The stand-in dcgm-exporter of node `index` (gpu_source "dcgm"): base+600.. (wide: +1800..)."""
+        return (self._block(4) if self.wide else self.base + 600) + index
+
+    def ssh(self, index: int) -> int:
+        """Node i's sshd (fakenode.ssh_port in the small plan: base+500+i; wide: base+1400+i)."""
+        return (self._block(2) if self.wide else self.base + 500) + index
 
     # Beside the dev cluster, in the tests: base+720..739 for BMCs we did not write and their
     # neighbours (ipmi_sim 720, sushy-static 721/722, one emulator BMC 725/726:
@@ -113,8 +157,14 @@ class Ports:
 
     @property
     def burnin_rendezvous(self) -> int:
-        """All fake nodes share 127.0.0.1: burn-in all-reduces listen on base+400..base+499."""
-        return self.base + 400
+        """All fake nodes share 127.0.0.1: burn-in all-reduces listen on base+400..base+499
+        (wide: base+2000..base+2199)."""
+        return self._block(5) if self.wide else self.base + 400
+
+    @property
+    def burnin_rendezvous_ports(self) -> int:
+        """How many rendezvous ports (a job listens on the first + job id % this many)."""
+        return WIDE_BLOCK if self.wide else 100
 
     def daemon_ports(self, nodes: int, *, bmc: bool = False, ssh: bool = False) -> list[int]:
         """Every TCP port a dev cluster's daemons of `nodes` nodes listen on, checked free before
@@ -124,23 +174,23 @@ class Ports:
         if bmc:
             ports += range(self.bmc_redfish, self.bmc_redfish + nodes)
         if ssh:
-            ports += range(self.base + 500, self.base + 500 + nodes)  # fakenode.ssh_port
+            ports += [self.ssh(i) for i in range(nodes)]
         return ports
 
     def job_ports(self) -> list[int]:
         """Ports only burn-in jobs listen on, briefly (a busy one is a warning: they lie in the
         kernel's ephemeral range, where any program's passing listener may sit for a moment)."""
-        return list(range(self.burnin_rendezvous, self.burnin_rendezvous + 100))
+        return list(range(self.burnin_rendezvous, self.burnin_rendezvous + self.burnin_rendezvous_ports))
 
     # --- BMC emulators (`dev-cluster up --bmc`): node i answers IPMI on bmc_ipmi + i and
-    # Redfish on bmc_redfish + i, at most BMC_MAX_NODES nodes
+    # Redfish on bmc_redfish + i, at most max_nodes nodes
     @property
     def bmc_ipmi(self) -> int:
-        return self.base + 300
+        return self._block(0) if self.wide else self.base + 300
 
     @property
     def bmc_redfish(self) -> int:
-        return self.base + 350
+        return self._block(1) if self.wide else self.base + 350
 
 
 BMC_MAX_NODES = 50
@@ -194,9 +244,9 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         raise UsageError(f"--nodes: {nodes} is more than the site's {len(src.node_names)} nodes")
     if ports.first_slurmd + nodes - 1 > 65535:
         raise UsageError(f"--port-base: {ports.base} leaves no room for {nodes} slurmd ports")
-    if ports.first_slurmd + nodes > ports.burnin_rendezvous:
-        raise UsageError(f"--nodes: at most {ports.burnin_rendezvous - ports.first_slurmd} nodes fit "
-                         f"below the burn-in rendezvous ports (base+400)")
+    if ports.first_slurmd + nodes > ports.base + 300:
+        raise UsageError(f"--nodes: at most {ports.base + 300 - ports.first_slurmd} nodes fit "
+                         f"below the BMC emulators' ports (base+300)")
     keep = src.node_names[:nodes]
     keep_set = set(keep)
     state_dir = state_dir.resolve()
@@ -291,6 +341,13 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "resume_timeout": 60,
         "health_check_interval": 30,
     })
+    if nodes > 16:
+        # A periodic health run (and the shipper it starts) costs ~1 CPU-s: 128 nodes every 30 s
+        # would need 4 of the machine's 2 cores. Every node once per 2 s x nodes instead, spread
+        # over the interval by Slurm (CYCLE) rather than all at once.
+        data["slurm"]["health_check_interval"] = 2 * nodes
+        states = list(data["slurm"].get("health_check_node_state") or ["ANY"])
+        data["slurm"]["health_check_node_state"] = [*states, "CYCLE"] if "CYCLE" not in states else states
     # Usage reaches sshare (GrpTRESRaw: what budgets are charged) every PriorityCalcPeriod; one
     # minute instead of five, so `accounts report` shows a finished job soon.
     data["slurm"]["extra"] = {**data["slurm"].get("extra", {}), "PriorityCalcPeriod": "1"}
@@ -315,6 +372,12 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         # the site's /home, /scratch, ... do not exist here: the machine's root stands in
         "mounts": [{"path": "/", "writable": True, "min_free_gib": 0.1}],
     })
+    if nodes > 16:
+        # every fake node's hooks share this machine's cores: 128 prologs at once (a 128-task
+        # array) take ~15 s each on 2 loaded cores where one alone takes 0.1 s; a real node runs
+        # only its own. The limits grow with the node count so that sharing is no timeout.
+        for key, floor in (("prolog_timeout_s", 10.0), ("epilog_timeout_s", 20.0), ("periodic_timeout_s", 20.0)):
+            health[key] = max(floor, 0.3 * nodes)
     health.setdefault("checks", {})
     health["checks"]["nccl-allreduce"] = {**health["checks"].get("nccl-allreduce", {}), "contexts": ["run"]}
     data["burnin"].update({
@@ -326,7 +389,7 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "stress_seconds": 3, "dcgm_level": 0,
         "job_time_limit": "00:10:00", "start_timeout": "00:02:00", "sweep_time_limit": "00:30:00",
         "window_start": "00:00", "window_end": "00:00",
-        "rendezvous_port": ports.burnin_rendezvous,
+        "rendezvous_port": ports.burnin_rendezvous, "rendezvous_ports": ports.burnin_rendezvous_ports,
         # fleet-relative verdicts off: four CPU stand-ins on one loaded machine differ by 2x from
         # noise alone (tests/unit/burnin/test_fleet.py); the straggler test turns them on with
         # the stand-in slowdown fault (`dev-cluster gpu-fault --kind slow`)
@@ -334,12 +397,10 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
     })
     data["bmc"]["password_file"] = f"{d}/bmc/password"
     if ssh:  # every fake node's sshd on 127.0.0.1, its own port (fakenode.py)
-        from .fakenode import ssh_port
-
         data["fleet"] = {
             **data.get("fleet", {}),
             "host_pattern": "127.0.0.1",
-            "ports": {n: ssh_port(ports.base, i) for i, n in enumerate(keep)},
+            "ports": {n: ports.ssh(i) for i, n in enumerate(keep)},
             "key_file": f"{d}/ssh/id_ed25519",
             "known_hosts": f"{d}/ssh/known_hosts",
             "drain_timeout_s": 300.0,

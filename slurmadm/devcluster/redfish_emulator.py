@@ -478,15 +478,45 @@ def _multipart(raw: bytes, ctype: str) -> dict[str, bytes]:
     return out
 
 
+def bind_retrying(make, what: str, port: int, timeout: float = 60.0):
+    """make() a server on `port`, again while the port is busy (up to `timeout` s): the dev
+    cluster's ports lie in Linux's ephemeral range (32768-60999), where a busy machine's outgoing
+    connection may hold one for a while (128 nodes' shippers and sshd at bring-up)."""
+    import errno
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return make()
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                raise OSError(exc.errno, f"{what}: port {port}: {exc.strerror}") from None
+            time.sleep(0.5)
+
+
 def start(states: list[NodeBmc], username: str, password: str, port: int, *, cert: str | None,
           key: str | None) -> list[ThreadingHTTPServer]:
     ctx = None
     if cert and key:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(cert, key)
+    def bind(i: int, st: NodeBmc):
+        try:
+            return bind_retrying(lambda: ThreadingHTTPServer(
+                ("127.0.0.1", port + i), _handler(RedfishBmc(st, username, password))), f"Redfish of {st.node}", port + i)
+        except OSError as exc:  # that one BMC does not answer (as a dead one); the others serve
+            print(f"warning: {exc}; this Redfish BMC is left out", flush=True)
+            return None
+
+    # every port at once: a port in TIME_WAIT costs its wait once, not once per port before it
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        bound = list(pool.map(lambda a: bind(*a), enumerate(states)))
     servers = []
-    for i, st in enumerate(states):
-        srv = ThreadingHTTPServer(("127.0.0.1", port + i), _handler(RedfishBmc(st, username, password)))
+    for srv in bound:
+        if srv is None:
+            continue
         srv.daemon_threads = True
         if ctx is not None:
             srv.socket = ctx.wrap_socket(srv.socket, server_side=True)

@@ -10,7 +10,7 @@ burn-in's per-node and pair tests all run this one program.
 
 Rank, world size and local rank come from --rank/--world/--local-rank or from srun's
 SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID. Rank 0 runs on the first node of SLURM_STEP_NODELIST
-and listens on --port, or on --port-base + (SLURM_JOB_ID % 100) so that concurrent jobs whose
+and listens on --port, or on --port-base + (SLURM_JOB_ID % --port-range, 100) so that concurrent jobs whose
 nodes share an address (the dev cluster) never collide.
 
 Bus bandwidth follows nccl-tests (doc/PERFORMANCE.md): algbw = bytes / time and, for
@@ -61,13 +61,13 @@ def _env_int(name: str, default: int | None = None) -> int | None:
     return int(value) if value not in (None, "") else default
 
 
-def rendezvous_port(port: int | None, port_base: int | None) -> int:
+def rendezvous_port(port: int | None, port_base: int | None, port_range: int = 100) -> int:
     if port:
         return port
     job = _env_int("SLURM_JOB_ID")
     if port_base is None or job is None:
         raise SystemExit("collective: need --port, or --port-base inside a Slurm job")
-    return port_base + job % 100
+    return port_base + job % port_range
 
 
 def master_address(addr: str | None, addr_map: dict[str, str]) -> str:
@@ -143,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--master-addr")
     ap.add_argument("--port", type=int)
     ap.add_argument("--port-base", type=int)
+    ap.add_argument("--port-range", type=int, default=100, help="listen on --port-base + job id %% this")
     ap.add_argument("--addr", action="append", default=[], metavar="NODE=ADDR",
                     help="address of a node (rank 0's node is looked up here)")
     args = ap.parse_args(argv)
@@ -151,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     local = args.local_rank if args.local_rank is not None else _env_int("SLURM_LOCALID", 0)
     addr_map = dict(item.split("=", 1) for item in args.addr)
     master = master_address(args.master_addr, addr_map)
-    port = rendezvous_port(args.port, args.port_base)
+    port = rendezvous_port(args.port, args.port_base, args.port_range)
     if rank == 0:
         _emit({"event": "started", "job_id": os.environ.get("SLURM_JOB_ID", ""), "master": f"{master}:{port}",
                "ranks": world})

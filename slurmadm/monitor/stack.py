@@ -13,7 +13,9 @@ import os
 import secrets
 import shutil
 import sys
+import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -26,7 +28,7 @@ from ..files import write_atomic
 from . import promconfig, rules
 
 PROMETHEUS = "prometheus"
-PORT_RETRIES = 5
+PORT_RETRY_S = 90.0  # how long a daemon whose port is in use is started again
 ALERTMANAGER_NAMES = ("prometheus-alertmanager", "alertmanager")
 
 
@@ -58,12 +60,19 @@ class MonitorStack:
         rec = dc.record()
         if rec is None:
             raise UsageError(f"no dev cluster in {dc.state_dir} (run `slurmadm dev-cluster up` first)")
-        self.ports = Ports(int(rec["port_base"]))
+        self.ports = Ports.of_record(rec)
         self.nodes = list(rec["node_names"])
         self.dir = dc.p("monitor")
         if gpu_source not in (None, "slurmadm", "dcgm"):
             raise UsageError(f"--gpu-source: {gpu_source!r} is not slurmadm or dcgm")
         self.gpu_source = gpu_source or dc.site().monitor.gpu_source
+
+    @property
+    def scrape_s(self) -> int:
+        """Prometheus's scrape interval: 1 s for a handful of nodes (a fault becomes an alert in
+        seconds); a node exporter's scrape costs ~30 ms of CPU, so 128 of them every second would
+        take both cores of the dev machine: one second per 8 nodes (128 nodes: 16 s)."""
+        return max(1, -(-len(self.nodes) // 8))
 
     @property
     def site_path(self) -> Path:
@@ -115,9 +124,9 @@ class MonitorStack:
         cfg = promconfig.prometheus_config(
             site, rules_file=str(self.dir / "rules.yml"), alertmanager=f"127.0.0.1:{self.ports.monitor_alertmanager}",
             node_target=lambda i, _n: f"127.0.0.1:{self.ports.monitor_node_exporter(i)}",
-            head_target=f"127.0.0.1:{self.ports.monitor_head_exporter}", interval="1s",
+            head_target=f"127.0.0.1:{self.ports.monitor_head_exporter}", interval=f"{self.scrape_s}s",
             dcgm_target=lambda i, _n: f"127.0.0.1:{self.ports.monitor_dcgm_exporter(i)}")
-        cfg["global"]["scrape_timeout"] = "1s"
+        cfg["global"]["scrape_timeout"] = f"{min(self.scrape_s, 5)}s"
         return cfg
 
     def alertmanager_config(self) -> dict:
@@ -181,7 +190,8 @@ class MonitorStack:
             d = self.dc.daemon(name)
             if not d.alive():
                 d.start(argv, env=e)
-        retries = {name: 0 for name, _a, _e in starts}
+        retries: dict[str, float] = {}  # name: when its port was first found in use
+        last_try: dict[str, float] = {}
         urls = self.urls()
         checks = [urls["prometheus"] + "/-/ready", urls["alertmanager"] + "/-/ready", urls["head_exporter"],
                   *[urls[f"exporter_{n}"] for n in self.nodes],
@@ -194,12 +204,19 @@ class MonitorStack:
                     continue
                 # Our fixed ports lie in Linux's ephemeral range (32768-60999): a busy machine's
                 # outgoing connection may hold one for a moment. Try again, a few times.
-                if "in use" in d.tail(5) and retries[name] < PORT_RETRIES:
-                    retries[name] += 1
-                    d.start(argv, env=e)
+                # A port a closed outgoing connection held stays in TIME_WAIT for 60 s: retry for
+                # PORT_RETRY_S, at most once a second.
+                now = time.monotonic()
+                first = retries.setdefault(name, now)
+                if "in use" in d.tail(5) and now - first < PORT_RETRY_S:
+                    if now - last_try.get(name, 0.0) >= 1.0:
+                        last_try[name] = now
+                        d.start(argv, env=e)
                     continue
                 raise UnreachableError(f"{d.name} died: {d.tail()}")
-            return all(http_get(u, timeout=3)[0] == 200 for u in checks)
+            # every endpoint at once (128 node exporters answer in ~1 s, one by one in ~10 s)
+            with ThreadPoolExecutor(max_workers=16) as pool:
+                return all(code == 200 for code, _ in pool.map(lambda u: http_get(u, timeout=3), checks))
 
         if not wait_for(ready, timeout, interval=0.3):
             raise UnreachableError(f"monitoring stack not ready after {timeout:g} s (logs: {self.dc.p('log')})")

@@ -86,9 +86,19 @@ class BurninSection(Strict):
     # A node or pair whose bus bandwidth dropped more than this many percent since the previous
     # sweep is a warning in the report and in `burnin status` (the floors decide failures).
     slowdown_warn_percent: Annotated[float, Field(gt=0, le=100)] = 10.0
-    # All-reduce rendezvous: rank 0 listens on this port + (job id % 100).
+    # All-reduce rendezvous: rank 0 listens on this port + (job id % rendezvous_ports). On a real
+    # cluster only jobs that share a node can collide; the dev cluster (every node on 127.0.0.1)
+    # widens the range so that a sweep's concurrent jobs never share a port.
     rendezvous_port: Annotated[int, Field(ge=1024, le=65435)] = 29500
+    rendezvous_ports: Annotated[int, Field(ge=1, le=1000)] = 100
     # Python with slurmadm (and torch) on the compute nodes; default: the one running the sweep.
     python: Annotated[str, Field(pattern=r"^/")] | None = None
     report_dir: Annotated[str, Field(pattern=r"^/")] = "/var/lib/slurmadm/burnin"
     straggler: StragglerSection = StragglerSection()
+
+    @model_validator(mode="after")
+    def _rendezvous_fits(self) -> "BurninSection":
+        if self.rendezvous_port + self.rendezvous_ports - 1 > 65535:
+            raise ValueError(f"rendezvous_port {self.rendezvous_port} + rendezvous_ports {self.rendezvous_ports} "
+                             "passes port 65535")
+        return self

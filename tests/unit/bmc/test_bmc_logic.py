@@ -339,3 +339,27 @@ def test_a_ca_file_policy_is_not_x509_strict():
     ctx = TlsPolicy(ca_file="/etc/ssl/certs/ca-certificates.crt", fingerprint=None, insecure=False).context
     assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
     assert not ctx.verify_flags & ssl.VERIFY_X509_STRICT
+
+
+def test_recover_plan_dates_a_first_seen_down_node_from_slurms_reason_time(tmp_path):
+    """A node first seen DOWN by this `recover` has been down since Slurm set its reason, not
+    since now (the reference-site bench read "down 0 s" for a node frozen 40 s before)."""
+    import dataclasses
+
+    from slurmadm.store import Store
+
+    site = site_with({})
+    down = dataclasses.replace(node("b200-001", state="DOWN", flags=("NOT_RESPONDING",), reason="Not responding"),
+                               reason_time=900.0)
+    undated = node("b200-002", state="DOWN", flags=("NOT_RESPONDING",), reason="Not responding")
+
+    class Backend:
+        def nodes(self):
+            return [down, undated, node("b200-003")]
+
+    with Store(tmp_path / "s.db") as store:
+        rec = recover.Recovery(site, fleet=None, backend=Backend(), store=store)
+        got = {c.node: c for c in rec.plan(now=1000.0)}
+        assert got["b200-001"].down_for == 100.0 and "down 100 s" in got["b200-001"].why
+        assert got["b200-002"].down_for == 0.0  # Slurm gave no time: from now on
+        assert store.get_node_state("b200-001", recover.DOWN_SINCE) == "900.0"

@@ -77,3 +77,21 @@ def test_the_port_check_covers_every_daemon_port_and_the_job_ports_apart():
     assert ports.daemon_ports(2, bmc=True, ssh=True)[-4:] == [17350, 17351, 17500, 17501]
     from slurmadm.devcluster import fakenode
     assert fakenode.ssh_port(17000, 1) == 17501
+
+
+def test_a_128_node_dev_site_in_the_wide_plan(tmp_path):
+    src = load_site(EXAMPLE)
+    ports = devsite.Ports.plan(35000, 128)
+    data = devsite.derive(src, nodes=128, state_dir=tmp_path, ports=ports, hostname="vm", hw=HW,
+                          prolog_dir=Path("/opt/pe"), release=(22, 5), ssh=True)
+    site = devsite.write(data, tmp_path / "site.toml", source=str(EXAMPLE))
+    assert len(site.node_names) == 128
+    assert site.fleet.ports["b200-001"] == 36400 and site.fleet.ports["b200-128"] == 36527
+    assert (site.burnin.rendezvous_port, site.burnin.rendezvous_ports) == (37000, 200)
+    assert site.monitor.node_listen == "127.0.0.1:36600"
+    # one machine's 2 cores carry 128 nodes' hooks: spread and longer limits
+    assert site.slurm.health_check_interval == 256 and "CYCLE" in site.slurm.health_check_node_state
+    assert site.health.prolog_timeout_s == pytest.approx(38.4)
+    (tmp_path / "small").mkdir()
+    small = derive(tmp_path / "small")
+    assert small.slurm.health_check_interval == 30 and small.health.prolog_timeout_s == 10.0
