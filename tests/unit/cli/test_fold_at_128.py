@@ -10,7 +10,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-import tomli_w
 from click.testing import CliRunner
 
 from slurmadm.cli import cli
@@ -19,6 +18,7 @@ from slurmadm.errors import UnreachableError
 from slurmadm.hostlist import expand, fold, neutral
 from slurmadm.slurm.model import NodeInfo
 from slurmadm.store import Store
+from tests.unit.siteedit import site_file
 
 pytestmark = pytest.mark.unit
 
@@ -41,11 +41,7 @@ def test_fold_groups_by_key_and_reads_a_nodes_own_name_as_node():
 
 @pytest.fixture()
 def site(tmp_path, monkeypatch) -> Path:
-    data = tomllib.loads((REPO / "site.example.toml").read_text())
-    data["store"] = {"path": str(tmp_path / "slurmadm.db")}
-    path = tmp_path / "site.toml"
-    path.write_text(tomli_w.dumps(data))
-    monkeypatch.setenv("SLURMADM_SITE", str(path))
+    path = site_file(tmp_path, monkeypatch)
     monkeypatch.setenv("SLURMADM_CACHE_DIR", str(tmp_path / "cache"))
     return path
 
