@@ -405,10 +405,8 @@ class Bench:
         self.sm(s, "dev-cluster", "set-software", victim, "driver=999.99.99", "--state-dir", str(self.dc.state_dir))
         try:
             p = self.sm(s, "fleet", "drift", "--json", timeout=900)
-            try:
-                rows = json.loads(p.stdout)
-            except json.JSONDecodeError:
-                s.check(False, f"fleet drift: no JSON (exit {p.returncode}: {p.stderr.strip()[-300:]})")
+            rows = _json_or_wrong(s, p, "fleet drift")
+            if rows is None:
                 return
             text = json.dumps(rows)
             drifted = sorted(set(re.findall(r"b200-\d{3}", json.dumps(_drifted(rows)))))
@@ -491,10 +489,8 @@ class Bench:
                 break
         pick = pick[:k]
         p = self.sm(s, "burnin", "run", "--nodes", compress(pick), "--json", timeout=1800)
-        try:
-            out = json.loads(p.stdout)
-        except json.JSONDecodeError:
-            s.check(False, f"burnin run: no JSON (exit {p.returncode}: {p.stderr.strip()[-300:]})")
+        out = _json_or_wrong(s, p, "burnin run")
+        if out is None:
             return
         text = json.dumps(out)
         s.check(p.returncode == 0, f"sweep of {compress(pick)} ({len(pick)} nodes): exit {p.returncode}")
@@ -560,6 +556,15 @@ def _rss_kib(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+def _json_or_wrong(s, p, what: str):
+    """A command's --json answer, or None after marking the step wrong with what it printed."""
+    try:
+        return json.loads(p.stdout)
+    except json.JSONDecodeError:
+        s.check(False, f"{what}: no JSON (exit {p.returncode}: {p.stderr.strip()[-300:]})")
+        return None
 
 
 def _pct(values: list[float], q: float) -> float:
