@@ -195,49 +195,34 @@ def _build(
     def coordinators(name: str) -> list[str]:
         return sorted(state.accounts[name].coordinators) if name in state.accounts else []
 
-    projects = []
-    for proj in site.projects:
-        u = usage(proj.name)
-        budget, whose, left = limiting(proj.name)
-        share = share_of.get(proj.name)
-        projects.append(ProjectReport(
-            project=proj.name,
-            organization=proj.organization,
+    def common(name: str) -> dict:
+        """The fields a project's and an organization's rows share."""
+        u = usage(name)
+        budget, whose, left = limiting(name)
+        share = share_of.get(name)
+        return dict(
             gpu_quota=u.gpu_quota,
-            gpus_in_use=in_use.get(proj.name, 0),
+            gpus_in_use=in_use.get(name, 0),
             gpu_hours_budget=budget,
             budget_account=whose,
             gpu_hours_charged=u.charged,
             gpu_hours_running=u.running,
             gpu_hours_left=left,
-            gpu_hours_run_since=None if minutes_since is None else since.get(proj.name, 0.0),
+            gpu_hours_run_since=None if minutes_since is None else since.get(name, 0.0),
             level_fs=share.level_fs if share else None,
             effective_usage=share.effective_usage if share else None,
             norm_shares=share.norm_shares if share else None,
-            members=sorted(members.get(proj.name, [])),
-            coordinators=coordinators(proj.name),
-            in_slurmdbd=(proj.name, "") in state.assocs,
-        ))
-    orgs = []
-    for org in site.organizations:
-        u = usage(org.name)
-        budget, whose, left = limiting(org.name)
-        share = share_of.get(org.name)
-        orgs.append(OrganizationReport(
-            organization=org.name,
-            parent=org.parent or "",
-            gpu_quota=u.gpu_quota,
-            gpus_in_use=in_use.get(org.name, 0),
-            gpu_hours_budget=budget,
-            budget_account=whose,
-            gpu_hours_charged=u.charged,
-            gpu_hours_running=u.running,
-            gpu_hours_left=left,
-            gpu_hours_run_since=None if minutes_since is None else since.get(org.name, 0.0),
-            level_fs=share.level_fs if share else None,
-            effective_usage=share.effective_usage if share else None,
-            norm_shares=share.norm_shares if share else None,
-            coordinators=coordinators(org.name),
-            in_slurmdbd=(org.name, "") in state.assocs,
-        ))
+            coordinators=coordinators(name),
+            in_slurmdbd=(name, "") in state.assocs,
+        )
+
+    projects = [
+        ProjectReport(project=proj.name, organization=proj.organization,
+                      members=sorted(members.get(proj.name, [])), **common(proj.name))
+        for proj in site.projects
+    ]
+    orgs = [
+        OrganizationReport(organization=org.name, parent=org.parent or "", **common(org.name))
+        for org in site.organizations
+    ]
     return projects, orgs

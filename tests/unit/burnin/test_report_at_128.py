@@ -12,7 +12,6 @@ pixels as test_report_page.py does, plus a screenshot (kept in $SLURMADM_REPORT_
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -25,7 +24,7 @@ from slurmadm.burnin import report
 from slurmadm.site import parse_site
 
 from tests.unit.burnin.sweep128 import NODES, big_sweep
-from tests.unit.burnin.test_report_page import browse, png_pixels
+from tests.unit.burnin.test_report_page import browse, measure_script, measured, png_pixels
 from tests.unit.burnin.test_sweep_logic import EXAMPLE, FakeSlurm, fleet
 
 pytestmark = pytest.mark.unit
@@ -33,11 +32,7 @@ pytestmark = pytest.mark.unit
 FAILS = {"b200-007": "ecc-uncorrected: GPU2 volatile uncorrected ECC=1",
          "b200-050": "nvlink: GPU1 2/18 NVLinks inactive", "b200-101": "gpu-count: 7 of 8 GPUs"}
 
-MEASURE = r"""
-<script>
-(function () {
-  function box(el) { var r = el.getBoundingClientRect(); return {l: r.left, r: r.right, t: r.top, b: r.bottom, h: r.height}; }
-  function overlap(a, b) { return a.l < b.r && b.l < a.r && a.t < b.b && b.t < a.b; }
+MEASURE = measure_script(r"""
   var out = {inner: window.innerWidth, scroll: document.documentElement.scrollWidth,
              height: document.documentElement.scrollHeight, first_text: document.body.innerText.trim().split("\n")[0],
              charts: [], dists: [], shown: {}};
@@ -62,11 +57,7 @@ MEASURE = r"""
   });
   ["nodes", "nodes-all", "pairs", "pairs-all", "grid", "grid-all", "trend", "trend-all"].forEach(function (id) {
     var t = document.getElementById(id); out.shown[id] = t ? (t.checkVisibility ? t.checkVisibility() : box(t).h > 0) : null; });
-  var pre = document.createElement("pre"); pre.id = "measure"; pre.textContent = JSON.stringify(out);
-  document.body.appendChild(pre);
-})();
-</script>
-"""
+""")
 
 
 @pytest.fixture(scope="module")
@@ -166,11 +157,7 @@ def test_the_tables_lead_with_what_needs_a_look_and_keep_every_row(sweep):
 @pytest.mark.parametrize("width", (1400, 420))
 def test_128_nodes_read_well_in_a_real_browser(sweep, width, tmp_path):
     path, _ = sweep
-    measured = path.with_name(f"measure128-{width}.html")
-    measured.write_text(path.read_text().replace("</body>", MEASURE + "</body>"))
-    dom = browse(measured, width, tmp_path, "--dump-dom", "--virtual-time-budget=5000").stdout
-    m = json.loads(re.search(r'<pre id="measure">(.*?)</pre>', dom, re.S).group(1).replace("&amp;", "&")
-                   .replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"'))
+    m = measured(path, "measure128", width, tmp_path, MEASURE)
     assert m["first_text"].startswith("4/128 FAIL: b200-007")
     assert m["scroll"] <= m["inner"], "the page itself must not run off the screen sideways"
     assert m["shown"] == {"nodes": True, "nodes-all": False, "pairs": True, "pairs-all": False, "grid": True,

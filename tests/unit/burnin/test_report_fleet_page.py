@@ -8,9 +8,7 @@ b200-008 as a straggler."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
 from pathlib import Path
 
@@ -19,17 +17,13 @@ import pytest
 from slurmadm.burnin import report
 from slurmadm.site import parse_site
 
-from tests.unit.burnin.test_report_page import browse, png_pixels
+from tests.unit.burnin.test_report_page import browse, measure_script, measured, png_pixels
 from tests.unit.burnin.test_straggler_sweep import one_sweep
 from tests.unit.burnin.test_sweep_logic import EXAMPLE, FakeSlurm, fleet
 
 pytestmark = pytest.mark.unit
 
-MEASURE = r"""
-<script>
-(function () {
-  function box(el) { var r = el.getBoundingClientRect(); return {l: r.left, r: r.right, t: r.top, b: r.bottom, h: r.height}; }
-  function overlap(a, b) { return a.l < b.r && b.l < a.r && a.t < b.b && b.t < a.b; }
+MEASURE = measure_script(r"""
   var out = {inner: window.innerWidth, scroll: document.documentElement.scrollWidth, title: document.title,
              counts: document.querySelector(".counts").innerText, dists: []};
   document.querySelectorAll("svg.dist").forEach(function (svg) {
@@ -47,11 +41,7 @@ MEASURE = r"""
     out.dists.push(c);
   });
   out.trend = Array.from(document.querySelectorAll("#trend tr")).map(function (r) { return r.innerText; });
-  var pre = document.createElement("pre"); pre.id = "measure"; pre.textContent = JSON.stringify(out);
-  document.body.appendChild(pre);
-})();
-</script>
-"""
+""")
 
 
 @pytest.fixture(scope="module")
@@ -76,11 +66,7 @@ def test_banner_counts_the_straggler_apart(page):
 @pytest.mark.parametrize("width", (1400, 420))
 def test_distribution_charts_in_a_real_browser(page, width, tmp_path):
     path, summary = page
-    measured = path.with_name(f"measure-fleet-{width}.html")
-    measured.write_text(path.read_text().replace("</body>", MEASURE + "</body>"))
-    dom = browse(measured, width, tmp_path, "--dump-dom", "--virtual-time-budget=5000").stdout
-    m = json.loads(re.search(r'<pre id="measure">(.*?)</pre>', dom, re.S).group(1).replace("&amp;", "&")
-                   .replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"'))
+    m = measured(path, "measure-fleet", width, tmp_path, MEASURE)
     assert m["scroll"] <= m["inner"]
     assert "1 straggler" in m["counts"] and "0 fail" in m["counts"]
     ids = [c["id"] for c in m["dists"]]

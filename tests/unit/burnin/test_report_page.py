@@ -35,12 +35,33 @@ pytestmark = pytest.mark.unit
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "burnin" / "sweep-nvlink-down.json"
 WIDTHS = (1400, 420)
 
-# Measures what a reader would notice; results land in <pre id="measure"> as JSON.
-MEASURE = r"""
-<script>
-(function () {
-  function box(el) { var r = el.getBoundingClientRect(); return {l: r.left, r: r.right, t: r.top, b: r.bottom, h: r.height}; }
+def measure_script(body: str) -> str:
+    """A script for the end of a page: `body` (JavaScript, with box(el) and overlap(a, b) at hand)
+    fills `out`, which lands in <pre id="measure"> as JSON."""
+    return "\n<script>\n(function () {\n" + _MEASURE_HELPERS + body + _MEASURE_END
+
+
+_MEASURE_HELPERS = r"""  function box(el) { var r = el.getBoundingClientRect(); return {l: r.left, r: r.right, t: r.top, b: r.bottom, h: r.height}; }
   function overlap(a, b) { return a.l < b.r && b.l < a.r && a.t < b.b && b.t < a.b; }
+"""
+_MEASURE_END = r"""  var pre = document.createElement("pre"); pre.id = "measure"; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>
+"""
+
+
+def measured(page: Path, name: str, width: int, tmp: Path, script: str) -> dict:
+    """`page` with `script` at its end, opened in headless Chromium at `width`: what it measured."""
+    out = page.with_name(f"{name}-{width}.html")
+    out.write_text(page.read_text().replace("</body>", script + "</body>"))
+    dom = browse(out, width, tmp, "--dump-dom", "--virtual-time-budget=5000").stdout
+    return json.loads(re.search(r'<pre id="measure">(.*?)</pre>', dom, re.S).group(1).replace("&amp;", "&")
+                      .replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"'))
+
+
+# Measures what a reader would notice; results land in <pre id="measure"> as JSON.
+MEASURE = measure_script(r"""
   var out = {inner: window.innerWidth, scroll: document.documentElement.scrollWidth,
              title: document.title, first_text: document.body.innerText.trim().split("\n")[0],
              charts: []};
@@ -71,11 +92,7 @@ MEASURE = r"""
   out.tables_unscrollable = Array.from(document.querySelectorAll("table")).filter(function (t) {
     return !t.closest(".scroll") && box(t).r > window.innerWidth + 1; }).length;
   out.links = Array.from(document.querySelectorAll("#nodes a, #pairs a")).map(function (a) { return a.getAttribute("href"); });
-  var pre = document.createElement("pre"); pre.id = "measure"; pre.textContent = JSON.stringify(out);
-  document.body.appendChild(pre);
-})();
-</script>
-"""
+""")
 
 
 def chromium() -> str:
@@ -150,12 +167,7 @@ def page(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_report_reads_well_in_a_real_browser(page, width, tmp_path):
-    html = page.read_text()
-    measured = page.with_name(f"measure-{width}.html")
-    measured.write_text(html.replace("</body>", MEASURE + "</body>"))
-    dom = browse(measured, width, tmp_path, "--dump-dom", "--virtual-time-budget=5000").stdout
-    m = json.loads(re.search(r'<pre id="measure">(.*?)</pre>', dom, re.S).group(1).replace("&amp;", "&")
-                   .replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"'))
+    m = measured(page, "measure", width, tmp_path, MEASURE)
 
     verdict = report.verdict(json.loads(FIXTURE.read_text()))["text"]
     assert verdict.startswith("1/4 FAIL: b200-002 nvlink: GPU1 2/18 NVLinks inactive (links 0,1) → drained")
