@@ -226,3 +226,47 @@ def _build(
         for org in site.organizations
     ]
     return projects, orgs
+
+
+def _num(v, fmt="{:,.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _usage_cells(r, own: str, since: str | None) -> list[str]:
+    """GPU quota .. left (and ran since) of a row, as people read them; a budget inherited from
+    above names its account."""
+    budget = "-"
+    if r.gpu_hours_budget is not None:
+        budget = _num(r.gpu_hours_budget) + ("" if r.budget_account == own else f" ({r.budget_account})")
+    cells = [_num(r.gpu_quota, "{}"), _num(r.gpus_in_use, "{}"), budget, _num(r.gpu_hours_charged),
+             _num(r.gpu_hours_running), _num(r.gpu_hours_left)]
+    if since:
+        cells.append(_num(r.gpu_hours_run_since))
+    return cells + [_num(r.level_fs, "{:.3g}")]
+
+
+def _usage_columns(since: str | None) -> list[str]:
+    cols = ["GPU quota", "in use", "budget GPU-h", "charged GPU-h", "running GPU-h", "left GPU-h"]
+    return cols + ([f"ran GPU-h since {since}"] if since else []) + ["LevelFS"]
+
+
+def _named(name: str, in_slurmdbd: bool) -> str:
+    return name + ("" if in_slurmdbd else " (not in slurmdbd)")
+
+
+def project_table(rows: list[ProjectReport], since: str | None) -> tuple[list[str], list[list[str]]]:
+    """Columns and rows of the projects' table of `accounts report` (members, * for coordinators)."""
+    out = []
+    for r in rows:
+        people = ([m + ("*" if m in r.coordinators else "") for m in r.members]
+                  + [f"{c}* (not a member)" for c in r.coordinators if c not in r.members])
+        out.append([_named(r.project, r.in_slurmdbd), r.organization, *_usage_cells(r, r.project, since),
+                    ", ".join(people)])
+    return ["project", "org", *_usage_columns(since), "members (* coordinator)"], out
+
+
+def organization_table(orgs: list[OrganizationReport], since: str | None) -> tuple[list[str], list[list[str]]]:
+    """Columns and rows of the organisations' table of `accounts report`."""
+    out = [[_named(o.organization, o.in_slurmdbd), o.parent or "root", *_usage_cells(o, o.organization, since),
+            ", ".join(o.coordinators)] for o in orgs]
+    return ["organisation", "parent", *_usage_columns(since), "coordinators"], out

@@ -17,7 +17,14 @@ from ..accounts import (
     plan_for,
 )
 from ..accounts.apply import ENFORCE_WAIT_S
-from ..accounts.report import COLUMNS, GPU_NOT_TRACKED, ORG_COLUMNS, ProjectReport, build_full_report
+from ..accounts.report import (
+    COLUMNS,
+    GPU_NOT_TRACKED,
+    ORG_COLUMNS,
+    build_full_report,
+    organization_table,
+    project_table,
+)
 from ..errors import EXIT_PROBLEMS, SlurmadmError
 from ..slurm.accounting import JobReader, Sacctmgr
 from ..store import Store
@@ -195,46 +202,9 @@ def report_cmd(site_file, as_json, as_csv, since) -> None:
                                  else ("" if d[c] is None else d[c]) for c in columns])
         return
 
-    def num(v, fmt="{:,.1f}"):
-        return "-" if v is None else fmt.format(v)
-
-    def budget(r) -> str:
-        if r.gpu_hours_budget is None:
-            return "-"
-        own = r.budget_account == (r.project if isinstance(r, ProjectReport) else r.organization)
-        return num(r.gpu_hours_budget) + ("" if own else f" ({r.budget_account})")
-
-    cols = ["project", "org", "GPU quota", "in use", "budget GPU-h", "charged GPU-h", "running GPU-h",
-            "left GPU-h"]
-    if since:
-        cols.append(f"ran GPU-h since {since}")
-    cols += ["LevelFS", "members (* coordinator)"]
-    out = []
-    for r in rows:
-        row = [r.project + ("" if r.in_slurmdbd else " (not in slurmdbd)"), r.organization,
-               num(r.gpu_quota, "{}"), num(r.gpus_in_use, "{}"), budget(r), num(r.gpu_hours_charged),
-               num(r.gpu_hours_running), num(r.gpu_hours_left)]
-        if since:
-            row.append(num(r.gpu_hours_run_since))
-        row += [num(r.level_fs, "{:.3g}"),
-                ", ".join([m + ("*" if m in r.coordinators else "") for m in r.members]
-                          + [f"{c}* (not a member)" for c in r.coordinators if c not in r.members])]
-        out.append(row)
+    cols, out = project_table(rows, since)
     console.print(table(f"accounts report for cluster {site.cluster.name}", cols, out))
-    ocols = ["organisation", "parent", "GPU quota", "in use", "budget GPU-h", "charged GPU-h", "running GPU-h",
-             "left GPU-h"]
-    if since:
-        ocols.append(f"ran GPU-h since {since}")
-    ocols += ["LevelFS", "coordinators"]
-    oout = []
-    for o in orgs:
-        row = [o.organization + ("" if o.in_slurmdbd else " (not in slurmdbd)"), o.parent or "root",
-               num(o.gpu_quota, "{}"), num(o.gpus_in_use, "{}"), budget(o), num(o.gpu_hours_charged),
-               num(o.gpu_hours_running), num(o.gpu_hours_left)]
-        if since:
-            row.append(num(o.gpu_hours_run_since))
-        row += [num(o.level_fs, "{:.3g}"), ", ".join(o.coordinators)]
-        oout.append(row)
+    ocols, oout = organization_table(orgs, since)
     console.print(table("organisations", ocols, oout))
     console.print("charged: GPU-h x QOS UsageFactor, decayed (sshare GrpTRESRaw), what budgets count; "
                   "running: held by running jobs until their time limits; left: budget - charged - running"

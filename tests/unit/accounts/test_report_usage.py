@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmadm.accounts.report import build_full_report
+from slurmadm.accounts.report import build_full_report, organization_table, project_table
 from slurmadm.site import parse_site
 from slurmadm.slurm.accounting import AccountingState, AssocRecord, gpu_minutes_from_sacct, shares_from_text
 from tests.unit.siteedit import edited
@@ -94,3 +94,22 @@ def test_report_says_unknown_not_zero_when_slurm_does_not_track_gpus():
     assert all(o.gpus_in_use is None for o in orgs)
     tracked_rep = {p.project: p for p in build_full_report(site(), state(), {}, shares)[0]}["rep-test"]
     assert tracked_rep.gpus_in_use == 0 and tracked_rep.gpu_hours_charged is not None
+
+
+def test_the_tables_people_read():
+    shares = shares_from_text((DATA / "sshare_runmins.txt").read_text())
+    st = state()
+    st.accounts = {}
+    projects, orgs = build_full_report(site(), st, {("rep-test", "root"): 8}, shares, {"rep-test": 90.0})
+    cols, rows = project_table(projects, "1h")
+    assert cols[:3] == ["project", "org", "GPU quota"] and "ran GPU-h since 1h" in cols
+    by = {r[0]: dict(zip(cols, r)) for r in rows}
+    rep = by["rep-test"]
+    assert rep["in use"] == "8" and rep["budget GPU-h"] == "20,000.0 (ml-students)"  # inherited: named
+    assert rep["ran GPU-h since 1h"] == "1.5" and rep["members (* coordinator)"] == "root"
+    absent = next(r for name, r in by.items() if name.endswith(" (not in slurmdbd)"))
+    assert absent["budget GPU-h"] == "-"
+    ocols, orows = organization_table(orgs, None)
+    assert not any(c.startswith("ran GPU-h") for c in ocols)
+    org = {r[0]: dict(zip(ocols, r)) for r in orows}["ml-students"]
+    assert org["budget GPU-h"] == "20,000.0" and org["parent"] == "ml"  # its own budget: no name
