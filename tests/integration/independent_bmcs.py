@@ -65,8 +65,13 @@ def ipmi_sim(tmp_path_factory):
     (d / "lan.conf").write_text((src / "lan.conf.in").read_text().replace("@PORT@", str(IPMI_SIM_PORT))
                                 .replace("@PASSWORD@", password))
     os.chmod(d / "lan.conf", 0o600)
+    sensors = d / "sensors"  # the polled sensors' raw values (slurmadm.emu.in)
+    sensors.mkdir()
+    (sensors / "1").write_text("40\n")  # Inlet Temp, degrees C
+    (sensors / "2").write_text("60\n")  # Fan 1, x 100 RPM
     (d / "sim.emu").write_text((src / "slurmadm.emu.in").read_text()
-                               .replace("@FRU@", (src / "fru.hex").read_text().strip()))
+                               .replace("@FRU@", (src / "fru.hex").read_text().strip())
+                               .replace("@SENSORS@", str(sensors)))
     state = d / "state" / "ipmi_sim" / "slurmadm-sim"
     state.mkdir(parents=True)
     subprocess.run([sdrcomp, "-o", str(state / "sdr.20.main"), str(src / "slurmadm.sdrs")], check=True,
@@ -80,7 +85,13 @@ def ipmi_sim(tmp_path_factory):
         p = subprocess.run(["ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-p", str(IPMI_SIM_PORT), "-U", "admin",
                             "-E", "-N", "1", "-R", "1", "power", "status"], env=env, capture_output=True, text=True,
                            timeout=30)
-        return "Chassis Power is" in p.stdout
+        if "Chassis Power is" not in p.stdout:
+            return False
+        # and the sensors polled once (until then 2.0.37 answers their readings with 0xCE)
+        p = subprocess.run(["ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-p", str(IPMI_SIM_PORT), "-U", "admin",
+                            "-E", "-N", "1", "-R", "1", "sdr", "list"], env=env, capture_output=True, text=True,
+                           timeout=30)
+        return "40 degrees C" in p.stdout and "6000 RPM" in p.stdout
 
     try:
         assert wait_for(lambda: proc.poll() is None and answers(), 60), (d / "ipmi_sim.log").read_text()
