@@ -1,5 +1,5 @@
 #!/bin/sh
-# Slurm Prolog (slurm.conf: Prolog=<dir>/prolog.sh, PrologFlags=Alloc): fast GPU checks before
+# Slurm Prolog (slurm.conf: Prolog=<dir>/prolog.sh, PrologFlags=Alloc,DeferBatch): fast GPU checks before
 # every job, NCCL all-reduce only when no pass is fresher than health.nccl_fresh_hours.
 # Exit 0: the node takes the job. Non-zero: it must not; slurmadm has drained it with reason
 # `slurmadm: <check-id>: <detail> [prolog]` and Slurm requeues the batch job (keep

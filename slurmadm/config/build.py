@@ -249,11 +249,14 @@ def slurm_settings(site: Site) -> list[Section]:
         accounting = [("AccountingStorageType", "accounting_storage/none")]
 
     # Contain (pam_slurm_adopt's job container) needs proctrack/cgroup; it implies Alloc, which
-    # runs the prolog at allocation time, before the job's first step.
+    # runs the prolog at allocation time, before the job's first step. DeferBatch: the batch
+    # script starts once the prolog (slurmadm's GPU checks) passed on every node of the job, not
+    # as soon as the batch host's did (Alloc alone, every release): a node that fails its checks
+    # requeues the job before its script ran, not while it runs on the others.
     lifecycle: Pairs = [
         ("Prolog", f"{s.prolog_dir}/{SCRIPT_NAMES['Prolog']}"),
         ("Epilog", f"{s.prolog_dir}/{SCRIPT_NAMES['Epilog']}"),
-        ("PrologFlags", "Alloc,Contain" if cgroup_tracking else "Alloc"),
+        ("PrologFlags", "Alloc,Contain,DeferBatch" if cgroup_tracking else "Alloc,DeferBatch"),
         ("HealthCheckProgram", f"{s.prolog_dir}/{SCRIPT_NAMES['HealthCheckProgram']}"),
         ("HealthCheckInterval", str(s.health_check_interval)),
         ("HealthCheckNodeState", ",".join(s.health_check_node_state)),

@@ -222,26 +222,77 @@ def _rows(text: str, fields: str, command: str) -> list[list[str]]:
     return rows
 
 
+# Column names as sacctmgr's and sshare's headers print them -> the format= name they stand for
+# (both are case-insensitive; headers abbreviate a few).
+_HEADER_ALIASES = {"descr": "description", "org": "organization", "par name": "parentname",
+                   "def qos": "defaultqos", "def acct": "defaultaccount", "coord accounts": "coordinators",
+                   "coordinator": "coordinators"}
+# Every column a header line of the reads below may hold (format= names, lower-cased): a first
+# line made only of these is a header, not data.
+_KNOWN_COLUMNS = frozenset(
+    "cluster account user partition parentname parentid id lft rgt share priority graceTime preempt "
+    "preemptexempttime preemptmode flags usagethres usagefactor grpjobs grpjobsaccrue grpsubmit grptres "
+    "grptresmins grptresrunmins grpwall maxjobs maxjobsaccrue maxsubmit maxtres maxtrespernode maxtresmins "
+    "maxtresrunmins maxwall maxtrespu maxjobspu maxsubmitpu maxtrespa maxjobspa maxsubmitpa mintres qos "
+    "defaultqos defaultaccount name description organization coordinators rawshares normshares rawusage "
+    "normusage effectvusage fairshare levelfs grptresraw tresrunmins jobid jobname state exitcode submit "
+    "start end elapsed nodelist alloctres reqtres reason".lower().split())
+
+
+def _column(name: str) -> str:
+    key = " ".join(name.split()).lower()
+    return _HEADER_ALIASES.get(key, key)
+
+
+def _table(text: str, fields: str, command: str, *, need: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    """`-P` rows as {column: value}, columns by name (lower-cased format= names): from the
+    output's own header line when it has one (sshare, sacctmgr without -n), else from `fields`,
+    the format= list the command was given. Values are stripped (sshare indents accounts); a
+    column the output lacks reads as "". `need`: columns without which the rows mean nothing."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    names = [_column(f) for f in fields.split(",")]
+    if lines:
+        first = [_column(c) for c in lines[0].split("|")]
+        if len(first) > 1 and all(c in _KNOWN_COLUMNS for c in first):
+            names, lines = first, lines[1:]
+    missing = [c for c in need if c not in names]
+    if missing:
+        raise UnreachableError(f"{command}: no {missing[0]!r} column in the output (columns: {','.join(names)})")
+    out = []
+    for line in lines:
+        cols = line.split("|")
+        if len(cols) != len(names):
+            raise AmbiguousOutput(
+                f"{command}: a line has {len(cols)} fields instead of {len(names)} (a name with '|'?): {line[:80]!r}"
+            )
+        out.append({n: c.strip() for n, c in zip(names, cols)})
+    return out
+
+
+def _get(row: Mapping[str, str], name: str) -> str:
+    return row.get(name, "")
+
+
 # --------------------------------------------------------------------------- text (every release)
 
 
-def qos_from_text(text: str) -> dict[str, QosRecord]:
-    names = QOS_FIELDS.split(",")
+def qos_from_text(text: str, fields: str = QOS_FIELDS) -> dict[str, QosRecord]:
+    """`sacctmgr -P show qos format=<fields>` (with or without its header line); columns by name."""
     out = {}
-    for cols in _rows(text, QOS_FIELDS, "sacctmgr show qos"):
-        q = dict(zip(names, cols, strict=True))
-        out[q["Name"]] = QosRecord(
-            name=q["Name"],
-            description=q["Description"],
-            priority=int(q["Priority"] or 0),
-            preempt=_names(q["Preempt"]),
-            preempt_mode=q["PreemptMode"] or "cluster",
-            usage_factor=float(q["UsageFactor"] or 1.0),
-            flags=_names(q["Flags"]),
-            max_tres_per_user=parse_tres(q["MaxTRESPU"]),
-            max_tres_per_job=parse_tres(q["MaxTRES"]),
-            grp_tres=parse_tres(q["GrpTRES"]),
-            max_wall=parse_wall(q["MaxWall"]),
+    for q in _table(text, fields, "sacctmgr show qos", need=("name",)):
+        g = q.get
+        out[q["name"]] = QosRecord(
+            name=q["name"],
+            description=g("description", ""),
+            priority=int(g("priority") or 0),
+            preempt=_names(g("preempt", "")),
+            preempt_mode=g("preemptmode") or "cluster",
+            usage_factor=float(g("usagefactor") or 1.0),
+            flags=_names(g("flags", "")),
+            max_tres_per_user=parse_tres(g("maxtrespu", "")),
+            max_tres_per_job=parse_tres(g("maxtres", "")),
+            grp_tres=parse_tres(g("grptres", "")),
+            max_wall=parse_wall(g("maxwall", "")),
         )
     return out
 
@@ -250,43 +301,62 @@ class TreeUnknown(UnreachableError):
     """The parents could not be worked out from ids or nested-set bounds; ask for ParentName."""
 
 
-def assocs_from_text(text: str, tree: str = "names") -> list[AssocRecord]:
-    """`show assoc ... format=ASSOC_FIELDS,TREE_FIELDS[tree]` -> records with their parent."""
-    rows = _rows(text, f"{ASSOC_FIELDS},{TREE_FIELDS[tree]}", "sacctmgr show assoc")
+def _tree_of(columns: Iterable[str]) -> str | None:
+    have = set(columns)
+    for tree, cols in TREE_FIELDS.items():
+        if {_column(c) for c in cols.split(",")} <= have:
+            return tree
+    return None
+
+
+def assocs_from_text(text: str, tree: str | None = None, fields: str | None = None) -> list[AssocRecord]:
+    """`show assoc ... format=<fields>` (default ASSOC_FIELDS,TREE_FIELDS[tree]) -> records with
+    their parent, columns by name; the tree from whichever columns name it (ParentName, ID and
+    ParentID, or LFT and RGT; `tree` picks when several do)."""
+    fields = fields or f"{ASSOC_FIELDS},{TREE_FIELDS[tree or 'names']}"
+    rows = _table(text, fields, "sacctmgr show assoc", need=("account", "user"))
+    columns = rows[0].keys() if rows else [_column(f) for f in fields.split(",")]
+    if tree is None or not {_column(c) for c in TREE_FIELDS[tree].split(",")} <= set(columns):
+        tree = _tree_of(columns)
     parents = _parents(rows, tree)
     return [
         AssocRecord(
-            account=account,
-            user=user,
-            parent="" if user else parents.get(account, ""),
-            partition=partition,
-            shares=parse_shares(share),
-            grp_tres=parse_tres(grp),
-            grp_tres_mins=parse_tres(grp_mins),
-            qos=_names(qos),
-            default_qos=defqos,
+            account=r["account"],
+            user=r["user"],
+            parent="" if r["user"] else parents.get(r["account"], ""),
+            partition=_get(r, "partition"),
+            shares=parse_shares(_get(r, "share")),
+            grp_tres=parse_tres(_get(r, "grptres")),
+            grp_tres_mins=parse_tres(_get(r, "grptresmins")),
+            qos=_names(_get(r, "qos")),
+            default_qos=_get(r, "defaultqos"),
         )
-        for account, user, partition, share, grp, grp_mins, qos, defqos, *_tree in rows
+        for r in rows
     ]
 
 
-def _parents(rows: list[list[str]], tree: str) -> dict[str, str]:
+def _parents(rows: list[dict[str, str]], tree: str | None) -> dict[str, str]:
     """account -> parent account, from the tree columns of the account rows (user empty)."""
-    accounts = [r for r in rows if not r[1] and not r[2]]
+    accounts = [r for r in rows if not r["user"] and not _get(r, "partition")]
+    if tree is None:
+        if accounts:
+            raise TreeUnknown("sacctmgr show assoc: no column names the parents (ParentName, ID/ParentID, LFT/RGT)")
+        return {}
     if tree == "names":
-        return {r[0]: r[8] for r in accounts}
+        return {r["account"]: r["parentname"] for r in accounts}
     try:
         if tree == "ids":
-            name_of = {r[8]: r[0] for r in accounts}
-            out = {r[0]: name_of.get(r[9], "") for r in accounts}
+            name_of = {r["id"]: r["account"] for r in accounts}
+            out = {r["account"]: name_of.get(r["parentid"], "") for r in accounts}
         else:  # nested sets: the parent is the nearest enclosing interval
             out, stack = {}, []
-            for name, lft, rgt in sorted(((r[0], int(r[8]), int(r[9])) for r in accounts), key=lambda x: x[1]):
+            for name, lft, rgt in sorted(((r["account"], int(r["lft"]), int(r["rgt"])) for r in accounts),
+                                         key=lambda x: x[1]):
                 while stack and stack[-1][2] < lft:
                     stack.pop()
                 out[name] = stack[-1][0] if stack else ""
                 stack.append((name, lft, rgt))
-    except (ValueError, IndexError):
+    except (ValueError, KeyError):
         raise TreeUnknown("sacctmgr show assoc: unreadable tree columns") from None
     orphans = [a for a, parent in out.items() if not parent and a != "root"]
     if orphans:
@@ -294,16 +364,19 @@ def _parents(rows: list[list[str]], tree: str) -> dict[str, str]:
     return out
 
 
-def accounts_from_text(text: str) -> dict[str, AccountRecord]:
+def accounts_from_text(text: str, fields: str = ACCOUNT_FIELDS) -> dict[str, AccountRecord]:
+    """`show account [withcoord] format=<fields>`; columns by name (Coordinators optional)."""
     return {
-        name: AccountRecord(name, descr, org, _names(coords))
-        for name, descr, org, coords in _rows(text, ACCOUNT_FIELDS, "sacctmgr show account")
+        r["account"]: AccountRecord(r["account"], _get(r, "description"), _get(r, "organization"),
+                                    _names(_get(r, "coordinators")))
+        for r in _table(text, fields, "sacctmgr show account", need=("account",))
     }
 
 
-def default_accounts_from_text(text: str) -> dict[str, str]:
+def default_accounts_from_text(text: str, fields: str = DEFAULT_FIELDS) -> dict[str, str]:
     """`show assoc onlydefaults ... format=Account,User` -> user: default account."""
-    return {user: acct for acct, user in _rows(text, DEFAULT_FIELDS, "sacctmgr show assoc onlydefaults") if user}
+    return {r["user"]: r["account"]
+            for r in _table(text, fields, "sacctmgr show assoc onlydefaults", need=("account", "user")) if r["user"]}
 
 
 # ------------------------------------------------------------------------- JSON (23.02 and newer)
@@ -576,8 +649,6 @@ class ShareRow:
 
 SSHARE_FIELDS = ("Account,User,RawShares,NormShares,RawUsage,EffectvUsage,FairShare,LevelFS,GrpTRESMins,"
                  "GrpTRESRaw,TRESRunMins")
-# Output captured before TRESRunMins was asked for (tests/unit/data/accounting/*/sshare.txt).
-_SSHARE_FIELDS_10 = SSHARE_FIELDS.rsplit(",", 1)[0]
 
 
 def _float(text: str) -> float | None:
@@ -590,18 +661,18 @@ def _float(text: str) -> float | None:
         return None
 
 
-def shares_from_text(text: str) -> list[ShareRow]:
-    """`sshare -a -P -o SSHARE_FIELDS` (the header line is skipped; account names are indented)."""
+def shares_from_text(text: str, fields: str = SSHARE_FIELDS) -> list[ShareRow]:
+    """`sshare -a -P [-l | -o <fields>]`: columns by the header line sshare prints (the default
+    and `-l` columns, or `-o`'s, in any order); a column it lacks reads as empty. Account names
+    are indented."""
     rows = []
-    first = next((line for line in text.splitlines() if line.strip()), "")
-    fields = _SSHARE_FIELDS_10 if first.count("|") == _SSHARE_FIELDS_10.count(",") else SSHARE_FIELDS
-    for cols in _rows(text, fields, "sshare"):
-        if cols[0] == "Account" and cols[1] == "User":
-            continue
-        account, user, raw, norm, usage, eff, fs, lfs, mins, tres_raw, *run = (c.strip() for c in cols)
+    for r in _table(text, fields, "sshare", need=("account", "user")):
+        g = r.get
         rows.append(
-            ShareRow(account, user, raw, _float(norm), int(float(usage or 0)), _float(eff), _float(fs),
-                     _float(lfs), parse_tres(mins), parse_tres(tres_raw), parse_tres(run[0]) if run else {})
+            ShareRow(r["account"], r["user"], g("rawshares", ""), _float(g("normshares", "")),
+                     int(float(g("rawusage") or 0)), _float(g("effectvusage", "")), _float(g("fairshare", "")),
+                     _float(g("levelfs", "")), parse_tres(g("grptresmins", "")), parse_tres(g("grptresraw", "")),
+                     parse_tres(g("tresrunmins", "")))
         )
     return rows
 
@@ -711,11 +782,16 @@ class JobReader:
         requeued job counts (--duplicates: without it sacct shows only a job's last run, and the
         low QOS is preempted by requeue)."""
         out = self._out(["sacct", "-a", "-X", "--duplicates", "-n", "-P", "-S", start, "-E", end,
-                         "-o", "Account,User,AllocTRES,Start,End,State"])
+                         "-o", SACCT_FIELDS])
         return gpu_minutes_from_sacct(out, start, end)
 
 
-def gpu_minutes_from_sacct(text: str, start: str, end: str = "now") -> dict[str, float]:
+SACCT_FIELDS = "Account,User,AllocTRES,Start,End,State"
+
+
+def gpu_minutes_from_sacct(text: str, start: str, end: str = "now", fields: str = SACCT_FIELDS) -> dict[str, float]:
+    """GPU-minutes per account from `sacct -n -P -o <fields>` rows, columns by name. Job steps
+    (JobID `3.batch`, when a JobID column is there) are left out: their TRES are the job's own."""
     import datetime as dt
 
     def when(value: str, default: dt.datetime) -> dt.datetime:
@@ -728,9 +804,12 @@ def gpu_minutes_from_sacct(text: str, start: str, end: str = "now") -> dict[str,
     lo = when(start, now)
     hi = when(end, now)
     out: dict[str, float] = {}
-    for account, _user, tres, s, e, _state in _rows(text, "a,u,t,s,e,st", "sacct"):
+    for r in _table(text, fields, "sacct", need=("account", "alloctres", "start", "end")):
+        if "." in _get(r, "jobid"):
+            continue
+        account, tres, s, e = r["account"], r["alloctres"], r["start"], r["end"]
         gpus = gpus_of(parse_tres(tres))
-        if not gpus or s.strip() in ("", "Unknown", "None"):
+        if not gpus or s in ("", "Unknown", "None"):
             continue
         begin = max(when(s, now), lo)
         finish = min(when(e, now), hi)

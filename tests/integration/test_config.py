@@ -79,7 +79,7 @@ def test_dev_cluster_settings_and_topology(cluster_env, dev_cluster):
     assert cfg["SchedulerParameters"].split(",")[0] == "nohold_on_prolog_fail"
     assert cfg["AccountingStorageEnforce"] == "associations,limits,qos,safe"
     assert "gres/gpu" in cfg["AccountingStorageTRES"].split(",")
-    assert cfg["PrologFlags"] == "Alloc" and cfg["ProctrackType"] == "proctrack/linuxproc"
+    assert set(cfg["PrologFlags"].split(",")) == {"Alloc", "DeferBatch"} and cfg["ProctrackType"] == "proctrack/linuxproc"
     topo = sh(cluster_env, "scontrol", "show", "topology")
     assert "SwitchName=su1 Level=0" in topo and "SwitchName=spine Level=1" in topo
 
@@ -282,7 +282,7 @@ def test_full_reference_rendering_on_a_real_slurmctld(reference_ctld):
         "Prolog": f"{site.slurm.prolog_dir}/prolog.sh", "Epilog": f"{site.slurm.prolog_dir}/epilog.sh",
         "HealthCheckProgram": f"{site.slurm.prolog_dir}/healthcheck.sh",
         "HealthCheckInterval": f"{site.slurm.health_check_interval} sec",
-        "PrologFlags": "Alloc,Contain", "RebootProgram": site.slurm.reboot_program,
+        "RebootProgram": site.slurm.reboot_program,
         "ResumeTimeout": f"{site.slurm.resume_timeout} sec", "ReturnToService": str(site.slurm.return_to_service),
         "TopologyPlugin": "topology/tree", "ProctrackType": "proctrack/cgroup",
         "TaskPlugin": "task/cgroup,task/affinity", "SlurmctldParameters": "enable_configless",
@@ -290,6 +290,7 @@ def test_full_reference_rendering_on_a_real_slurmctld(reference_ctld):
         "ConstrainRAMSpace": "yes", "ConstrainSwapSpace": "yes",
     }
     assert {k: cfg.get(k) for k in want} == want
+    assert set(cfg["PrologFlags"].split(",")) == {"Alloc", "Contain", "DeferBatch"}  # in Slurm's order
     assert "gres/gpu" in cfg["AccountingStorageTRES"].split(",")
     assert set(cfg["HealthCheckNodeState"].split(",")) == set(site.slurm.health_check_node_state)  # any order
 

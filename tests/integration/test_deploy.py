@@ -153,6 +153,9 @@ def test_fresh_deploy_of_four_nodes_then_nothing_to_do(world, dev_cluster):
     job = _sh(env, "sbatch", "--parsable", "-N4", "-t", "2", "--wrap", "true").stdout.strip()
     assert wait_for(lambda: "COMPLETED" in _sh(env, "sacct", "-n", "-X", "-j", job, "-o", "State").stdout,
                     timeout=120, interval=1.0), _sh(env, "scontrol", "show", "job", job, check=False).stdout
+    # PrologFlags=DeferBatch: the batch script started only after the prolog passed on all four
+    # (with Alloc alone it starts once the batch host's did, and the job can be COMPLETED while
+    # the other three still run theirs: seen on 26.05 under load)
     after = prolog_runs(dev_cluster)
     assert all(after[n] > before[n] for n in NODES), (before, after)
     assert not drained(env)

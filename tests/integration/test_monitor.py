@@ -118,8 +118,11 @@ def test_gpu_fault_becomes_an_alert_and_an_isolated_node_then_resumes(stack, dev
         def panels_answer() -> bool:
             return all(prom(stack, expr) for _title, expr in dashboard.panel_queries(site))
         if not wait_for(panels_answer, 30, interval=1):
-            empty = [t for t, expr in dashboard.panel_queries(site) if not prom(stack, expr)]
-            pytest.fail(f"dashboard panels without series: {empty}")
+            empty = [(t, expr) for t, expr in dashboard.panel_queries(site) if not prom(stack, expr)]
+            # what the scrapes saw: targets down, or an exporter's source stale (and why)
+            down = [(r["metric"].get("job"), r["metric"].get("instance")) for r in prom(stack, "up == 0")]
+            stale = [r["metric"] for r in prom(stack, "slurmadm_exporter_source_stale == 1")]
+            pytest.fail(f"dashboard panels without series: {empty}; targets down: {down}; stale sources: {stale}")
         # the head exporter answers from a read up to monitor.head_cache_s old: the drain shows within it
         assert wait_for(lambda: prom(stack, f'slurmadm_node_state{{node="{target}", owner="slurmadm"}}'),
                         site.monitor.head_cache_s + 30, interval=1), prom(stack, f'slurmadm_node_state{{node="{target}"}}')

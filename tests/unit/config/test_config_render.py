@@ -86,7 +86,7 @@ def test_required_slurm_conf_settings(example):
         "PriorityType": "priority/multifactor", "PreemptType": "preempt/qos",
         "AccountingStorageTRES": "gres/gpu", "AccountingStorageEnforce": "associations,limits,qos,safe",
         "ProctrackType": "proctrack/cgroup", "TaskPlugin": "task/cgroup,task/affinity",
-        "PrologFlags": "Alloc,Contain", "Prolog": "/opt/slurmadm/prolog_epilog/prolog.sh",
+        "PrologFlags": "Alloc,Contain,DeferBatch", "Prolog": "/opt/slurmadm/prolog_epilog/prolog.sh",
         "Epilog": "/opt/slurmadm/prolog_epilog/epilog.sh",
         "HealthCheckProgram": "/opt/slurmadm/prolog_epilog/healthcheck.sh",
         "ResumeTimeout": "900", "RebootProgram": "/usr/sbin/reboot", "TopologyPlugin": "topology/tree",
@@ -189,7 +189,7 @@ def test_linuxproc_tracking_drops_contain_and_cgroup_gathering():
         d["slurm"].update(proctrack="linuxproc", task_plugins=["task/none"], constrain_cores=False,
                           constrain_devices=False, constrain_ram_space=False, constrain_swap_space=False)
     text = render(make_site(change), (22, 5))["slurm.conf"]
-    assert setting(text, "PrologFlags") == ["Alloc"] and setting(text, "JobAcctGatherType") == ["jobacct_gather/linux"]
+    assert setting(text, "PrologFlags") == ["Alloc,DeferBatch"] and setting(text, "JobAcctGatherType") == ["jobacct_gather/linux"]
 
 
 def test_munge_socket_reaches_slurmctld_and_slurmdbd_connections():
