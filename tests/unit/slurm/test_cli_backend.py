@@ -71,11 +71,10 @@ def test_22_05_errors_with_slurmctld_up_still_fall_back_to_the_text_form(monkeyp
                                               ["scontrol", "show", "reservation"]]
 
 
-def test_text_no_slurmctld_is_one_query(monkeypatch):
-    """`Unable to contact slurm controller` in a failed query's output: raised at once, in
-    Slurm's words."""
-    fake = FakeSlurm("24.11.5", {("scontrol", "--json"): (
-        1, "", "slurm_load_node error: Unable to contact slurm controller (connect failure)\n")})
+def test_24_11_no_slurmctld_is_one_query(monkeypatch):
+    """24.11's `scontrol --json show node`: exit 1, `Unable to contact slurm controller` on
+    stderr (captured): raised at once, in Slurm's words."""
+    fake = FakeSlurm("24.11.5", {("scontrol", "--json"): (1, "", fixture("24.11", "scontrol-show-node-no-slurmctld.stderr"))})
     with pytest.raises(UnreachableError) as err:
         backend(monkeypatch, fake).nodes(["b200-001"])
     assert fake.queries() == [["scontrol", "--json", "show", "node", "b200-001"]]
