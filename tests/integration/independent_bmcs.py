@@ -65,8 +65,10 @@ def ipmi_sim(tmp_path_factory):
     (d / "lan.conf").write_text((src / "lan.conf.in").read_text().replace("@PORT@", str(IPMI_SIM_PORT))
                                 .replace("@PASSWORD@", password))
     os.chmod(d / "lan.conf", 0o600)
+    (d / "inlet").write_text("40\n")  # the polled sensors' raw readings (slurmadm.emu.in)
+    (d / "fan").write_text("60\n")
     (d / "sim.emu").write_text((src / "slurmadm.emu.in").read_text()
-                               .replace("@FRU@", (src / "fru.hex").read_text().strip()))
+                               .replace("@FRU@", (src / "fru.hex").read_text().strip()).replace("@DIR@", str(d)))
     state = d / "state" / "ipmi_sim" / "slurmadm-sim"
     state.mkdir(parents=True)
     subprocess.run([sdrcomp, "-o", str(state / "sdr.20.main"), str(src / "slurmadm.sdrs")], check=True,
@@ -77,10 +79,13 @@ def ipmi_sim(tmp_path_factory):
     env = {**os.environ, "IPMI_PASSWORD": password}
 
     def answers() -> bool:
-        p = subprocess.run(["ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-p", str(IPMI_SIM_PORT), "-U", "admin",
-                            "-E", "-N", "1", "-R", "1", "power", "status"], env=env, capture_output=True, text=True,
-                           timeout=30)
-        return "Chassis Power is" in p.stdout
+        """Power status, and both sensors read (after their first poll)."""
+        def ipmitool(*args: str) -> str:
+            return subprocess.run(["ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-p", str(IPMI_SIM_PORT), "-U",
+                                   "admin", "-E", "-N", "1", "-R", "1", *args], env=env, capture_output=True,
+                                  text=True, timeout=30).stdout
+        sdr = ipmitool("sdr", "list")  # before the first poll: `Inlet Temp | no reading | ns`
+        return "Chassis Power is" in ipmitool("power", "status") and "degrees C" in sdr and "RPM" in sdr
 
     try:
         assert wait_for(lambda: proc.poll() is None and answers(), 60), (d / "ipmi_sim.log").read_text()
