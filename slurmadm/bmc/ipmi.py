@@ -127,12 +127,35 @@ class IpmiClient:
         self._call("set bootdev", self.cmd.set_bootdev, _BOOT[device], persist=persistent)
 
     # ------------------------------------------------------------------ sensors
+    def _readings(self) -> list:
+        """pyghmi's get_sensor_data, except for a sensor the BMC answers with a completion code
+        (0xCE "command response could not be provided" before its first scan, 0xD5 "not
+        supported in present state" with the host off, ...): pyghmi ends the whole sweep there
+        (so `bmc sensors` said the node was unreachable); ipmitool shows that sensor as "no
+        reading" and goes on, and so do we. 0xCB (not present) is skipped, as pyghmi does."""
+        sdr = self.cmd.init_sdr()
+        readings: list = []  # pyghmi's SensorReading, or our Sensor for one that has no reading
+        for number in sdr.get_sensor_numbers():
+            s = sdr.sensors[number]
+            rsp = self.cmd.raw_command(command=0x2D, netfn=4, rslun=s.sensor_lun, data=(s.sensor_number,))
+            if "error" not in rsp:
+                readings.append(s.decode_sensor_reading(self.cmd, rsp["data"]))
+            elif rsp.get("code") != 0xCB:
+                readings.append(Sensor(s.sensor_name, _TYPES.get(s.sensor_type, "other"), None, s.unit_suffix or "",
+                                     "ok", {}, (f"no reading: {rsp['error']}",)))
+        self.cmd.oem_init()
+        readings += list(self.cmd._oem.get_sensor_data())
+        return readings
+
     def sensors(self) -> list[Sensor]:
-        readings = self._call("sensors", lambda: list(self.cmd.get_sensor_data()))
+        readings = self._call("sensors", self._readings)
         sdr = self.cmd.init_sdr()
         by_name = {s.name: s for s in sdr.sensors.values()}
         out = []
         for r in readings:
+            if isinstance(r, Sensor):
+                out.append(r)
+                continue
             entry = by_name.get(r.name)
             thresholds = self._thresholds(entry) if entry is not None and entry.has_thresholds else {}
             kind = _TYPES.get(r.type, "other")

@@ -29,6 +29,8 @@ FAULT_KINDS: dict[str, tuple[str, str]] = {
     "sel-full": ("-", "the SEL is full: overflow flag set, new events are lost"),
     "psu-failed": ("PSU number (default 2)", "a power supply reports 'failure detected'"),
     "overtemp": ("degrees C (default 92)", "the GPU baseboard temperature goes over its critical threshold"),
+    "no-reading": ("sensor name (default 'CPU2 Temp')",
+                   "IPMI Get Sensor Reading of that sensor answers 0xCE, as a BMC before the sensor's first scan"),
 }
 
 SEL_CAPACITY = 512  # entries of 16 bytes, as many Supermicro BMCs
@@ -222,6 +224,13 @@ class NodeBmc:
     def psu_failed(self) -> int:
         v = self.faults.get("psu-failed")
         return int(v) if v not in (None, "") else 2
+
+    def no_reading(self) -> str | None:
+        """The sensor whose reading the BMC cannot provide (fault no-reading), or None."""
+        self.refresh_faults()
+        if "no-reading" not in self.faults:
+            return None
+        return self.faults["no-reading"] or "CPU2 Temp"
 
     def overtemp(self) -> float:
         v = self.faults.get("overtemp")

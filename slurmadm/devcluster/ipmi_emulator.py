@@ -298,6 +298,8 @@ class EmulatedBmc(pyghmi_bmc.Bmc):
                 s = SENSOR_BY_NUMBER.get(data[0]) if data else None
                 if s is None:
                     return 0xCB, []
+                if s.name == node.no_reading():
+                    return 0xCE, []  # command response could not be provided
                 value, bits = node.reading(s)
                 if s.threshold_based:
                     return 0, [s.raw(value or 0), 0xC0, bits & 0x3F]

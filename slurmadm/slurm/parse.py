@@ -28,6 +28,11 @@ from ..errors import UnreachableError
 from .model import NodeInfo, Reservation, SlurmdHardware
 from .nodestate import decode
 
+
+class SlurmErrors(UnreachableError):
+    """A JSON answer with Slurm's "errors" and no nodes (22.05's `sinfo --json` when it could not
+    load them: the cause is not in it)."""
+
 VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
 
@@ -170,7 +175,7 @@ def _nodes_from_json(text: str, command: str) -> list[NodeInfo]:
         # 22.05's `sinfo --json` when slurmctld does not answer: exit 0, no nodes, and
         # "errors": [{"error": "Unspecified error", "errno": -1}] (tests/fixtures/slurm/22.05/
         # sinfo-no-slurmctld.json). That is no answer, not an empty cluster.
-        raise UnreachableError(f"{command}: no nodes, errors: {'; '.join(map(_json_error, errors))}")
+        raise SlurmErrors(f"{command}: no nodes, errors: {'; '.join(map(_json_error, errors))}")
     try:
         if "nodes" in data and isinstance(data["nodes"], list):
             return [node_from_json(n) for n in data["nodes"] if isinstance(n, dict)]

@@ -125,6 +125,29 @@ def test_faults_show_in_sensors_and_sel(emu):
         write_faults(d, NODES[2], {})
 
 
+def test_a_sensor_without_a_reading_is_one_sensor_not_the_node(emu):
+    """A BMC that cannot read one sensor (0xCE; ipmi_sim 2.0.37 before a sensor's first poll,
+    many BMCs with the host off): ipmitool shows it as "no reading" and goes on; pyghmi's sweep
+    stopped there and `bmc sensors` called the node unreachable."""
+    d = emu["dir"]
+    write_faults(d, NODES[1], {"no-reading": "CPU2 Temp"})
+    try:
+        sdr = {l.split("|")[0].strip(): l.split("|")[1].strip() for l in ipmitool(emu, 1, "sdr", "list").splitlines()}
+        assert sdr["CPU2 Temp"] == "no reading" and sdr["CPU1 Temp"].endswith("degrees C")
+        c = client(emu, 1)
+        try:
+            sensors = {s.name: s for s in c.sensors()}
+        finally:
+            c.close()
+        assert set(sensors) == set(sdr)
+        cpu2 = sensors["CPU2 Temp"]
+        assert (cpu2.value, cpu2.type, cpu2.status) == (None, "temperature", "ok"), cpu2
+        assert cpu2.states == ("no reading: Command response could not be provided",)
+        assert sensors["CPU1 Temp"].value is not None and sensors["FAN1"].value is not None
+    finally:
+        write_faults(d, NODES[1], {})
+
+
 def test_sel_clear_is_atomic_with_the_read(emu):
     """A reservation is cancelled by a new event, so a clear racing a new event fails (0xC5)
     instead of losing it; pyghmi's get_event_log(clear=True) relies on this."""

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import socket
 import ssl
 import subprocess
@@ -347,10 +348,32 @@ def slurm_gone(dev_cluster, tmp_path):
     env = {**os.environ, **dev_cluster.env(), "SLURM_CONF": str(conf)}
     for k in ("SLURMADM_SITE", "SLURMADM_BMC_PASSWORD"):
         env.pop(k, None)
+    # sinfo and scontrol through a wrapper that logs each call's argv (one line) and runs the real one
+    shims, calls = tmp_path / "slurm-shims", tmp_path / "slurm-calls.log"
+    shims.mkdir()
+    for cmd in ("sinfo", "scontrol"):
+        real = shutil.which(cmd, path=env["PATH"])
+        assert real, cmd
+        (shims / cmd).write_text(f'#!/bin/sh\necho "{cmd} $*" >> "{calls}"\nexec "{real}" "$@"\n')
+        (shims / cmd).chmod(0o755)
+    env["PATH"] = f"{shims}:{env['PATH']}"
+    env[SLURM_CALLS] = str(calls)
     try:
         yield env
     finally:
         conf.unlink()
+
+
+SLURM_CALLS = "SLURMADM_TEST_SLURM_CALLS"
+
+
+def slurm_queries(env: dict[str, str]) -> list[str]:
+    """The Slurm calls logged since the last look (and forgets them), less `sinfo --version`
+    (local: it asks no slurmctld) and `scontrol ping` (one connect try: at once when none listens)."""
+    log = Path(env[SLURM_CALLS])
+    lines = log.read_text().splitlines() if log.exists() else []
+    log.unlink(missing_ok=True)
+    return [c for c in lines if c not in ("sinfo --version", "scontrol ping")]
 
 
 def test_power_off_and_on_force_without_slurm_reach_the_bmc(ours, slurm_gone, tmp_path):
@@ -364,6 +387,7 @@ def test_power_off_and_on_force_without_slurm_reach_the_bmc(ours, slurm_gone, tm
     assert refused.returncode == 1, refused.stderr
     assert json.loads(refused.stdout)["steps"][0]["action"] == "refused" and "Traceback" not in refused.stderr
     assert ipmitool(ours, "power", "status").strip() == "Chassis Power is on"
+    assert len(slurm_queries(slurm_gone)) == 1, "one query that waits for slurmctld, not a second one after it"
     try:
         off = run_slurmadm(slurm_gone, "bmc", "power", "off", "b200-001", "--force", "--site", str(site), "--json",
                            "--reason", "slurmctld down: power off by hand")
@@ -371,8 +395,11 @@ def test_power_off_and_on_force_without_slurm_reach_the_bmc(ours, slurm_gone, tm
         assert ipmitool(ours, "power", "status").strip() == "Chassis Power is off"
         assert off.stderr.count("warning:") == 1 and "Slurm did not answer" in off.stderr, off.stderr
         assert "without the job check" in off.stderr and "Traceback" not in off.stderr
-        # why, as Slurm says it (22.05's sinfo --json exits 0 with no nodes there: not "does not know")
-        assert "Unable to contact slurm controller" in off.stderr and "does not know" not in off.stderr
+        # why, as Slurm says it (22.05's sinfo --json exits 0 with no nodes there and does not say
+        # why: scontrol ping does; not "does not know"), after one query that waits for slurmctld
+        assert re.search(r"Unable to contact slurm controller|scontrol ping: Slurmctld\(primary\) at \S+ is DOWN",
+                         off.stderr) and "does not know" not in off.stderr, off.stderr
+        assert len(slurm_queries(slurm_gone)) == 1
         step = json.loads(off.stdout)["steps"][0]
         assert (step["do"], step["no_slurm"], step["slurm"]) == (True, True, "unreachable"), step
         [event] = audit(tmp_path, "bmc.power.off")
@@ -383,6 +410,7 @@ def test_power_off_and_on_force_without_slurm_reach_the_bmc(ours, slurm_gone, tm
     assert on.returncode == 0, on.stdout + on.stderr
     assert ipmitool(ours, "power", "status").strip() == "Chassis Power is on"
     assert on.stderr.count("warning:") == 1 and "Slurm did not answer" in on.stderr
+    assert len(slurm_queries(slurm_gone)) == 1, "one query for on, as for off"
     [event] = audit(tmp_path, "bmc.power.on")
     assert event["detail"]["slurm_unreachable"] and event["detail"]["was"] == "off"
 
