@@ -5,12 +5,20 @@ tokenize: about a fifth of a healthy prolog's imports) only to give a class with
 signature as its docstring; every dataclass on the prolog path has a docstring, so `inspect` can
 stand in as a module that imports the real one when something first uses it (a traceback, a check
 that does need it): from then on it behaves exactly as the real module.
+
+Python 3.12 and 3.13's `dataclasses` call `inspect.get_annotations` for every class it makes, so
+there the first dataclass imports the real `inspect` (3.11 reads `__annotations__` itself, 3.14
+asks `annotationlib`): the deferral saves nothing on those two and costs nothing either.
 """
 
 from __future__ import annotations
 
 import sys
 import types
+
+
+# whether `dataclasses` imports the real `inspect` when a class is made (see above)
+INSPECT_AT_CLASS_CREATION = (3, 12) <= sys.version_info[:2] < (3, 14)
 
 
 class DeferredModule(types.ModuleType):

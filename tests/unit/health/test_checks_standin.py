@@ -16,6 +16,7 @@ import pytest
 import tomli_w
 
 from slurmadm.devcluster import gpus, ibsysfs
+from slurmadm.health.deferred import INSPECT_AT_CLASS_CREATION
 from slurmadm.site import BUILTIN_PROFILES
 from tests.unit.siteedit import standin_node_data
 
@@ -85,7 +86,26 @@ def test_a_healthy_prolog_imports_only_what_it_needs(node):
     assert {"pynvml", "sqlite3", "slurmadm.health.engine"} <= loaded  # it did run the checks
     heavy = {"inspect", "pathlib", "tempfile", "getpass", "argparse", "subprocess", "uuid", "_hashlib",
              "pydantic", "shutil", "ipaddress", "urllib.parse", "random", "typing", "signal"}
+    if INSPECT_AT_CLASS_CREATION:  # 3.12/3.13's dataclasses need it for every class (deferred.py)
+        heavy.discard("inspect")
     assert not heavy & loaded, sorted(heavy & loaded)
+
+
+def test_dataclasses_need_inspect_only_where_deferred_py_says():
+    """The rule the import test relies on, checked on the Python that runs it: with `inspect`
+    deferred, making a dataclass imports the real one exactly on 3.12 and 3.13."""
+    probe = ("import sys\n"
+             "from slurmadm.health.deferred import defer\n"
+             "defer('inspect')\n"
+             "import dataclasses\n"
+             "@dataclasses.dataclass\n"
+             "class A:\n"
+             "    'doc'\n"
+             "    x: int = 0\n"
+             "print(type(sys.modules['inspect']).__name__)\n")
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert (p.stdout.strip() != "DeferredModule") == INSPECT_AT_CLASS_CREATION, (sys.version, p.stdout)
 
 
 def test_healthy_node_passes_every_fast_check(node):
