@@ -15,10 +15,12 @@ wrong. The steps, in order:
                monitoring stack (N node exporters, the head exporter, Prometheus, Alertmanager);
                the RSS of every daemon, by kind, per node and in all (the memory budget)
   config       `config apply` (the dev cluster's files are already what the site renders: no change)
-  accounts     `accounts apply` of the example site's projects; a second apply plans nothing
   array        a job array of N tasks, one per node with 8 GPUs each (N x 8 GPUs), whose prologs
                run at once; the prolog's wall time as slurmd runs it (a timing wrapper around
                prolog.sh) p50/p99, beside the peer: the same with 4 tasks (the 4-node figure)
+               It runs before `accounts`: the example site's limits (normal QOS: 256 GPUs per
+               user; physics 512) would hold one user's 1,024-GPU array to a quarter at once
+  accounts     `accounts apply` of the example site's projects; a second apply plans nothing
   breaker      a row-remap fault on 4 nodes of one partition, drain_cap_fraction set for a cap of
                3: three drained, the fourth held back with a breaker alert
   scrape       every node exporter (8 GPUs each) and the head exporter (N nodes) scraped at once
@@ -60,7 +62,7 @@ from slurmadm.devcluster.cluster import DevCluster  # noqa: E402
 from slurmadm.devcluster.daemons import wait_for, with_descendants  # noqa: E402
 from slurmadm.hostlist import compress  # noqa: E402
 
-STEPS = ["bring-up", "config", "accounts", "array", "breaker", "scrape", "top", "drift", "bmc", "ship", "burnin"]
+STEPS = ["bring-up", "config", "array", "accounts", "breaker", "scrape", "top", "drift", "bmc", "ship", "burnin"]
 PEER_NODES = 4
 
 

@@ -28,7 +28,7 @@ NODES = int(os.environ.get("SLURMADM_TEST_REFERENCE_NODES", "8"))
 BASE = TEST_PORT_BASE + 5000
 # every step but the burn-in sweep, which test_burnin.py and test_burnin_straggler.py run on the
 # session cluster (here it once ran out of its time limits with a second test run beside it)
-CI_STEPS = ["bring-up", "config", "accounts", "array", "breaker", "scrape", "top", "drift", "bmc", "ship"]
+CI_STEPS = ["bring-up", "config", "array", "accounts", "breaker", "scrape", "top", "drift", "bmc", "ship"]
 
 
 def test_the_reference_site_script_gets_every_verdict_right(tmp_path):
