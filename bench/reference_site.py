@@ -227,12 +227,21 @@ class Bench:
     def _array(self, s: Step, tasks: int, tag: str) -> dict:
         out_dir = self.dc.p("bench", f"array-{tag}")
         out_dir.mkdir(parents=True, exist_ok=True)
+        for f in out_dir.glob("*.out"):  # an earlier run's (--reuse)
+            f.unlink()
         log = self.dc.p("bench", "prolog-times.log")
         log.unlink(missing_ok=True)
+        # every node idle first (the previous array's nodes may still be completing), and each task
+        # holds its node until every task has started (its output file exists) or 180 s passed: a
+        # task that ended at once freed its node for one not yet started, and Slurm's main
+        # scheduler starts at most default_queue_depth (100) tasks in one pass
+        s.extra.setdefault("idle_before", {})[tag] = self.wait_idle(self.dc.nodes(), 180)
+        barrier = (f'n=0; while [ "$(ls {shlex.quote(str(out_dir))} | wc -l)" -lt {tasks} ] && [ $n -lt 900 ];'
+                   ' do sleep 0.2; n=$((n+1)); done')
         t0 = time.time()
         p = self.timed(s, ["sbatch", "--parsable", f"--array=0-{tasks - 1}", "-N1", "--exclusive", "--gres=gpu:8",
                            "-t", "00:05:00", "-J", f"ref-{tag}", "-o", f"{out_dir}/%a.out",
-                           "--wrap", 'echo "$SLURMD_NODENAME ${CUDA_VISIBLE_DEVICES:-$SLURM_JOB_GPUS}"'])
+                           "--wrap", 'echo "$SLURMD_NODENAME ${CUDA_VISIBLE_DEVICES:-$SLURM_JOB_GPUS}"; ' + barrier])
         if p.returncode != 0:
             s.check(False, f"sbatch: {p.stderr.strip()}")
             return {}

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import EXIT_PROBLEMS, EXIT_UNREACHABLE
+from ..hostlist import Folded, compress, fold, neutral
 from .fanout import Row
 from .ops import Step
 
@@ -19,6 +20,11 @@ RED, YELLOW, GREEN = "red", "yellow", "green"
 UNREACHABLE = ("unreachable", RED)
 
 Table = tuple  # (title, columns, rows) or (title, columns, rows, columns that wrap)
+
+
+def _folded(pairs: Iterable[tuple[str, Any]]) -> list[Folded]:
+    """fold() in the order people read: the largest group first, then by hostlist."""
+    return sorted(fold(pairs), key=lambda g: (-g.count, g.hostlist))
 
 
 def code(rows: Iterable[Row], problems: bool = False) -> int:
@@ -84,14 +90,31 @@ def sensors_json(rows: list[Row]) -> list[dict]:
 
 
 def sensors_table(rows: list[Row]) -> Table:
-    out = []
+    """One row per sensor and status that nodes share, in the order the first node lists its
+    sensors: the nodes whose sensor is ok fold into one row that gives the range of their readings
+    (`38-44 C`), an alarm keeps its exact reading (nodes fold only on the same one), so 128 nodes of
+    one model are one row per sensor plus a row per alarm."""
+    groups: dict[tuple, tuple[list[str], list[float]]] = {}  # key -> (nodes, readings to range)
     for r in rows:
         for s in (r.value if r.ok else []):
-            value = "" if s.value is None else f"{s.value:g} {s.unit}".strip()
             th = " ".join(f"{k}={v:g}" for k, v in s.thresholds.items())
-            status = {"ok": "ok", "warning": ("warning", YELLOW)}.get(s.status, ("CRITICAL", RED))
-            out.append((r.node, s.name, s.type, value or ", ".join(s.states), status, th))
-    return (None, ["node", "sensor", "type", "reading", "status", "thresholds"], out)
+            ranged = s.status == "ok" and s.value is not None
+            exact = "" if ranged else ", ".join(s.states) if s.value is None else f"{s.value:g} {s.unit}".strip()
+            nodes, values = groups.setdefault((s.name, s.type, s.unit, exact, s.status, th), ([], []))
+            nodes.append(r.node)
+            if ranged:
+                values.append(s.value)
+    order = {name: i for i, name in enumerate(dict.fromkeys(k[0] for k in groups))}
+    out = []
+    for (name, type_, unit, exact, status, th), (nodes, values) in sorted(
+            groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][4] == "ok", -len(kv[1][0]), kv[1][0])):
+        reading = exact
+        if values:
+            lo, hi = min(values), max(values)
+            reading = (f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}") + (f" {unit}" if unit else "")
+        cell = {"ok": "ok", "warning": ("warning", YELLOW)}.get(status, ("CRITICAL", RED))
+        out.append((compress(nodes), str(len(nodes)), name, type_, reading, cell, th))
+    return (None, ["nodes", "n", "sensor", "type", "reading", "status", "thresholds"], out, ["nodes"])
 
 
 # ---------------------------------------------------------------------- SEL
@@ -101,9 +124,11 @@ def sel_clear_plan(rows: list[Row]) -> list[dict]:
 
 
 def sel_clear_plan_table(plan: list[dict]) -> Table:
-    return ("plan (dry run)", ["node", "action"],
-            [(p["node"], f"clear {p['would_clear']} event(s)" if p["error"] is None else f"unreachable: {p['error']}")
-             for p in plan])
+    """Nodes whose clear would remove the same number of events as one row."""
+    groups = _folded((p["node"], f"clear {p['would_clear']} event(s)" if p["error"] is None
+                      else f"unreachable: {neutral(p['error'], p['node'])}") for p in plan)
+    return ("plan (dry run)", ["nodes", "n", "action"],
+            [(g.hostlist, str(g.count), g.named(g.key)) for g in groups], ["nodes", "action"])
 
 
 def sel_json(rows: list[Row], *, cleared: bool) -> list[dict]:
@@ -149,12 +174,14 @@ def bootdev_status_json(data: list[dict], device: str, *, dry_run: bool) -> Any:
 
 
 def bootdev_status_table(data: list[dict], device: str, persist: bool) -> Table:
+    """Nodes with the same boot device (and the same planned action) as one row."""
     status = device == "status"
-    cols = ["node", "bootdev", "persistent"] + ([] if status else ["action"])
-    out = [(d["node"], d["bootdev"] or UNREACHABLE, d["persistent"],
-            *([] if status else [f"set {_device(device, persist)}" if d.get("would_change") else "nothing"]))
-           for d in data]
-    return (None if status else "plan (dry run)", cols, out)
+    cols = ["nodes", "n", "bootdev", "persistent"] + ([] if status else ["action"])
+    groups = _folded((d["node"], (d["bootdev"] or "", str(d["persistent"]),
+                                  *([] if status else [f"set {_device(device, persist)}" if d.get("would_change")
+                                                       else "nothing"]))) for d in data)
+    out = [(g.hostlist, str(g.count), g.key[0] or UNREACHABLE, *g.key[1:]) for g in groups]
+    return (None if status else "plan (dry run)", cols, out, ["nodes"])
 
 
 def bootdev_set_json(rows: list[Row], changed: list[str]) -> list[dict]:
@@ -197,10 +224,19 @@ def firmware_status_json(baseline: dict, rows: list[Row], drift) -> dict:
                       for d in drift if not d.ok]}
 
 
+FIRMWARE_STATUS = {"ok": "ok", "missing": ("missing", RED), "drift": ("drift", YELLOW)}
+
+
 def firmware_status_table(drift) -> Table:
-    return (None, ["node", "component", "have", "baseline", "status"],
-            [(d.node, d.component, d.have or "-", d.want,
-              "ok" if d.ok else ("missing", RED) if d.have is None else ("drift", YELLOW)) for d in drift])
+    """One row per component and version that nodes share: 128 nodes on the baseline are one row
+    per component; the components in baseline order, within one the drifting nodes first."""
+    order = {c: i for i, c in enumerate(dict.fromkeys(d.component for d in drift))}
+    groups = sorted(fold((d.node, (d.component, d.have or "-", d.want,
+                                   "ok" if d.ok else "missing" if d.have is None else "drift")) for d in drift),
+                    key=lambda g: (order[g.key[0]], g.key[3] == "ok", -g.count, g.hostlist))
+    return (None, ["nodes", "n", "component", "have", "baseline", "status"],
+            [(g.hostlist, str(g.count), c, have, want, FIRMWARE_STATUS[st]) for g in groups
+             for c, have, want, st in [g.key]], ["nodes"])
 
 
 def firmware_status_code(rows: list[Row], drift) -> int:

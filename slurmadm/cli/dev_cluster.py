@@ -10,6 +10,7 @@ import click
 
 from ..devcluster.cluster import DEFAULT_PORT_BASE, DevCluster, default_state_dir
 from ..errors import UsageError
+from ..hostlist import compress
 from .common import Group, console, json_option, print_json, progress, say, styled, table
 
 
@@ -117,7 +118,8 @@ def down(state_dir, purge, as_json) -> None:
     if as_json:
         print_json({"stopped": stopped, "state_dir": str(dc.state_dir), "purged": purge})
     else:
-        console.print(f"stopped {len(stopped)} process(es)" + (f": {', '.join(stopped)}" if stopped else ""))
+        # folded as a hostlist: 128 nodes' daemons read `slurmd-b200-[001-128]`, not 128 names
+        console.print(f"stopped {len(stopped)} process(es)" + (f": {compress(stopped)}" if stopped else ""))
 
 
 def _show(st: dict) -> None:

@@ -46,3 +46,27 @@ def test_down_waits_for_every_process_of_its_sessions(tmp_path, child):
     left = [p for p in session_members({pid}) if p != os.getpid()]
     assert left == []
     assert not dc.state_dir.exists()
+
+
+def test_down_of_128_nodes_names_the_stopped_daemons_as_hostlists(monkeypatch):
+    """`dev-cluster down` of the reference site printed 394 names on one line; folded, each kind
+    of per-node daemon is one hostlist (issue 27)."""
+    from click.testing import CliRunner
+
+    from slurmadm.cli import cli
+    from slurmadm.cli import dev_cluster as dc_cli
+
+    names = ([f"slurmd-b200-{i:03d}" for i in range(128, 0, -1)] + [f"sshd-b200-{i:03d}" for i in range(1, 129)]
+             + ["slurmctld", "slurmdbd", "mariadbd", "munged"])
+
+    class Fake:
+        state_dir = "/tmp/x"
+
+        def down(self, purge=False, progress=None):
+            return names
+
+    monkeypatch.setattr(dc_cli, "_cluster", lambda state_dir: Fake())
+    r = CliRunner().invoke(cli, ["dev-cluster", "down"])
+    assert r.exit_code == 0, r.output
+    assert r.output.split() == ["stopped", "260", "process(es):",
+                                "mariadbd,munged,slurmctld,slurmd-b200-[001-128],slurmdbd,sshd-b200-[001-128]"]
