@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import socket
 import ssl
-import threading
 
 import pytest
 
@@ -19,6 +18,7 @@ from slurmadm.bmc.model import Target
 from slurmadm.bmc.redfish import RedfishClient, TlsPolicy
 from slurmadm.devcluster.redfish_emulator import make_certificate
 from slurmadm.errors import UnreachableError
+from tests.unit.bmc.tlsloop import TlsLoopback
 
 pytestmark = pytest.mark.unit
 
@@ -26,59 +26,38 @@ ROOT = {"@odata.id": "/redfish/v1", "Systems": {"@odata.id": "/redfish/v1/System
 SYSTEMS = {"Members": [{"@odata.id": "/redfish/v1/Systems/1"}], "Name": "x" * 3000}  # several TLS records
 
 
-class RaggedBmc:
+class RaggedBmc(TlsLoopback):
     """One answer per connection, HTTP/1.0, then a TCP close with no close_notify. `mode`:
     "whole" (no Content-Length, the whole body), "short" (Content-Length beyond what is sent),
     "cut" (no Content-Length, the body cut in the middle)."""
 
     def __init__(self, ctx: ssl.SSLContext, mode: str):
         self.ctx, self.mode = ctx, mode
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
         self.paths: list[str] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self):
-        while True:
-            try:
-                raw, _ = self.sock.accept()
-            except OSError:
+    def context(self, n: int) -> ssl.SSLContext:
+        return self.ctx
+
+    def serve(self, tls, n: int) -> None:
+        request = b""
+        while b"\r\n\r\n" not in request:
+            data = tls.recv(65536)
+            if not data:
                 return
-            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
-
-    def _serve(self, raw):
-        raw.settimeout(10)
-        try:
-            tls = self.ctx.wrap_socket(raw, server_side=True)
-        except (OSError, ssl.SSLError):
-            raw.close()
-            return
-        try:
-            request = b""
-            while b"\r\n\r\n" not in request:
-                data = tls.recv(65536)
-                if not data:
-                    return
-                request += data
-            path = request.split(b" ", 2)[1].decode()
-            self.paths.append(path)
-            body = json.dumps(ROOT if path == "/redfish/v1" else SYSTEMS).encode()
-            head = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
-            if path != "/redfish/v1" and self.mode == "short":
-                head += f"Content-Length: {len(body) + 100}\r\n".encode()
-            if path != "/redfish/v1" and self.mode == "cut":
-                body = body[: len(body) // 2]
-            tls.sendall(head + b"\r\n" + body)
-            # what socketserver does: SSLSocket.shutdown() drops TLS state and shuts TCP down,
-            # no close_notify is sent
-            tls.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        finally:
-            tls.close()
-
-    def close(self):
-        self.sock.close()
+            request += data
+        path = request.split(b" ", 2)[1].decode()
+        self.paths.append(path)
+        body = json.dumps(ROOT if path == "/redfish/v1" else SYSTEMS).encode()
+        head = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
+        if path != "/redfish/v1" and self.mode == "short":
+            head += f"Content-Length: {len(body) + 100}\r\n".encode()
+        if path != "/redfish/v1" and self.mode == "cut":
+            body = body[: len(body) // 2]
+        tls.sendall(head + b"\r\n" + body)
+        # what socketserver does: SSLSocket.shutdown() drops TLS state and shuts TCP down,
+        # no close_notify is sent
+        tls.shutdown(socket.SHUT_RDWR)
 
 
 @pytest.fixture()

@@ -22,6 +22,7 @@ from slurmadm.bmc.model import Target
 from slurmadm.bmc.redfish import RedfishClient, TlsPolicy
 from slurmadm.devcluster.redfish_emulator import make_certificate
 from slurmadm.errors import UnreachableError
+from tests.unit.bmc.tlsloop import TlsLoopback
 
 pytestmark = pytest.mark.unit
 
@@ -73,72 +74,52 @@ class _Redfish10(http.server.BaseHTTPRequestHandler):
         self._send(204, {})
 
 
-class SwitchingProxy:
+class SwitchingProxy(TlsLoopback):
     """TLS on the front (certificate `first` on connection 1, `later` on every other one),
     plain TCP to the backend. Records what each client connection sent."""
 
     def __init__(self, backend_port: int, first: ssl.SSLContext, later: ssl.SSLContext):
         self.backend_port = backend_port
         self.contexts = (first, later)
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
         self.received: list[bytearray] = []  # per client connection, in order
         self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self):
-        while True:
-            try:
-                raw, _ = self.sock.accept()
-            except OSError:
-                return
-            with self.lock:
-                n = len(self.received)
-                buf = bytearray()
-                self.received.append(buf)
-            threading.Thread(target=self._serve, args=(raw, self.contexts[0 if n == 0 else 1], buf),
-                             daemon=True).start()
+    def connected(self) -> int:
+        with self.lock:
+            self.received.append(bytearray())
+            return len(self.received) - 1
 
-    def _serve(self, raw, ctx, buf):
+    def context(self, n: int) -> ssl.SSLContext:
+        return self.contexts[0 if n == 0 else 1]
+
+    def serve(self, tls, n: int) -> None:
         """One request per connection (the backend closes after each response), relayed in one
         thread: an SSL socket must not be read and written from two threads at once."""
-        raw.settimeout(10)
-        try:
-            tls = ctx.wrap_socket(raw, server_side=True)
-        except (OSError, ssl.SSLError):
-            raw.close()
+        buf = self.received[n]
+        request = bytearray()
+        while b"\r\n\r\n" not in request:
+            data = tls.recv(65536)
+            if not data:
+                break
+            request.extend(data)
+        head, _, body = bytes(request).partition(b"\r\n\r\n")
+        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(body) < length:
+            data = tls.recv(65536)
+            if not data:
+                break
+            request.extend(data)
+            body += data
+        with self.lock:
+            buf.extend(request)
+        if not request:
             return
-        try:
-            request = bytearray()
-            while b"\r\n\r\n" not in request:
-                data = tls.recv(65536)
-                if not data:
-                    break
-                request.extend(data)
-            head, _, body = bytes(request).partition(b"\r\n\r\n")
-            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)
-            while len(body) < length:
-                data = tls.recv(65536)
-                if not data:
-                    break
-                request.extend(data)
-                body += data
-            with self.lock:
-                buf.extend(request)
-            if not request:
-                return
-            with socket.create_connection(("127.0.0.1", self.backend_port), timeout=10) as back:
-                back.sendall(request)
-                while data := back.recv(65536):
-                    tls.sendall(data)
-        except OSError:
-            pass
-        finally:
-            tls.close()
-
-    def close(self):
-        self.sock.close()
+        with socket.create_connection(("127.0.0.1", self.backend_port), timeout=10) as back:
+            back.sendall(request)
+            while data := back.recv(65536):
+                tls.sendall(data)
 
 
 def _server_ctx(tmp_path, name: str) -> tuple[ssl.SSLContext, str]:
