@@ -8,7 +8,7 @@ PACKAGES=(
   mariadb-server mariadb-client                    # slurmdbd's database
   gcc libc6-dev                                    # the stand-in NVML library is compiled from C
   python3 python3-venv python3-dev                 # slurmadm itself
-  git ca-certificates procps
+  git ca-certificates procps time                  # time: bench/reference_site.py (peak RSS of each command)
   chromium fonts-dejavu-core                       # tests: the burn-in report in a headless browser
   ipmitool curl                                    # slurmadm bmc: the emulators' cross-check clients
   openipmi                                         # ipmi_sim + sdrcomp: an IPMI BMC we did not write (test bed)
