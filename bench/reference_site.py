@@ -51,6 +51,7 @@ import tempfile
 import threading
 import time
 import tomllib
+from collections import Counter
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -529,10 +530,7 @@ class Bench:
                 return
             ok_nodes = [n["node"] for n in out.get("nodes", []) if n.get("verdict") == "pass"]
             passed.update(ok_nodes)
-            kinds: dict[str, int] = {}
-            for pr in out.get("pairs", []):
-                if pr.get("status") == "pass":
-                    kinds[pr.get("kind", "?")] = kinds.get(pr.get("kind", "?"), 0) + 1
+            kinds = dict(Counter(pr.get("kind", "?") for pr in out.get("pairs", []) if pr.get("status") == "pass"))
             sweeps.append({"nodes": compress(g), "exit": p.returncode, "passed": len(ok_nodes),
                            "wall_s": round(wall, 1), "pairs_passed": kinds})
             s.check(p.returncode == 0 and len(ok_nodes) == len(g),

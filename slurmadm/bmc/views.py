@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import EXIT_PROBLEMS, EXIT_UNREACHABLE
-from ..hostlist import Folded, compress, fold, neutral
+from ..hostlist import compress, fold, neutral
 from .fanout import Row
 from .ops import Step
 
@@ -20,11 +20,6 @@ RED, YELLOW, GREEN = "red", "yellow", "green"
 UNREACHABLE = ("unreachable", RED)
 
 Table = tuple  # (title, columns, rows) or (title, columns, rows, columns that wrap)
-
-
-def _folded(pairs: Iterable[tuple[str, Any]]) -> list[Folded]:
-    """fold() in the order people read: the largest group first, then by hostlist."""
-    return sorted(fold(pairs), key=lambda g: (-g.count, g.hostlist))
 
 
 def code(rows: Iterable[Row], problems: bool = False) -> int:
@@ -125,7 +120,7 @@ def sel_clear_plan(rows: list[Row]) -> list[dict]:
 
 def sel_clear_plan_table(plan: list[dict]) -> Table:
     """Nodes whose clear would remove the same number of events as one row."""
-    groups = _folded((p["node"], f"clear {p['would_clear']} event(s)" if p["error"] is None
+    groups = fold((p["node"], f"clear {p['would_clear']} event(s)" if p["error"] is None
                       else f"unreachable: {neutral(p['error'], p['node'])}") for p in plan)
     return ("plan (dry run)", ["nodes", "n", "action"],
             [(g.hostlist, str(g.count), g.named(g.key)) for g in groups], ["nodes", "action"])
@@ -177,7 +172,7 @@ def bootdev_status_table(data: list[dict], device: str, persist: bool) -> Table:
     """Nodes with the same boot device (and the same planned action) as one row."""
     status = device == "status"
     cols = ["nodes", "n", "bootdev", "persistent"] + ([] if status else ["action"])
-    groups = _folded((d["node"], (d["bootdev"] or "", str(d["persistent"]),
+    groups = fold((d["node"], (d["bootdev"] or "", str(d["persistent"]),
                                   *([] if status else [f"set {_device(device, persist)}" if d.get("would_change")
                                                        else "nothing"]))) for d in data)
     out = [(g.hostlist, str(g.count), g.key[0] or UNREACHABLE, *g.key[1:]) for g in groups]
@@ -235,8 +230,7 @@ def firmware_status_table(drift) -> Table:
                                    "ok" if d.ok else "missing" if d.have is None else "drift")) for d in drift),
                     key=lambda g: (order[g.key[0]], g.key[3] == "ok", -g.count, g.hostlist))
     return (None, ["nodes", "n", "component", "have", "baseline", "status"],
-            [(g.hostlist, str(g.count), c, have, want, FIRMWARE_STATUS[st]) for g in groups
-             for c, have, want, st in [g.key]], ["nodes"])
+            [(g.hostlist, str(g.count), *g.key[:3], FIRMWARE_STATUS[g.key[3]]) for g in groups], ["nodes"])
 
 
 def firmware_status_code(rows: list[Row], drift) -> int:
