@@ -1,0 +1,1 @@
+"""Reports over time from Slurm's accounting and the store (issue 36): `slurmadm report`."""
