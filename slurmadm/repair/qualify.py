@@ -1,0 +1,283 @@
+"""The gate before return: a qualification job on one repaired node.
+
+A drained node runs no job, not even in a reservation, so the node is qualified the way a
+burn-in sweep re-qualifies one (slurmadm/burnin/): a maintenance reservation over just that node
+(`<burnin.reservation or slurmadm-repair>-<node>`, Flags=MAINT,IGNORE_JOBS, only our user), its
+drain reason written to the store (`repair-qualify`) *before* it is resumed inside the
+reservation, then one whole-node job in the burn-in partition, QOS and account:
+
+    python -m slurmadm.repair.qualify --spec '{...}'    (on the node, by srun)
+
+which runs, in order, a short GPU stress (burnin/stress.py), the single-node all-reduce (the
+burn-in's), the known-answer compute test (kat.py) and the full health suite (`slurmadm health
+run --dry-run --json`, as burn-in runs it), printing burn-in's JSON event lines. Afterwards the
+node is drained again with its old reason *before* the reservation goes, whatever the outcome:
+`repair run` resumes it only on a pass. An interrupted qualification (SIGKILL, power loss) is
+undone by the next run (`recover()`): its job cancelled, the node drained again, the reservation
+deleted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import SlurmadmError
+from ..slurm import jobs as sjobs
+from ..slurm.model import NodeInfo
+
+JOB_PREFIX = "slurmadm-repair"
+QUALIFY_KEY = "repair-qualify"  # node_state: the drain reason while the node is held for qualification
+QUALIFY_STRESS_MAX_S = 120  # a short stress: burnin.stress_seconds, at most this
+POLL_S = 0.5
+TESTS = ("stress", "allreduce-node", "kat", "health")
+REFUSED = "refused"  # failed_test of a job Slurm would not allocate: nothing ran on the node
+# srun's words when slurmctld refuses the allocation outright (an unknown account or QOS, an
+# account/partition pair with no association, a partition gone): the site's setup, not the node
+REFUSED_BY_SLURM = "Unable to allocate resources"
+
+
+@dataclass
+class Qualification:
+    node: str
+    status: str  # pass | fail | error (the job did not run to a result)
+    detail: str
+    failed_test: str = ""
+    job_id: str = ""
+    tests: list[dict[str, Any]] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    @property
+    def refused(self) -> bool:
+        """Slurm refused the job: the node was never tested, so this is no verdict on it."""
+        return self.status == "error" and self.failed_test == REFUSED
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "status": self.status, "detail": self.detail, "failed_test": self.failed_test,
+                "job_id": self.job_id, "tests": self.tests, "duration_s": round(self.duration_s, 1)}
+
+
+def events(stdout: str, kind: str) -> list[dict[str, Any]]:
+    from ..burnin.sweep import job_events
+
+    return job_events(stdout, kind)
+
+
+def judge(node: str, stdout: str, stderr: str, returncode: int | None, on_error: str = "fail") -> Qualification:
+    """The job's JSON lines -> a verdict. Every test must pass (a skip passes: torch or DCGM absent
+    is the site's choice; an error fails when health.on_error is "fail")."""
+    from ..burnin.model import is_failure
+
+    started = events(stdout, "started")
+    job_id = str(started[0].get("job_id", "")) if started else ""
+    final = events(stdout, "result")
+    tests = final[-1].get("tests", []) if final else events(stdout, "test")
+    tests = [{k: v for k, v in t.items() if k != "event"} for t in tests]
+    if not started:
+        tail = (stderr.strip().splitlines() or ["no output"])[-1][:300]
+        if REFUSED_BY_SLURM in stderr:
+            return Qualification(node, "error", f"qualification job refused by Slurm: {tail}", REFUSED, job_id, tests)
+        return Qualification(node, "error", f"qualification job did not start: {tail}", "job", job_id, tests)
+    bad = [t for t in tests if is_failure(str(t.get("status", "error")), on_error)]
+    if bad:
+        return Qualification(node, "fail", f"{bad[0].get('test')}: {bad[0].get('detail', '')}",
+                             str(bad[0].get("test", "")), job_id, tests)
+    if not final:
+        tail = (stderr.strip().splitlines() or [f"exit {returncode}"])[-1][:300]
+        return Qualification(node, "error", f"qualification job ended without a result: {tail}", "job", job_id, tests)
+    return Qualification(node, "pass", "; ".join(f"{t.get('test')} {t.get('status')}" for t in tests), "", job_id,
+                         tests)
+
+
+class Qualifier:
+    """Runs qualification jobs from the head (see the module docstring)."""
+
+    def __init__(self, site, backend, store, *, site_file: str | None = None,
+                 progress: Callable[[str], None] = lambda m: None, log_dir: str | None = None):
+        from ..site.accounts import slurm_time_seconds
+
+        self.site = site
+        self.backend = backend
+        self.store = store
+        self.site_file = site_file
+        self.progress = progress
+        self.user = getpass.getuser()
+        self.prefix = site.burnin.reservation or "slurmadm-burnin"
+        self.prefix = self.prefix.replace("burnin", "repair") if "burnin" in self.prefix else self.prefix + "-repair"
+        self.log_dir = Path(log_dir or site.burnin.report_dir) / "repair"
+        self.job_s = slurm_time_seconds(site.burnin.job_time_limit) or 3600
+        self.start_s = slurm_time_seconds(site.burnin.start_timeout) or 600
+
+    def reservation(self, node: str) -> str:
+        return f"{self.prefix}-{node}"
+
+    def job_name(self, node: str) -> str:
+        return f"{JOB_PREFIX}.{node}"
+
+    # ------------------------------------------------------------------ the job
+    def spec(self, node: str) -> dict[str, Any]:
+        from ..burnin.sweep import Sweep
+
+        sweep = Sweep(self.site, backend=self.backend, store=self.store, site_file=self.site_file)
+        spec = sweep.node_spec(node)
+        rep = getattr(self.site, "repair", None)
+        stress_s = getattr(rep, "qualify_stress_seconds", None) or min(self.site.burnin.stress_seconds,
+                                                                       QUALIFY_STRESS_MAX_S)
+        spec.update(stress_seconds=stress_s, dcgm_level=0, kat=True)
+        return spec
+
+    def request(self, node: str) -> sjobs.JobRequest:
+        from ..burnin.select import burnin_partition
+        from ..site import site_path
+
+        b = self.site.burnin
+        argv = [b.python or sys.executable, "-m", "slurmadm.repair.qualify", "--spec",
+                json.dumps(self.spec(node), sort_keys=True)]
+        return sjobs.JobRequest(
+            name=self.job_name(node), nodes=[node], argv=argv, time_limit=b.job_time_limit,
+            partition=burnin_partition(self.site), qos=b.qos, account=b.account, reservation=self.reservation(node),
+            tasks_per_node=1, gpus_per_node=self.site.node_profile(node).gpus.count,
+            env={"SLURMADM_SITE": str(site_path(self.site_file).resolve())})
+
+    # ------------------------------------------------------------------ recovery
+    def leftovers(self, nodes: Sequence[str]) -> dict[str, str]:
+        """node -> the drain reason of a qualification that did not finish."""
+        out = {}
+        for n in nodes:
+            reason = self.store.get_node_state(n, QUALIFY_KEY)
+            if reason:
+                out[n] = reason
+        return out
+
+    def recover(self, nodes: Sequence[str]) -> list[str]:
+        """Undo what an interrupted qualification left: cancel its job, drain the node again with
+        its old reason, delete its reservation. Returns the nodes restored."""
+        left = self.leftovers(nodes)
+        if not left:
+            return []
+        mine = {j.name: j.job_id for j in sjobs.queued_jobs(user=self.user) if j.name.startswith(JOB_PREFIX + ".")}
+        for node, reason in left.items():
+            job = mine.get(self.job_name(node))
+            if job:
+                sjobs.cancel([job])
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline and any(
+                        j.job_id == job for j in sjobs.queued_jobs(user=self.user)):
+                    time.sleep(POLL_S)
+            n = self.backend.nodes([node])[0]
+            if not n.drained:
+                self.backend.drain([node], reason)
+            if sjobs.reservation(self.reservation(node)) is not None:
+                sjobs.delete_reservation(self.reservation(node))
+            self.store.delete_node_state(node, QUALIFY_KEY)
+            self.store.audit("repair.qualify.recover", node, "qualification interrupted: node drained again, "
+                             "reservation deleted", was=reason, job=job or "")
+        return list(left)
+
+    # ------------------------------------------------------------------ one node
+    def qualify(self, node: NodeInfo, on_error: str = "fail") -> Qualification:
+        """Hold `node` (drained by repair, no job) in its own reservation, run the job, drain it
+        again with its reason, delete the reservation; the verdict."""
+        name, prior = node.name, node.reason
+        res = self.reservation(name)
+        t0 = time.monotonic()
+        request = self.request(name)
+        if sjobs.reservation(res) is None:
+            sjobs.create_reservation(res, [name], users=self.user, flags=["MAINT", "IGNORE_JOBS"])
+        self.store.audit("repair.reservation.create", res, f"qualification of {name}", nodes=name)
+        try:
+            self.store.set_node_state(name, QUALIFY_KEY, prior)  # first: a crash from here re-drains it
+            self.backend.resume([name])
+            self.progress(f"{name}: qualification job in reservation {res}")
+            job = sjobs.SrunJob(request, self.log_dir)
+            deadline = time.monotonic() + self.job_s + self.start_s + 60
+            try:
+                while job.poll() is None:
+                    if time.monotonic() >= deadline or (
+                            time.monotonic() - t0 > self.start_s and '"event": "started"' not in job.stdout()):
+                        sjobs.stop_all([job])
+                        break
+                    time.sleep(POLL_S)
+            except BaseException:
+                sjobs.stop_all([job])
+                raise
+            verdict = judge(name, job.stdout(), job.stderr(), job.poll(), on_error)
+        finally:
+            try:
+                now = self.backend.nodes([name])[0]
+                if not now.drained:
+                    self.backend.drain([name], prior)
+            finally:
+                sjobs.delete_reservation(res)
+                self.store.audit("repair.reservation.delete", res, f"qualification of {name} ended")
+                self.store.delete_node_state(name, QUALIFY_KEY)
+        verdict.duration_s = time.monotonic() - t0
+        return verdict
+
+
+# ---------------------------------------------------------------------- the job (on the node)
+
+
+def kat_test():
+    """kat.py's known-answer test on this node's devices (the stand-in's in the dev cluster)."""
+    from ..burnin.model import TestResult
+    from . import kat
+
+    try:
+        verdict = kat.known_answer()
+    except (SlurmadmError, ImportError) as exc:  # no torch, no stand-in: nothing to compute on
+        return TestResult("kat", "skip", str(exc))
+    detail = verdict.detail or (f"{len(verdict.results)} device(s) agree bit for bit ({verdict.basis}, "
+                                f"sha256 {(verdict.reference or '')[:12]})")
+    return TestResult("kat", "pass" if verdict.ok else "fail", detail, data=verdict.as_dict())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ..burnin import node as bnode
+    from ..burnin import stress
+    from ..burnin.model import TestResult
+    from ..health.hook import local_node
+
+    ap = argparse.ArgumentParser(prog="python -m slurmadm.repair.qualify")
+    ap.add_argument("--spec", required=True, help="JSON: what to run (written by `repair run`)")
+    spec = json.loads(ap.parse_args(argv).spec)
+    node = local_node(None)
+    bnode._emit({"event": "started", "node": node, "job_id": os.environ.get("SLURM_JOB_ID", ""), "pid": os.getpid()})
+    steps = [
+        ("stress", lambda: stress.stress(spec["stress_seconds"], cpu_only=spec["collective"] == "gloo")),
+        ("allreduce-node", lambda: bnode.single_node_allreduce(spec)),
+        ("kat", kat_test),
+        ("health", lambda: bnode.health_suite(spec["step_timeout"])),
+    ]
+    tests = []
+    for name, step in steps:
+        start = time.monotonic()
+        try:
+            result = step()
+        except Exception as exc:  # noqa: BLE001 - an unexpected failure is this test's error
+            result = TestResult(name, "error", f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:400])
+        result.duration_s = result.duration_s or time.monotonic() - start
+        tests.append(result)
+        bnode._emit({"event": "test", **result.to_json()})
+    bnode._emit({"event": "result", "node": node, "tests": [t.to_json() for t in tests]})
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except SlurmadmError as exc:
+        print(f"slurmadm.repair.qualify: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code if hasattr(exc, "exit_code") else 1)

@@ -1,0 +1,179 @@
+"""`slurmadm repair run` end to end on the session's dev cluster (issue 34): the stand-in GPUs'
+reset, reset-fail and corrupt faults, the health hook's drains, real Slurm jobs and reboots.
+
+- b200-003: a reset-class XID -> GPU reset over SSH -> qualification job -> resumed; then the same
+  GPU's third incident within the window -> an RMA candidate, left drained.
+- b200-002: a reset that fails -> the ladder's reboot (scontrol reboot), back with a new BootTime.
+- b200-004: silent corruption (`--kind corrupt`): the reset works, the qualification's known-answer
+  test fails; the reboot rung, the second qualification fails -> a lemon, never resumed.
+The breaker (0.1 of the partition, at least one node) takes one node into repair at a time, so
+the scenarios run one after another. Waits poll with deadlines."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from slurmadm.devcluster.daemons import wait_for
+from tests.integration.helpers import (
+    RepairSlate,
+    ensure_burnin_accounting,
+    hook,
+    run_slurmadm,
+    sh,
+    slurm_node,
+)
+
+pytestmark = pytest.mark.integration
+
+OK, FAILS, LEMON, GPU = "b200-003", "b200-002", "b200-004", "2"
+RESET_XID = "46"  # Xid 46 (GPU stopped processing): RESET_GPU in NVIDIA's catalog
+
+
+@pytest.fixture(scope="module")
+def env(dev_cluster):
+    e = {**os.environ, **dev_cluster.env()}
+    ensure_burnin_accounting(e, dev_cluster.site())
+    with RepairSlate(dev_cluster, e, (OK, FAILS, LEMON)):
+        yield e
+
+
+def slurmadm(env, *args, code=0, timeout=600):
+    p = run_slurmadm(env, *args, timeout=timeout)
+    assert p.returncode == code, f"{args}: exit {p.returncode}\n{p.stdout}{p.stderr}"
+    return p.stdout
+
+
+def fault(env, node, kind, value=None):
+    slurmadm(env, "dev-cluster", "gpu-fault", node, "--gpu", GPU, "--kind", kind,
+             *(["--value", str(value)] if value is not None else []))
+
+
+def drained_by_health(dc, env, node):
+    # the hook leaves a node Slurm flags NOT_RESPONDING alone (someone else's state): a node just
+    # resumed or rebooted answers slurmctld's next ping first
+    assert wait_for(lambda: "NOT_RESPONDING" not in slurm_node(env, node).flags, 120, interval=1.0), \
+        slurm_node(env, node)
+    p, _ = hook(dc, "healthcheck.sh", node)
+    assert p.returncode == 0, p.stderr
+    info = slurm_node(env, node)
+    assert info.drained and info.reason.startswith(f"slurmadm: xid: GPU{GPU} "), (info, _story(dc, env, node))
+
+
+def _story(dc, env, node):
+    """What the store and Slurm say when a drain the test expects did not happen."""
+    from slurmadm.store import Store
+
+    with Store(dc.site().store.path) as st:
+        rows = st.query("SELECT ts, action, target, reason FROM events ORDER BY ts DESC LIMIT 12")
+        checks = st.query("SELECT ts, check_id, status, detail FROM check_results WHERE node=? AND check_id='xid' "
+                          "ORDER BY ts DESC LIMIT 3", (node,))
+    nodes = sh(env, "sinfo", "-N", "-h", "-o", "%N %T %E", check=False)
+    return {"events": rows, "xid": checks, "sinfo": nodes}
+
+
+def incident(env, node):
+    rows = [r for r in json.loads(slurmadm(env, "repair", "status", "--all", "--json")) if r["node"] == node]
+    assert len(rows) == 1, json.dumps(rows, indent=1)
+    return rows[0]
+
+
+def run(env, code=0):
+    return json.loads(slurmadm(env, "repair", "run", "--json", code=code))
+
+
+def step_of(report, node):
+    return next(d for d in report["done"] if d["node"] == node)
+
+
+def boot_time(env, node):
+    m = re.search(r"\bBootTime=(\S+)", sh(env, "scontrol", "show", "node", "-o", node))
+    return m.group(1) if m else ""
+
+
+def wait_back(env, node, before):
+    """Back from the reboot: registered, no reboot pending, a new BootTime."""
+    def back():
+        i = slurm_node(env, node)
+        return (not i.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED", "NOT_RESPONDING"}
+                and boot_time(env, node) != before)
+    assert wait_for(back, 240, interval=1.0), slurm_node(env, node)
+
+
+def test_reset_qualify_resume_then_a_third_incident_is_an_rma_candidate(dev_cluster, env):
+    fault(env, OK, "xid", RESET_XID)
+    drained_by_health(dev_cluster, env, OK)
+    first = incident(env, OK)  # `repair status` ingests: the incident, by the GPU's serial
+    assert (first["class"], first["slot"], first["next"]) == ("RESET_GPU", GPU, "reset"), first
+    plan = json.loads(slurmadm(env, "repair", "run", "--dry-run", "--json"))["plan"]
+    assert [(a["node"], a["step"]) for a in plan] == [(OK, "reset")], plan  # shown, not done
+    done = step_of(run(env), OK)
+    assert done["ok"] and done["reset"]["ok"], done
+    assert done["qualification"]["status"] == "pass", done["qualification"]
+    tests = {t["test"]: t["status"] for t in done["qualification"]["tests"]}
+    assert set(tests) == {"stress", "allreduce-node", "kat", "health"} and tests["kat"] == "pass", tests
+    info = slurm_node(env, OK)
+    assert not info.drained and info.state == "IDLE", info
+    hist = json.loads(slurmadm(env, "repair", "history", OK, "--json"))
+    assert [h["state"] for h in hist if h["id"] == first["id"]] == ["closed"], hist
+    assert run(env)["done"] == []  # a second run does nothing
+
+    # the same GPU again, twice within 7 days: the third incident is an RMA candidate
+    second = None
+    for n in (2, 3):
+        fault(env, OK, "xid", RESET_XID)
+        drained_by_health(dev_cluster, env, OK)
+        inc = incident(env, OK)
+        if n == 2:
+            second = inc["id"]
+            slurmadm(env, "repair", "clear", OK, "--reason", "GPU2 reseated by hand")
+            sh(env, "scontrol", "update", f"nodename={OK}", "state=resume")
+    assert inc["id"] != second and inc["next"] == "rma", inc
+    report = run(env)
+    assert step_of(report, OK)["step"] == "rma"
+    info = slurm_node(env, OK)
+    assert info.drained and info.reason.startswith("slurmadm: repair: rma"), info
+    assert run(env)["done"] == []  # held: nothing more until a person acts
+
+
+def test_a_reset_that_fails_falls_back_to_a_reboot(dev_cluster, env):
+    fault(env, FAILS, "xid", RESET_XID)
+    fault(env, FAILS, "reset-fail")
+    drained_by_health(dev_cluster, env, FAILS)
+    before = boot_time(env, FAILS)
+    report = run(env)
+    done = step_of(report, FAILS)
+    assert done["step"] == "reset" and not done["reset"]["ok"] and "reboot requested" in done["detail"], done
+    assert "Unknown Error" in done["reset"]["detail"]
+    assert incident(env, FAILS)["state"] == "rebooting"
+    wait_back(env, FAILS, before)
+    info = slurm_node(env, FAILS)
+    assert info.reason.startswith("slurmadm: repair: reboot: "), info  # still ours, still out of service
+    # leave the qualification after the reboot to the lemon test; this node is done
+    slurmadm(env, "repair", "clear", FAILS, "--reason", "test: reboot seen")
+    slurmadm(env, "dev-cluster", "gpu-fault", FAILS, "--clear")
+    sh(env, "scontrol", "update", f"nodename={FAILS}", "state=resume")
+
+
+def test_two_failed_qualifications_make_a_lemon(dev_cluster, env):
+    fault(env, LEMON, "xid", RESET_XID)
+    fault(env, LEMON, "corrupt", 1)
+    drained_by_health(dev_cluster, env, LEMON)
+    first = step_of(run(env, code=1), LEMON)
+    q = first["qualification"]
+    assert first["reset"]["ok"] and q["status"] == "fail" and q["failed_test"] == "kat", q
+    assert f"gpu{GPU}" in q["detail"], q  # the stand-in GPU whose answer differs is named
+    before = boot_time(env, LEMON)
+    second = step_of(run(env), LEMON)
+    assert second["step"] == "reboot", second  # the ladder's next rung
+    wait_back(env, LEMON, before)
+    third = step_of(run(env, code=1), LEMON)
+    assert third["qualification"]["failed_test"] == "kat" and "lemon" in third["detail"], third
+    info = slurm_node(env, LEMON)
+    assert info.drained and info.reason.startswith("slurmadm: repair: lemon: "), info
+    lemons = json.loads(slurmadm(env, "repair", "lemons", "--json"))
+    assert LEMON in json.dumps(lemons), lemons
+    assert run(env)["done"] == []  # never resumed

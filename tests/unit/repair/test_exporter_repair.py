@@ -1,0 +1,51 @@
+"""The head exporter's repair series: open incidents by class and state, time in repair."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurmadm.exporter.head import HeadCollector
+from slurmadm.exporter.storefacts import LocalStoreFacts
+from slurmadm.repair import incidents
+from slurmadm.store import Store
+from tests.unit.repair.helpers import health_drain, inventory, xid_line
+
+pytestmark = pytest.mark.unit
+
+NOW = 1_800_000_000.0
+
+
+def test_open_incidents_and_time_in_repair(tmp_path):
+    path = tmp_path / "store.db"
+    with Store(path) as store:
+        inventory(store, "b200-001", [f"s{i}" for i in range(8)])
+        health_drain(store, "b200-001", [("xid", xid_line(2, 46, "ROBUST_CHANNEL_GPU_TIMEOUT_ERROR", "RESET_GPU"))],
+                     ts=NOW, run_id="a")
+        health_drain(store, "b200-002", [("row-remap", "GPU1 row remapping failed (corrected=0 uncorrected=1)")],
+                     ts=NOW + 5, run_id="b")
+        health_drain(store, "b200-003", [("xid", xid_line(0, 79, "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS",
+                                                          "RESTART_BM"))], ts=NOW + 9, run_id="c")
+        incidents.ingest(store, now=NOW + 10)
+        done = incidents.list_incidents(store, node="b200-003")[0]
+        incidents.advance(store, done.id, "closed", "resume", outcome="ok", now=NOW + 20)
+    facts = LocalStoreFacts(str(path)).read()
+    assert facts["repair"] == {"open": {("RESET_GPU", "open"): 1, ("RMA", "open"): 1},
+                               "since": {"b200-001": NOW, "b200-002": NOW + 5}}
+    col = HeadCollector.__new__(HeadCollector)
+    metrics = {m.name: m for m in col._extra(facts)}
+    got = {tuple(s.labels.values()): s.value for s in metrics["slurmadm_repair_incidents"].samples}
+    assert got == {("RESET_GPU", "open"): 1, ("RMA", "open"): 1}
+    assert [s.value for s in metrics["slurmadm_repair_nodes"].samples] == [2]
+
+
+def test_an_old_store_without_the_tables_has_no_repair_series(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE check_results (id INTEGER PRIMARY KEY, ts REAL, run_id TEXT, node TEXT, context TEXT, "
+               "check_id TEXT, status TEXT, severity TEXT, detail TEXT, value REAL, duration_ms REAL)")
+    db.execute("CREATE TABLE burnin_nodes (sweep_id TEXT, node TEXT, ts REAL, verdict TEXT)")
+    db.commit()
+    db.close()
+    assert LocalStoreFacts(str(path)).read()["repair"] is None
