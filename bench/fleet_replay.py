@@ -1,0 +1,416 @@
+#!/usr/bin/env python3
+"""A month at the reference site in an hour (issue 37): replay a real fault mix and a job stream on
+the dev cluster under three policies, and measure what each loses.
+
+    .venv/bin/python bench/fleet_replay.py [--nodes 32] [--minutes 20] [--seed 1]
+        [--compression 2000] [--rate-scale 1] [--policies a,b,c] [--jobs FILE] [--faults FILE]
+        [--out DIR] [--port-base 37000] [--state-dir /tmp/slurmadm-replay] [--write-schedules DIR]
+
+Root, as `dev-cluster up`. Per policy, one dev cluster of --nodes fake B200 nodes with BMCs and
+sshd comes up fresh; two streams run at once for --minutes:
+- jobs (bench/replay/schedule.py: sizes and durations, [ESTIMATE] shapes named there), each an
+  sbatch of `srun python bench/replay/job.py` on every node: it trains for its duration and dies
+  when one of its GPUs is lost or logs a fatal XID, as a real job does; a dead node ends it
+  NODE_FAIL;
+- faults (bench/replay/fault_mix.csv, a source per rate), injected through `dev-cluster gpu-fault`
+  / `ib-fault` / `bmc-fault` or by stopping a node's slurmd, and repaired (cleared, the node
+  booted) after the class's repair time.
+Times are compressed (--compression site seconds per replay second); the dev cluster's Slurm and
+health clocks are already short (devsite.py).
+
+Policies, on the same schedules:
+  a  slurmadm as a site runs it: the hooks, and every --repair-every replay seconds `repair run`
+     (when this slurmadm has the repair ladder), `bmc health` (the BMC sweep a site runs from cron)
+     and `bmc recover` for dead nodes
+  b  no health enforcement: every check's on_fail = ignore (the hooks run and never drain)
+  c  NHC-like: drain on a failed check, resume after one clean run, no ladder, no recovery
+
+Schedules as files (--jobs / --faults), CSV with the columns documented in
+bench/replay/schedule.py; --write-schedules DIR writes the drawn ones, so a run can be replayed
+exactly. The report (--out DIR: replay.json, report.md, and report.html, the same with charts of
+detection time per class, GPU-hours lost and ETTR per policy: bench/replay/html.py) holds per
+policy: detection per class (p50/p95 from injection to drain, in site seconds), job harm, false
+drains, repair, cost (GPU-hours lost, ETTR) and the ratios, the issue's targets, and the growth of
+long-lived processes (RSS, open files) and of the store, sampled every --watch-every real seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import tomli_w  # noqa: E402
+import tomllib  # noqa: E402
+
+from bench.replay import html, measure, schedule, watch  # noqa: E402
+from slurmadm.devcluster.bmcs import node_power  # noqa: E402
+from slurmadm.devcluster.cluster import DevCluster  # noqa: E402
+from slurmadm.hostlist import expand  # noqa: E402
+from slurmadm.resources import example_site  # noqa: E402
+from tests.integration.helpers import ensure_burnin_accounting  # noqa: E402
+
+PY = sys.executable
+POLICIES = ("a", "b", "c")
+
+
+def site_for(policy: str, out: Path) -> Path:
+    """The example site with the policy's health settings."""
+    data = tomllib.loads(Path(example_site()).read_text())
+    health = data.setdefault("health", {})
+    if policy == "b":
+        from slurmadm.health.checks import BY_ID
+        health["checks"] = {cid: {"on_fail": "ignore"} for cid in BY_ID}
+    elif policy == "c":
+        health["resume_after_clean_runs"] = 1
+    path = out / f"site-{policy}.toml"
+    path.write_text(tomli_w.dumps(data))
+    return path
+
+
+def slurmadm(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "slurmadm", *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def shorten_health_interval(dc: DevCluster, env: dict[str, str], seconds: int) -> None:
+    """Slurm's HealthCheckInterval to match the compression (the dev site sets 30 s: 17 site hours at
+    2,000x); slurmctld reads it again on reconfigure."""
+    conf = Path(dc.slurm_conf)
+    text = re.sub(r"(?m)^HealthCheckInterval\s*=\s*\d+\s*$", f"HealthCheckInterval={seconds}", conf.read_text())
+    conf.write_text(text)
+    subprocess.run(["scontrol", "reconfigure"], env=env, capture_output=True, timeout=60, check=True)
+
+
+IN_SERVICE = ("idle", "mix", "alloc", "comp", "plnd")
+
+
+def out_of_service(state: str) -> bool:
+    """Whether sinfo's short state (%t) is a node out of service: anything but idle, mixed,
+    allocated, completing or planned (a `*` only says slurmd was slow to answer a ping, which a
+    loaded machine does). A node rebooting (`boot`, `@`, `^`), held in a maintenance reservation
+    for its qualification (`maint`, `resv`), DOWN or drained is out: a repair ladder's reboot and
+    qualification are one stretch out of service, not drains and returns in between."""
+    st = state.strip().rstrip("*")
+    return st not in IN_SERVICE
+
+
+def has_repair(env: dict[str, str]) -> bool:
+    return slurmadm(env, "repair", "--help").returncode == 0
+
+
+class Run:
+    """One policy's run: the threads that submit jobs, inject faults, act as the policy, poll Slurm
+    for drains and returns, and watch the long-lived processes."""
+
+    def __init__(self, policy: str, dc: DevCluster, env: dict[str, str], jobs, faults, signal, args):
+        self.policy, self.dc, self.env, self.jobs, self.faults, self.args = policy, dc, env, jobs, faults, args
+        self.signal: dict[str, bool] = signal  # class -> has a node-level signal
+        self.stop = threading.Event()
+        self.t0 = 0.0
+        self.drains: list[measure.Drain] = []
+        self.returns: list[measure.Return] = []
+        self.lemons: set[str] = set()
+        self.errors: list[str] = []
+        self.samples: dict[str, list[dict]] = {}
+        self.job_ids: dict[str, str] = {}
+        self.took_effect: dict[int, float] = {}  # schedule index -> replay time its injection returned
+        self.nodelist = ",".join(f"b200-{i:03d}" for i in range(1, args.nodes + 1))
+        self.user_fail = dc.p("replay-user-fail")
+        self.user_fail.mkdir(exist_ok=True)
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def _at(self, t: float) -> bool:
+        """Wait until replay time t; False when the run is over."""
+        while not self.stop.is_set():
+            left = t - self.now()
+            if left <= 0:
+                return True
+            self.stop.wait(min(left, 1.0))
+        return False
+
+    # ---------------------------------------------------------------- streams
+    def submit_jobs(self) -> None:
+        script = REPO / "bench" / "replay" / "job.py"
+        for job in self.jobs:
+            if not self._at(job.t_s):
+                return
+            kmsg = f"{self.dc.p('gpus')}/$SLURMD_NODENAME.kmsg"
+            wrap = (f"#!/bin/sh\nexec srun --kill-on-bad-exit=1 sh -c "
+                    f"'exec {PY} {script} {job.duration_s} {kmsg} {self.user_fail}'\n")
+            r = subprocess.run(["sbatch", "--parsable", "-J", job.name, "-N", str(job.nodes), "--gres=gpu:8",
+                                "--exclusive", "--requeue", "-o", "/dev/null"],
+                               input=wrap, env=self.env, capture_output=True, text=True, timeout=60)
+            if r.returncode == 0:
+                self.job_ids[job.name] = r.stdout.strip().split(";")[0]
+            else:
+                self.errors.append(f"sbatch {job.name}: {r.stderr.strip()[:200]}")
+
+    def inject_faults(self) -> None:
+        repairs: list[tuple[float, schedule.Fault]] = []
+        pending = list(self.faults)
+        index = {id(f): i for i, f in enumerate(self.faults)}
+        while not self.stop.is_set() and (pending or repairs):
+            nxt = min([f.t_s for f in pending[:1]] + [t for t, _ in repairs], default=None)
+            if nxt is None or not self._at(nxt):
+                return
+            t = self.now()
+            for due in [r for r in repairs if r[0] <= t]:
+                repairs.remove(due)
+                self._fault(due[1], clear=True)
+            while pending and pending[0].t_s <= t:
+                f = pending.pop(0)
+                self._fault(f, clear=False)
+                self.took_effect[index[id(f)]] = self.now()
+                if f.duration_s > 0:
+                    repairs.append((f.t_s + f.duration_s, f))
+
+    def _fault(self, f: schedule.Fault, *, clear: bool) -> None:
+        sd = ["--state-dir", str(self.dc.state_dir)]
+        if f.injector == "gpu":
+            args = ["dev-cluster", "gpu-fault", f.node, "--gpu", f.part, "--kind", f.kind, *sd]
+            args += ["--clear"] if clear else (["--value", f.value] if f.value else [])
+        elif f.injector == "ib":
+            args = ["dev-cluster", "ib-fault", f.node, "--hca", f.part, *sd]
+            args += ["--clear"] if clear else ["--kind", f.kind]
+        elif f.injector == "bmc":
+            args = ["dev-cluster", "bmc-fault", f.node, *sd]
+            args += ["--clear"] if clear else ["--kind", f.kind] + (["--value", f.value] if f.value else [])
+        elif f.injector == "node":
+            # the host dies as when its power goes (slurmd and sshd killed at once) and is booted
+            # at its repair, as the BMC's power switch does it (devcluster/bmcs.py)
+            node_power(self.dc, f.node, "on" if clear else "off")
+            return
+        else:  # user: the task on that node fails with its own bug (bench/replay/job.py)
+            if not clear:
+                (self.user_fail / f.node).touch()
+            return
+        r = slurmadm(self.env, *args)
+        if r.returncode != 0:
+            self.errors.append(f"{' '.join(args[:4])}: {(r.stderr or r.stdout).strip()[:200]}")
+
+    # ---------------------------------------------------------------- the policy's own timers
+    def timers(self) -> list[tuple[str, list[str]]]:
+        """The policy's own timers, each run every --repair-every replay seconds in a thread of its
+        own (a site's systemd timers do not wait for each other: a `repair run` busy qualifying a
+        node does not hold up the BMC sweep)."""
+        if self.policy != "a":
+            return []
+        out = [("repair", ["repair", "run", "--reason", "fleet replay"])] if has_repair(self.env) else []
+        # the head node's BMC sweep, as a site runs it from cron: PSU, fan and temperature faults
+        # have no other path to a drain (the hooks read the GPUs and HCAs, not the BMC)
+        out.append(("bmc-health", ["bmc", "health", self.nodelist]))
+        out.append(("bmc-recover", ["bmc", "recover", "--sweep", "--reason", "fleet replay"]))
+        return out
+
+    def act(self, name: str, argv: list[str]) -> None:
+        while self._at(self.now() + self.args.repair_every):
+            r = slurmadm(self.env, *argv, timeout=300)
+            if r.returncode not in (0, 1):
+                self.errors.append(f"{' '.join(argv[:2])}: exit {r.returncode}: {(r.stderr or r.stdout).strip()[:200]}")
+
+    def poll(self) -> None:
+        """Drains and returns as Slurm shows them, once a replay second: the same for every policy
+        and independent of what slurmadm records."""
+        drained: dict[str, str] = {}
+        while not self.stop.is_set():
+            r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N|%t|%E"], env=self.env, capture_output=True,
+                               text=True, timeout=30)
+            t = self.now()
+            seen: dict[str, str] = {}
+            for line in r.stdout.splitlines():
+                node, state, reason = (line.split("|", 2) + ["", ""])[:3]
+                if out_of_service(state):
+                    seen[node] = reason if reason.strip() not in ("", "none") else f"none ({state})"
+            for node, reason in seen.items():
+                if node not in drained:
+                    self.drains.append(measure.Drain(t, node, reason))
+                if "repair: lemon" in reason:
+                    self.lemons.add(node)
+            for node in set(drained) - set(seen):
+                by = "ladder" if drained[node].startswith("slurmadm: repair:") else "clean-runs"
+                self.returns.append(measure.Return(t, node, by))
+            drained = seen
+            self.stop.wait(1.0)
+
+    def watch(self) -> None:
+        while not self.stop.wait(self.args.watch_every):
+            for d in self.dc.extra_daemons() + [self.dc.daemon("slurmctld")]:
+                pid = d.pid()
+                s = watch.sample_pid(pid) if pid else None
+                if s is not None:
+                    self.samples.setdefault(d.name, []).append(s)
+            size = sum(f.stat().st_size for f in self.dc.state_dir.rglob("*.db") if f.is_file())
+            self.samples.setdefault("stores", []).append({"bytes": size})
+
+    # ---------------------------------------------------------------- whole run
+    def run(self, seconds: float) -> measure.Observed:
+        threads = [threading.Thread(target=fn, daemon=True, name=fn.__name__)
+                   for fn in (self.submit_jobs, self.inject_faults, self.poll, self.watch)]
+        threads += [threading.Thread(target=self.act, args=(name, argv), daemon=True, name=name)
+                    for name, argv in self.timers()]
+        self.t0 = time.monotonic()
+        for th in threads:
+            th.start()
+        self.stop.wait(seconds)
+        self.stop.set()
+        for th in threads:
+            th.join(timeout=120)
+        subprocess.run(["scancel", "--full", "-u", "root"], env=self.env, capture_output=True, timeout=60)
+        return measure.Observed(self.policy, self.args.compression, seconds,
+                                [(replace(f, t_s=round(self.took_effect[i], 3)), self.signal[f.cls])
+                                 for i, f in enumerate(self.faults) if i in self.took_effect],
+                                self.drains, self.returns, self.runs(), sorted(self.lemons))
+
+    def runs(self) -> list[measure.Run]:
+        """Every job run as sacct shows it (requeued runs apart), in replay seconds."""
+        if not self.job_ids:
+            return []
+        r = subprocess.run(["sacct", "-X", "-n", "-P", "--duplicates", "-j", ",".join(self.job_ids.values()),
+                            "-o", "JobName,NodeList,Start,End,State"],
+                           env=self.env, capture_output=True, text=True, timeout=60)
+        wall0 = time.time() - (time.monotonic() - self.t0)
+        out = []
+        for line in r.stdout.splitlines():
+            name, nodelist, start, end, state = (line.split("|") + [""] * 5)[:5]
+            if "Unknown" in (start, end) or "None" in (start, end) or not (start and end and nodelist):
+                continue
+            s = datetime.fromisoformat(start).timestamp() - wall0
+            e = datetime.fromisoformat(end).timestamp() - wall0
+            out.append(measure.Run(name, tuple(expand(nodelist)), s, e, state.split()[0]))
+        return out
+
+
+def keep_logs(dc: DevCluster, dest: Path) -> None:
+    """The health results and the audit trail of a run, kept beside the report before the cluster
+    is purged: what a person reads when a target is missed."""
+    import shutil
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for src in [dc.p("log", "health.jsonl"), *sorted(dc.p("log").glob("slurmctld*")),
+                *sorted(dc.p("burnin", "repair").glob("*"))]:
+        if src.is_file():
+            shutil.copy(src, dest / src.name)
+    store = dc.p("slurmadm.db")  # incidents, BMC check results, audit events: one consistent copy
+    if store.is_file():
+        import sqlite3
+
+        with sqlite3.connect(store) as src, sqlite3.connect(dest / "slurmadm.db") as dst:
+            src.backup(dst)
+
+
+def markdown(cmp: dict, results: dict, args) -> str:
+    lines = [f"fleet replay: {args.nodes} nodes, {args.minutes} min, seed {args.seed}, "
+             f"compression {args.compression:g}x, rate scale {args.rate_scale:g}", ""]
+    lines.append("| policy | faults detected | jobs on faulty nodes (known) | killed | false drains | returned by ladder | "
+                 "lemons | node-h out | GPU-h lost | ETTR |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
+    for p, r in results.items():
+        det = sum(c["detected"] for c in r["per_class"].values())
+        inj = sum(c["injected"] for c in r["per_class"].values())
+        known = r["jobs"].get("started_on_known_faulty_node", 0)
+        lines.append(f"| {p} | {det}/{inj} | {r['jobs']['started_on_faulty_node']} ({known}) | "
+                     f"{r['jobs']['killed_by_faults']} | "
+                     f"{r['drains']['false']} | {r['repair']['returned_by_ladder']} | {len(r['repair']['lemons'])} | "
+                     f"{r['repair']['node_hours_out']} | {r['cost']['gpu_hours_lost']} | {r['cost']['ettr']} |")
+    lines += ["", "targets (policy a): " + ", ".join(f"{k}: {'met' if v else 'NOT met'}"
+                                                     for k, v in cmp["targets"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=32)
+    ap.add_argument("--minutes", type=float, default=20.0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--compression", type=float, default=2000.0)
+    ap.add_argument("--rate-scale", type=float, default=1.0)
+    ap.add_argument("--policies", default="a,b,c")
+    ap.add_argument("--jobs")
+    ap.add_argument("--faults")
+    ap.add_argument("--write-schedules")
+    ap.add_argument("--out", default="/tmp/slurmadm-replay-out")
+    ap.add_argument("--port-base", type=int, default=37000)
+    ap.add_argument("--state-dir", default="/tmp/slurmadm-replay")
+    ap.add_argument("--repair-every", type=float, default=10.0)
+    ap.add_argument("--watch-every", type=float, default=60.0)
+    ap.add_argument("--health-interval", type=int, default=10,
+                    help="Slurm's HealthCheckInterval during the replay (real seconds)")
+    args = ap.parse_args()
+    policies = args.policies.split(",")
+    if any(p not in POLICIES for p in policies):
+        print(f"fleet_replay: --policies: {args.policies!r}: each one of a, b, c", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    nodes = [f"b200-{i:03d}" for i in range(1, args.nodes + 1)]
+    days = args.minutes * 60 * args.compression / 86400
+    mix = schedule.load_mix()
+    try:
+        faults = (schedule.read_faults(Path(args.faults).read_text(), args.faults, set(nodes)) if args.faults else
+                  schedule.fault_schedule(mix, nodes, days=days, seed=args.seed, compression=args.compression,
+                                          rate_scale=args.rate_scale))
+        jobs = (schedule.read_jobs(Path(args.jobs).read_text(), args.jobs, args.nodes) if args.jobs else
+                schedule.job_schedule(args.nodes, days=days, seed=args.seed, compression=args.compression))
+    except schedule.ScheduleError as e:
+        print(f"fleet_replay: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"fleet_replay: {e.filename}: {e.strerror}", file=sys.stderr)
+        return 2
+    if args.write_schedules:
+        d = Path(args.write_schedules)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "faults.csv").write_text(schedule.write_faults(faults))
+        (d / "jobs.csv").write_text(schedule.write_jobs(jobs))
+    signal = {r.cls: r.signal == "node" for r in mix}
+    results, watched, errors, timeline = {}, {}, {}, {}
+    for policy in policies:
+        dc = DevCluster(Path(args.state_dir) / policy)
+        dc.down(purge=True)
+        dc.up(nodes=args.nodes, site_file=str(site_for(policy, out)), port_base=args.port_base, bmc=True, ssh=True,
+              timeout=600)
+        try:
+            env = {**os.environ, **dc.env()}
+            dc.wait_ready(timeout=300)
+            # what `accounts apply` creates at a site: the burn-in QOS and account that the repair
+            # ladder's qualification jobs run under (without them Slurm refuses every one)
+            ensure_burnin_accounting(env, dc.site())
+            shorten_health_interval(dc, env, args.health_interval)
+            run = Run(policy, dc, env, jobs, faults, signal, args)
+            obs = run.run(args.minutes * 60)
+            results[policy] = measure.measure(obs)
+            watched[policy] = {k: {m: watch.growth([s[m] for s in v]) for m in v[0]} for k, v in run.samples.items()}
+            errors[policy] = run.errors[:50]
+            timeline[policy] = {"drains": [[round(d.t_s, 2), d.node, d.reason] for d in obs.drains],
+                                "returns": [[round(r.t_s, 2), r.node, r.by] for r in obs.returns],
+                                "runs": [[r.name, ",".join(r.nodes), round(r.start_s, 2), round(r.end_s, 2), r.state]
+                                         for r in obs.runs]}
+        finally:
+            keep_logs(dc, out / f"logs-{policy}")
+            dc.down(purge=True)
+    cmp = measure.compare(results)
+    report = {"args": vars(args), "results": results, "compare": cmp, "watched": watched, "errors": errors,
+              "timeline": timeline,
+              "assumptions": measure.__doc__}
+    (out / "replay.json").write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
+    (out / "report.md").write_text(markdown(cmp, results, args))
+    (out / "report.html").write_text(html.render_html(json.loads(json.dumps(report, default=str))))
+    print(markdown(cmp, results, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""A stand-in training task of the replay's job stream (one per node, under srun).
+
+It "trains" for its duration and dies the way a real one does: when one of its GPUs is lost
+(NVML answers GPU_IS_LOST / not found, as CUDA fails) or when the node's kernel log gains a fatal
+XID for one of its GPUs (a CUDA error or NCCL timeout follows in a real job). Usage:
+
+    python job.py DURATION_S KMSG_FILE [USER_FAIL_DIR]
+
+A file named for the node in USER_FAIL_DIR (the replay's `user` faults: a software bug, no node
+signal) makes the task on that node fail with exit 1, as a job's own bug does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+
+# XIDs after which the CUDA context of a process on that GPU is gone (NVIDIA's Xid catalog: the
+# ones whose resolution is a GPU reset or node reboot, plus the contained ECC error that kills the
+# faulting process). Application-class XIDs (13, 31, 43, 45) are the job's own fault, raised by it.
+FATAL = {8, 46, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 109, 110, 119, 120, 136, 140, 143, 144, 145, 149, 154}
+XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)[ )].*?(\d+),")
+
+
+def bus_key(bus: str) -> str:
+    """`1b:00` from NVML's `00000000:1B:00.0` and from the kernel's `0000:1b:00`."""
+    parts = bus.split(".")[0].split(":")
+    return ":".join(parts[-2:]).lower()
+
+
+def main() -> int:
+    duration, kmsg = float(sys.argv[1]), sys.argv[2]
+    user_fail = os.path.join(sys.argv[3], os.environ.get("SLURMD_NODENAME", "")) if len(sys.argv) > 3 else None
+    import pynvml
+
+    pynvml.nvmlInit()
+    visible = [int(i) for i in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if i.strip().isdigit()]
+    buses = set()
+    for i in visible:
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        bus = pynvml.nvmlDeviceGetPciInfo(h).busId
+        buses.add(bus_key(bus.decode() if isinstance(bus, bytes) else bus))
+    try:
+        offset = os.path.getsize(kmsg)
+    except OSError:
+        offset = 0
+    end = time.monotonic() + duration
+    while time.monotonic() < end:
+        time.sleep(min(2.0, max(0.0, end - time.monotonic())))
+        if user_fail and os.path.exists(user_fail):
+            os.unlink(user_fail)
+            print("RuntimeError: shape mismatch in the user's model code", file=sys.stderr)
+            return 1
+        for i in visible:
+            try:
+                pynvml.nvmlDeviceGetTemperature(pynvml.nvmlDeviceGetHandleByIndex(i), 0)
+            except pynvml.NVMLError as e:
+                print(f"CUDA error: unspecified launch failure (GPU {i}: {e})", file=sys.stderr)
+                return 1
+        try:
+            with open(kmsg, "rb") as f:
+                f.seek(offset if os.path.getsize(kmsg) >= offset else 0)
+                new = f.read().decode("utf-8", "replace")
+                offset = f.tell()
+        except OSError:
+            new = ""
+        for bus, xid in XID.findall(new):
+            if int(xid) in FATAL and bus_key(bus) in buses:
+                print(f"CUDA error: an illegal memory access was encountered (Xid {xid} on {bus})",
+                      file=sys.stderr)
+                return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""What a replay measured, per policy, from what it observed: pure arithmetic, no cluster.
+
+A policy's run is observed as the faults it injected (when, where, what class, whether a node-level
+signal exists), the drains and returns Slurm and slurmadm recorded, and every job run as sacct
+saw it. From those, `measure()` gives the report's figures; `compare()` puts the policies side by
+side with the issue's targets. All times here are replay seconds; `compression` turns them into
+site time (hours) for the figures a site reads.
+
+Assumptions, stated in the report too:
+- a failed run's whole time is lost (no checkpoint data), as Kokolis et al. (HPCA'25) assume
+  for ETTR without checkpoints;
+- a failed run is killed by a fault when a fault on one of its nodes was in its part at some
+  time from 10 minutes (site time) before the run started to the run's end (Meta's attribution
+  window, the part before the failure: nothing injected after the run's end can kill it);
+- a drain is false when its node had no injected fault active and none injected in the 10 site
+  minutes before it, unless it is the repair of an earlier fault on the node: the repair ladder's
+  own drain (`slurmadm: repair: ...`) or a reboot's passing state (no reason), counted apart
+  (`repair_after_fault`);
+- a fault with no repair time (duration 0: "until the ladder acts") is in its part until the
+  node's first return to service after it (a reset or a reboot has repaired it, or a qualification
+  passed) or, when the node never returns, to the end;
+- job harm counts runs started on a node after a fault's injection while it was in its part
+  (`started_on_faulty_node`: a BMC fault has no prolog check, so a job may start there before the
+  next BMC sweep); the target counts those started after a drain had followed the fault
+  (`started_on_known_faulty_node`: the node returned to service too soon, or never left it);
+- a fault's time is when its injection took effect (the injector returned), not when the schedule
+  asked for it: on a loaded machine a prolog may run in between and rightly find nothing.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from .schedule import Fault
+
+GPUS_PER_NODE = 8
+WINDOW_SITE_S = 600          # Meta's "within the last 10 minutes"
+KILLED_STATES = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY")
+
+
+@dataclass(frozen=True)
+class Drain:
+    t_s: float
+    node: str
+    reason: str             # Slurm's reason; slurmadm's start "slurmadm: <check-id>: "
+
+
+@dataclass(frozen=True)
+class Return:
+    t_s: float
+    node: str
+    by: str                 # ladder | clean-runs | admin | recover
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    nodes: tuple[str, ...]
+    start_s: float
+    end_s: float
+    state: str              # sacct's State word (COMPLETED, FAILED, NODE_FAIL, ...)
+
+
+@dataclass
+class Observed:
+    policy: str
+    compression: float
+    horizon_s: float
+    faults: list[tuple[Fault, bool]]          # (fault, has a node-level signal)
+    drains: list[Drain] = field(default_factory=list)
+    returns: list[Return] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
+    lemons: list[str] = field(default_factory=list)
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(sorted(values), n=100, method="inclusive")[round(q * 100) - 1]
+
+
+def mechanism(reason: str) -> str:
+    """The check id of a slurmadm reason (`slurmadm: gpu-xid: ...` -> gpu-xid), else `other`."""
+    if reason.startswith("slurmadm: "):
+        rest = reason[len("slurmadm: "):]
+        return rest.split(":", 1)[0].strip() or "other"
+    return "other"
+
+
+def _active(fault: Fault, t: float, returns: list[Return] | None = None) -> bool:
+    """Whether the fault is still in its part at time t (injected, not yet repaired): until its
+    repair time, or with none (duration 0) until the node's first return after it."""
+    if fault.t_s > t:
+        return False
+    if fault.duration_s:
+        return t < fault.t_s + fault.duration_s
+    back = min((r.t_s for r in returns or [] if r.node == fault.node and r.t_s > fault.t_s), default=None)
+    return back is None or t < back
+
+
+def repair_reason(reason: str) -> bool:
+    """A drain the repair of a fault makes: the ladder's own, or a node passing through a reboot
+    (Slurm shows no reason)."""
+    return reason.startswith("slurmadm: repair:") or reason.strip() in ("", "none") or reason.startswith("none (")
+
+
+def _out_intervals(obs: Observed) -> dict[str, list[tuple[float, float]]]:
+    events = sorted([(d.t_s, d.node, "drain") for d in obs.drains]
+                    + [(r.t_s, r.node, "return") for r in obs.returns])
+    since: dict[str, float] = {}
+    out: dict[str, list[tuple[float, float]]] = {}
+    for t, node, what in events:
+        if what == "drain":
+            since.setdefault(node, t)
+        elif node in since:
+            out.setdefault(node, []).append((since.pop(node), t))
+    for node, t in since.items():
+        out.setdefault(node, []).append((t, obs.horizon_s))
+    return out
+
+
+def measure(obs: Observed) -> dict:
+    c = obs.compression
+    window = WINDOW_SITE_S / c
+    out = _out_intervals(obs)
+
+    def out_at(node: str, t: float) -> bool:
+        return any(a <= t < b for a, b in out.get(node, []))
+
+    # ---- detection per class
+    classes: dict[str, dict] = {}
+    for fault, signal in obs.faults:
+        row = classes.setdefault(fault.cls, {"injected": 0, "detected": 0, "signal": signal,
+                                             "mechanisms": {}, "latency_s": [], "already_out": 0})
+        row["injected"] += 1
+        if not signal:
+            continue  # nothing on the node to see: not a detection target (the job harm counts it)
+        if out_at(fault.node, fault.t_s):
+            row["already_out"] += 1
+            continue
+        first = next((d for d in sorted(obs.drains, key=lambda d: d.t_s)
+                      if d.node == fault.node and d.t_s >= fault.t_s
+                      and (fault.duration_s == 0 or d.t_s <= fault.t_s + fault.duration_s + window)), None)
+        if first is not None:
+            row["detected"] += 1
+            m = mechanism(first.reason)
+            row["mechanisms"][m] = row["mechanisms"].get(m, 0) + 1
+            row["latency_s"].append((first.t_s - fault.t_s) * c)
+    per_class = {}
+    for cls, row in sorted(classes.items()):
+        lat = row.pop("latency_s")
+        per_class[cls] = {**row, "p50_s": _pct(lat, 0.5), "p95_s": _pct(lat, 0.95)}
+    undetected = sorted(cls for cls, r in per_class.items()
+                        if r["signal"] and r["injected"] > r["already_out"] and r["detected"] == 0)
+
+    # ---- job harm
+    signalled = [f for f, s in obs.faults if s]
+    started_on_faulty = [r.name for r in obs.runs
+                         if any(f.node in r.nodes and f.t_s < r.start_s and _active(f, r.start_s, obs.returns)
+                                for f in signalled)]
+    # known: a drain of the node has followed the fault (the fleet has seen it); a run that still
+    # starts there while the fault is in its part (the node returned too soon, a drain refused by
+    # the breaker came later) is the issue's "job started on a known-faulty node"
+    drains_by_time = sorted(obs.drains, key=lambda d: d.t_s)
+    known_at = {id(f): next((d.t_s for d in drains_by_time if d.node == f.node and d.t_s >= f.t_s), None)
+                for f in signalled}
+    started_on_known = [r.name for r in obs.runs
+                        if any(f.node in r.nodes and known_at[id(f)] is not None and known_at[id(f)] < r.start_s
+                               and _active(f, r.start_s, obs.returns) for f in signalled)]
+    killed = [r for r in obs.runs if r.state in KILLED_STATES
+              and any(f.node in r.nodes and f.t_s <= r.end_s
+                      and (f.duration_s == 0 or f.t_s + f.duration_s >= r.start_s - window)
+                      for f, _ in obs.faults)]
+
+    # ---- false drains
+    uncaused = [d for d in obs.drains
+                if not any(f.node == d.node and (_active(f, d.t_s, obs.returns) or 0 <= d.t_s - f.t_s <= window)
+                           for f, _ in obs.faults)]
+    repairs = [d for d in uncaused if repair_reason(d.reason)
+               and any(f.node == d.node and f.t_s < d.t_s for f, _ in obs.faults)]
+    false_drains = [d for d in uncaused if d not in repairs]
+
+    # ---- repair and cost
+    node_hours_out = sum(min(b, obs.horizon_s) - a for iv in out.values() for a, b in iv) * c / 3600
+    gpu_h = lambda r: (r.end_s - r.start_s) * len(r.nodes) * GPUS_PER_NODE * c / 3600
+    lost = sum(gpu_h(r) for r in killed)
+    completed = sum(gpu_h(r) for r in obs.runs if r.state == "COMPLETED")
+    return {
+        "policy": obs.policy,
+        "per_class": per_class,
+        "undetected_classes": undetected,
+        "jobs": {"runs": len(obs.runs), "started_on_faulty_node": len(started_on_faulty),
+                 "started_on_faulty_names": started_on_faulty[:20],
+                 "started_on_known_faulty_node": len(started_on_known),
+                 "started_on_known_faulty_names": started_on_known[:20], "killed_by_faults": len(killed)},
+        "drains": {"total": len(obs.drains), "false": len(false_drains), "repair_after_fault": len(repairs),
+                   "false_nodes": sorted({d.node for d in false_drains}),
+                   "false_reasons": sorted({d.reason for d in false_drains})[:20]},
+        "repair": {"returned_by_ladder": sum(r.by == "ladder" for r in obs.returns),
+                   "returned_otherwise": sum(r.by != "ladder" for r in obs.returns),
+                   "lemons": sorted(obs.lemons), "node_hours_out": round(node_hours_out, 2)},
+        "cost": {"gpu_hours_completed": round(completed, 2), "gpu_hours_lost": round(lost, 2),
+                 "ettr": round(completed / (completed + lost), 4) if completed + lost else None},
+    }
+
+
+def compare(results: dict[str, dict]) -> dict:
+    """The policies side by side, and the issue's targets for slurmadm's policy (a)."""
+    lost = {p: r["cost"]["gpu_hours_lost"] for p, r in results.items()}
+    ratios = {f"{p}/{q}": (round(lost[p] / lost[q], 3) if lost[q] else None)
+              for p in lost for q in lost if p != q}
+    targets = {}
+    a = results.get("a")
+    if a is not None:
+        targets = {
+            "every signalled class detected": not a["undetected_classes"],
+            "no job started on a known-faulty node": a["jobs"]["started_on_known_faulty_node"] == 0,
+            "no false drain": a["drains"]["false"] == 0,
+        }
+        if "c" in lost:
+            targets["loses at most half of the NHC-like policy's GPU-hours"] = (
+                lost["a"] <= 0.5 * lost["c"] if lost["c"] else lost["a"] == 0)
+    return {"gpu_hours_lost": lost, "ratios": ratios, "targets": targets}

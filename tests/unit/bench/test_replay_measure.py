@@ -1,0 +1,170 @@
+"""The replay's figures from what a run observed: detection per class, job harm, false drains,
+repair and cost, and the targets of policy (a) against the NHC-like policy (c)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bench.replay import measure as m
+from bench.replay import watch
+from bench.replay.schedule import Fault
+
+pytestmark = pytest.mark.unit
+
+C = 1000.0  # compression: 1 replay second = 1000 site seconds
+
+
+def fault(t, node, cls="faulty-gpu", duration=0.0, kind="xid"):
+    return Fault(t, node, kind, "gpu", "3", "79", duration, cls)
+
+
+def observed(policy="a", **kw):
+    base = {"policy": policy, "compression": C, "horizon_s": 100.0, "faults": []}
+    return m.Observed(**{**base, **kw})
+
+
+def test_a_drain_after_the_fault_detects_it_with_its_mechanism_and_latency():
+    obs = observed(faults=[(fault(10, "n1"), True), (fault(20, "n2", cls="psu", kind="psu-failed"), True)],
+                   drains=[m.Drain(10.5, "n1", "slurmadm: gpu-xid: GPU3 Xid 79 [prolog]")])
+    r = m.measure(obs)
+    assert r["per_class"]["faulty-gpu"] == {"injected": 1, "detected": 1, "signal": True,
+                                            "mechanisms": {"gpu-xid": 1}, "already_out": 0,
+                                            "p50_s": 500.0, "p95_s": 500.0}
+    assert r["undetected_classes"] == ["psu"]
+
+
+def test_a_fault_with_no_node_signal_is_not_counted_as_missed():
+    obs = observed(faults=[(fault(10, "n1", cls="sdc", kind="corrupt"), False)])
+    assert m.measure(obs)["undetected_classes"] == []
+
+
+def test_a_fault_on_a_node_already_drained_is_counted_as_already_out():
+    obs = observed(faults=[(fault(10, "n1"), True), (fault(30, "n1", cls="gpu-hbm"), True)],
+                   drains=[m.Drain(11, "n1", "slurmadm: gpu-xid: x")])
+    r = m.measure(obs)
+    assert r["per_class"]["gpu-hbm"]["already_out"] == 1
+    assert r["undetected_classes"] == []
+
+
+def test_a_job_started_after_the_fault_and_before_its_repair_is_harm():
+    f = fault(10, "n1", duration=20)
+    obs = observed(faults=[(f, True)], runs=[
+        m.Run("before", ("n1",), 5, 9, "COMPLETED"),
+        m.Run("during", ("n1", "n2"), 15, 16, "FAILED"),     # started on the faulty node: harm, and killed
+        m.Run("after-repair", ("n1",), 31, 40, "COMPLETED"),
+        m.Run("elsewhere", ("n2",), 15, 40, "COMPLETED"),
+    ])
+    r = m.measure(obs)
+    assert r["jobs"]["started_on_faulty_node"] == 1
+    assert r["jobs"]["started_on_faulty_names"] == ["during"]
+    assert r["jobs"]["killed_by_faults"] == 1
+
+
+def test_a_failed_run_with_no_fault_in_its_window_is_the_users_and_costs_nothing_here():
+    obs = observed(faults=[(fault(50, "n1"), True)],
+                   runs=[m.Run("user", ("n1",), 10, 20, "FAILED"), m.Run("ok", ("n1",), 20, 30, "COMPLETED")])
+    r = m.measure(obs)
+    assert r["jobs"]["killed_by_faults"] == 0
+    assert r["cost"]["gpu_hours_lost"] == 0
+    assert r["cost"]["gpu_hours_completed"] == pytest.approx(10 * 8 * C / 3600, abs=0.01)
+    assert r["cost"]["ettr"] == 1.0
+
+
+def test_a_drain_with_no_fault_behind_it_is_false():
+    obs = observed(faults=[(fault(10, "n1", duration=5), True)],
+                   drains=[m.Drain(12, "n1", "slurmadm: gpu-xid: x"), m.Drain(40, "n1", "slurmadm: gpu-ecc: y"),
+                           m.Drain(50, "n2", "slurmadm: infiniband: z")])
+    r = m.measure(obs)
+    assert r["drains"] == {"total": 3, "false": 2, "repair_after_fault": 0, "false_nodes": ["n1", "n2"],
+                           "false_reasons": ["slurmadm: gpu-ecc: y", "slurmadm: infiniband: z"]}
+
+
+def test_time_out_of_service_runs_from_drain_to_return_or_the_end():
+    obs = observed(drains=[m.Drain(10, "n1", "r"), m.Drain(90, "n2", "r")],
+                   returns=[m.Return(30, "n1", "ladder")], lemons=["n2"])
+    r = m.measure(obs)
+    assert r["repair"] == {"returned_by_ladder": 1, "returned_otherwise": 0, "lemons": ["n2"],
+                           "node_hours_out": round((20 + 10) * C / 3600, 2)}
+
+
+def test_compare_checks_the_targets_against_the_nhc_like_policy():
+    killed = m.Run("k", ("n1",), 0, 9, "FAILED")
+    a = m.measure(observed("a", faults=[(fault(5, "n1"), True)], runs=[killed],
+                           drains=[m.Drain(6, "n1", "slurmadm: gpu-xid: x")]))
+    c = m.measure(observed("c", faults=[(fault(5, "n1"), True)],
+                           runs=[killed, m.Run("k2", ("n1",), 10, 40, "FAILED")],
+                           drains=[m.Drain(6, "n1", "slurmadm: gpu-xid: x")]))
+    out = m.compare({"a": a, "c": c})
+    assert out["ratios"]["a/c"] == pytest.approx(9 / 39, abs=0.001)
+    assert out["targets"] == {"every signalled class detected": True, "no job started on a known-faulty node": True,
+                              "no false drain": True, "loses at most half of the NHC-like policy's GPU-hours": True}
+
+
+def test_growth_flags_a_leak_and_not_a_warm_up():
+    assert watch.growth([50, 80, 100, 100, 101, 100, 100, 99, 101])["grew"] is False
+    assert watch.growth([50, 60, 70, 80, 90, 100, 110, 120, 130])["grew"] is True
+    assert watch.growth([1, 2])["grew"] is None
+
+
+def test_a_process_is_sampled_from_proc_and_a_gone_one_is_none():
+    me = watch.sample_pid(os.getpid())
+    assert me["rss_kib"] > 0 and me["fds"] >= 3
+    assert watch.sample_pid(2**22 + 7) is None
+
+
+def test_a_node_is_out_of_service_until_slurm_shows_it_in_service_again():
+    """A repair ladder's reboot and qualification are one stretch out of service: the replay's
+    poll must not read `boot` or the qualification's reservation as a return (and the drain after
+    it as a new, false, one); a late ping (`*`) on a loaded machine is no drain."""
+    from bench.fleet_replay import out_of_service
+
+    assert not any(out_of_service(s) for s in ("idle", "mix", "alloc", "comp", "plnd", "idle*", "mix*"))
+    assert all(out_of_service(s) for s in ("drain", "drng", "drain*", "down", "down*", "boot", "boot^", "idle@",
+                                           "mix@", "maint", "resv", "fail", "failg", "inval", "unk*"))
+
+
+def test_the_ladders_own_drains_and_a_reboots_passing_state_are_the_repair_not_false_drains():
+    """After a fault's repair time the ladder may still hold the node (a second rung, a reboot
+    whose passing state Slurm shows with no reason): the repair of an injected fault, counted
+    apart; the same drains on a node that never had a fault are false."""
+    obs = observed(faults=[(fault(10, "n1", duration=5), True)],
+                   drains=[m.Drain(12, "n1", "slurmadm: xid: x"), m.Drain(40, "n1", "slurmadm: repair: reset: y"),
+                           m.Drain(50, "n1", "none (down*)"), m.Drain(60, "n1", "slurmadm: infiniband: z"),
+                           m.Drain(70, "n2", "slurmadm: repair: reset: y")],
+                   returns=[m.Return(30, "n1", "ladder"), m.Return(45, "n1", "ladder"), m.Return(55, "n1", "x")])
+    r = m.measure(obs)["drains"]
+    assert (r["false"], r["repair_after_fault"]) == (2, 2)
+    assert r["false_reasons"] == ["slurmadm: infiniband: z", "slurmadm: repair: reset: y"]
+    assert r["false_nodes"] == ["n1", "n2"]
+
+
+def test_a_fault_left_to_the_ladder_ends_at_the_nodes_return():
+    """duration 0: the ladder's reset or reboot is the repair; a job after the node's return did
+    not start on a faulty node, one started before it (the node never drained) did."""
+    f = fault(10, "n1", duration=0)
+    obs = observed(faults=[(f, True)], drains=[m.Drain(12, "n1", "slurmadm: xid: x")],
+                   returns=[m.Return(30, "n1", "ladder")],
+                   runs=[m.Run("before-drain", ("n1",), 11, 12, "FAILED"), m.Run("after", ("n1",), 31, 50, "COMPLETED")])
+    r = m.measure(obs)
+    assert r["jobs"]["started_on_faulty_names"] == ["before-drain"]
+    assert r["drains"]["false"] == 0
+    never = m.measure(observed(faults=[(f, True)], runs=[m.Run("late", ("n1",), 90, 95, "COMPLETED")]))
+    assert never["jobs"]["started_on_faulty_names"] == ["late"]  # never returned: the fault is still there
+
+
+def test_a_node_is_known_faulty_once_a_drain_followed_the_fault():
+    """Harm counts from the injection (a PSU failure has no prolog check: a job may start before
+    the next BMC sweep); the target counts runs started after a drain followed the fault while it
+    was still in its part: the node went back to service too soon."""
+    psu = Fault(10, "n1", "psu-failed", "bmc", "", "2", 30, "psu")
+    obs = observed(faults=[(psu, True)], drains=[m.Drain(15, "n1", "slurmadm: bmc-psu: x")],
+                   returns=[m.Return(20, "n1", "clean-runs")],
+                   runs=[m.Run("before-sweep", ("n1",), 11, 14, "COMPLETED"),
+                         m.Run("returned-too-soon", ("n1",), 25, 30, "COMPLETED"),
+                         m.Run("after-repair", ("n1",), 45, 50, "COMPLETED")])
+    r = m.measure(obs)
+    assert r["jobs"]["started_on_faulty_names"] == ["before-sweep", "returned-too-soon"]
+    assert r["jobs"]["started_on_known_faulty_names"] == ["returned-too-soon"]
+    assert m.compare({"a": r})["targets"]["no job started on a known-faulty node"] is False
