@@ -96,9 +96,9 @@ def main() -> int:
           f"{'peer':>8} {'peer lines':>10} {'peer KiB':>8}")
     for n in sizes:
         text = make_site_text(n)
-        t_load, site = median_time(lambda: parse_site(text), args.repeat)
-        t_render, files = median_time(lambda: render(site, RELEASE), args.repeat)
-        t_peer, peer_files = median_time(lambda: peer(site), args.repeat)
+        t_load, site = median_time(lambda text=text: parse_site(text), args.repeat)
+        t_render, files = median_time(lambda site=site: render(site, RELEASE), args.repeat)
+        t_peer, peer_files = median_time(lambda site=site: peer(site), args.repeat)
         lines = sum(t.count("\n") for t in files.values())
         size = sum(len(t) for t in files.values()) / 1024
         peer_lines = sum(t.count("\n") for t in peer_files.values())

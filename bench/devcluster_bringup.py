@@ -32,7 +32,7 @@ def timed(fn) -> float:
 def serial_slurmds(dc: DevCluster) -> None:
     for node in dc.nodes():
         dc.daemon(f"slurmd-{node}").start(["slurmd", "-D", "-N", node], env={"SLURM_CONF": str(dc.slurm_conf)})
-        if not wait_for(lambda: dc.node_states().get(node, "").startswith("idle"), 120, interval=0.25):
+        if not wait_for(lambda node=node: dc.node_states().get(node, "").startswith("idle"), 120, interval=0.25):
             raise SystemExit(f"{node} did not become idle")
 
 

@@ -288,12 +288,12 @@ def case_scale(nodes: int, jobs: int, repeat: int) -> dict:
         squeue_text = squeue_rows(objs)
         times, cpu = [], []
         for _ in range(repeat):
-            t, c, size = scrape_from(nodes_text, lambda: parse_squeue(squeue_text))
+            t, c, size = scrape_from(nodes_text, lambda squeue_text=squeue_text: parse_squeue(squeue_text))
             times.append(t)
             cpu.append(c)
         squeue_json = json.dumps(dict(doc, jobs=objs))
         del objs
-        peer_t, _, _ = scrape_from(nodes_text, lambda: jobs_from_squeue_json(squeue_json))
+        peer_t, _, _ = scrape_from(nodes_text, lambda squeue_json=squeue_json: jobs_from_squeue_json(squeue_json))
         out[release] = {"median_s": statistics.median(times), "cpu_median_s": statistics.median(cpu),
                         "node_json_mib": len(nodes_text) / 2**20, "squeue_mib": len(squeue_text) / 2**20,
                         "metrics_kib": size / 1024, "squeue_json_s": peer_t,

@@ -107,7 +107,7 @@ def main() -> int:
             d = Daemon(f"sshd-{n}", tmp / "run" / f"sshd-{n}.pid", tmp / "log" / f"sshd-{n}.log")
             if i == 0:
                 d.start(node.boot_script(cfg_i))
-                assert wait_for(lambda: port_open(port), 30), d.tail()
+                assert wait_for(lambda port=port: port_open(port), 30), d.tail()
                 first = d.pid()
             else:
                 d.start(["nsenter", f"--target={first}", "--mount", "--uts", "--root", "--wd", "--",

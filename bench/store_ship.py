@@ -180,10 +180,10 @@ def bench_prolog(section: StoreSection, runs: int, tmp: Path) -> dict:
         setups[mode] = (nvml_env, hooks)
     env = {"SLURMD_NODENAME": pv.NODE, "SLURM_JOB_ID": "1"}
     samples = {m: [] for m in setups}
-    for mode, (nvml_env, hooks) in setups.items():  # warm: the first run parses site.toml
+    for _mode, (_nvml_env, hooks) in setups.items():  # warm: the first run parses site.toml
         pv.timed([str(hooks / "prolog.sh")], {**env})
     for _ in range(runs):
-        for mode, (nvml_env, hooks) in setups.items():
+        for mode, (_nvml_env, hooks) in setups.items():
             wall, rss, code, text = pv.timed([str(hooks / "prolog.sh")], {**env})
             assert code == 0, text
             samples[mode].append((wall, rss, pv.CPU[-1]))  # CPU time: what a loaded machine inflates least

@@ -8,6 +8,9 @@
 #   scripts/demo.sh [--port-base N] [--state-dir DIR]
 #   PORT_BASE=N STATE_DIR=DIR scripts/demo.sh
 #
+# The set-up prints one line per stage (`installing system packages ... done, 1m40s`); the whole
+# output goes to $DEMO_LOG (default <state dir>-demo.log), named when a stage fails.
+#
 # The dev cluster listens on 127.0.0.1 ports from the port base (default 17000: slurmctld, +1
 # slurmdbd, +2 MariaDB, +11.. one slurmd per node, +400..+499 burn-in rendezvous); pick another
 # base when another dev cluster already uses those.
@@ -21,15 +24,20 @@ while [ $# -gt 0 ]; do
     --port-base=*) PORT_BASE=${1#*=}; shift ;;
     --state-dir) STATE_DIR=${2:?--state-dir needs a directory}; shift 2 ;;
     --state-dir=*) STATE_DIR=${1#*=}; shift ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "demo.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 case "$PORT_BASE" in
   ''|*[!0-9]*) echo "demo.sh: --port-base: '$PORT_BASE' is not a number" >&2; exit 2 ;;
 esac
-scripts/setup.sh
-scripts/install-torch-cpu.sh .venv/bin/python >/dev/null   # burn-in all-reduce (gloo on the CPU)
+# set-up: one line per stage, the whole output in a log file (named when a stage fails)
+STAGE_LOG=${DEMO_LOG:-$STATE_DIR-demo.log}
+. scripts/stages.sh
+stage "installing system packages" scripts/install-system-deps.sh
+stage "installing slurmadm into .venv" scripts/setup.sh
+stage "installing torch (CPU) for burn-in" scripts/install-torch-cpu.sh .venv/bin/python   # all-reduce with gloo
+echo "(set-up log: $STAGE_LOG)"
 export PATH="$(pwd)/.venv/bin:$PATH"
 STATE=$STATE_DIR
 export COLUMNS=${COLUMNS:-150}   # rich tables: wide enough for the reasons
@@ -239,6 +247,48 @@ scancel "$job"
 slurmadm dev-cluster gpu-fault b200-001 --clear
 scontrol update nodename=b200-001 state=resume
 slurmadm dev-cluster central-store off --state-dir "$STATE"
+
+# ---- repair (issue 34): a reset-class XID from signal to GPU reset, qualification and resume; a lemon
+demo_repair() {
+  step "repair: GPU2 of b200-003 logs a reset-class XID; reset over SSH, qualification job, back in service"
+  slurmadm dev-cluster gpu-fault b200-003 --gpu 2 --kind xid --value 46 >/dev/null   # Xid 46: RESET_GPU
+  slurmadm health run --node b200-003 --checks xid >/dev/null || true                  # the signal: drained
+  sinfo -h -R -n b200-003 -o "%100E %N"
+  slurmadm repair run --dry-run                       # the plan first: reset (the ladder's first rung)
+  slurmadm repair run                                 # nvidia-smi --gpu-reset, then the qualification job
+  sinfo -h -p gpu -n b200-003 -o "%N %T"              # resumed: the gate passed
+  step "repair: b200-004 computes a wrong answer (silent corruption): two failed qualifications make a lemon"
+  slurmadm dev-cluster gpu-fault b200-004 --gpu 2 --kind xid --value 46 >/dev/null
+  slurmadm dev-cluster gpu-fault b200-004 --gpu 2 --kind corrupt --value 1 >/dev/null
+  slurmadm health run --node b200-004 --checks xid >/dev/null || true
+  slurmadm repair run || true                         # reset works; the known-answer test fails
+  # one step a run: the next rung (scontrol reboot), its qualification fails again: a lemon
+  wait_until 300 "b200-004 to become a lemon" sh -c \
+    "slurmadm repair run >/dev/null 2>&1; slurmadm repair lemons --json | grep -q b200-004" || true
+  slurmadm repair lemons
+  slurmadm dev-cluster gpu-fault b200-004 --clear >/dev/null
+}
+if [ -n "${DEMO_REPAIR:-1}" ]; then demo_repair; fi
+
+# ---- parts and RMAs (issue 35), what faults cost (issue 36)
+demo_rma_cost() {
+  step "RMA: the lemon's GPU goes back to the vendor with its evidence bundle; the replacement is qualified"
+  slurmadm repair rma open b200-004 --gpu 2 --ticket NV-DEMO-1 --reason "demo: lemon GPU" || true
+  slurmadm repair rma ship NV-DEMO-1 --reason "demo: shipped" >/dev/null || true
+  slurmadm dev-cluster gpu-fault b200-004 --gpu 2 --kind replace >/dev/null   # the new GPU is in the slot
+  slurmadm health run --node b200-004 >/dev/null || true                       # the swap is seen
+  slurmadm repair run || true                                                  # qualification of the new part
+  wait_until 180 "the case to close" sh -c \
+    "slurmadm repair run >/dev/null 2>&1; slurmadm repair rma list --json | grep -q '\"state\": \"closed\"'" || true
+  slurmadm repair rma list || true
+  slurmadm repair parts b200-004 || true
+  step "what faults cost: which failed runs were the hardware's, and the reliability report"
+  slurmadm jobs failures --since 3h || true
+  slurmadm report reliability --since 1d --html "$STATE/reliability.html" >/dev/null || true
+  slurmadm report reliability --since 1d | head -30 || true
+  echo "the page: $STATE/reliability.html"
+}
+if [ -n "${DEMO_REPAIR:-1}" ]; then demo_rma_cost; fi
 
 # ---- slurmadm deploy (issue 26): slurmadm itself onto the fake nodes, each into its own /opt
 demo_deploy() {

@@ -9,6 +9,9 @@ Two kinds of GPU-hours, never mixed in one number:
   assoc_mgr` shows in GrpTRESMins=gres/gpu=LIMIT(USED).
 - **run** (`gpu_hours_run_since`, with --since): GPU-hours jobs actually ran in the window, from
   sacct (every run of a requeued job, each clipped to the window): no UsageFactor, no decay.
+- **lost** (`gpu_hours_lost_infra`, with --since): GPU-hours of the runs that ended in the window
+  and failed for the infrastructure (`slurmadm jobs failures`' verdict, whole runs): what a site
+  credits back.
 
 `gpu_hours_left` is what Slurm would still let new jobs use: for the project and every
 organisation above it that has a budget, budget - charged - what running jobs still hold until
@@ -26,13 +29,13 @@ from ..slurm.accounting import AccountingState, ShareRow, gpus_of
 
 COLUMNS = (
     "project", "organization", "gpu_quota", "gpus_in_use", "gpu_hours_budget", "budget_account",
-    "gpu_hours_charged", "gpu_hours_running", "gpu_hours_left", "gpu_hours_run_since", "level_fs",
-    "effective_usage", "norm_shares", "members", "coordinators",
+    "gpu_hours_charged", "gpu_hours_running", "gpu_hours_left", "gpu_hours_run_since", "gpu_hours_lost_infra",
+    "level_fs", "effective_usage", "norm_shares", "members", "coordinators",
 )
 ORG_COLUMNS = (
     "organization", "parent", "gpu_quota", "gpus_in_use", "gpu_hours_budget", "budget_account",
-    "gpu_hours_charged", "gpu_hours_running", "gpu_hours_left", "gpu_hours_run_since", "level_fs",
-    "effective_usage", "norm_shares", "coordinators",
+    "gpu_hours_charged", "gpu_hours_running", "gpu_hours_left", "gpu_hours_run_since", "gpu_hours_lost_infra",
+    "level_fs", "effective_usage", "norm_shares", "coordinators",
 )
 
 
@@ -64,6 +67,7 @@ class ProjectReport:
     members: list[str] = field(default_factory=list)
     coordinators: list[str] = field(default_factory=list)  # as slurmdbd has them
     in_slurmdbd: bool = True
+    gpu_hours_lost_infra: float | None = None  # failed runs with an infrastructure verdict; None without --since
 
     def to_json(self) -> dict:
         return _json(self)
@@ -86,9 +90,23 @@ class OrganizationReport:
     norm_shares: float | None
     coordinators: list[str] = field(default_factory=list)
     in_slurmdbd: bool = True
+    gpu_hours_lost_infra: float | None = None
 
     def to_json(self) -> dict:
         return _json(self)
+
+
+def add_lost(site: Site, projects: list[ProjectReport], orgs: list[OrganizationReport],
+             lost_by_account: dict[str, float]) -> None:
+    """GPU-hours lost to infrastructure per project, rolled up to its organisations."""
+    total: dict[str, float] = {}
+    for account, hours in lost_by_account.items():
+        for up in _chain(site, account):
+            total[up] = total.get(up, 0.0) + hours
+    for p in projects:
+        p.gpu_hours_lost_infra = round(total.get(p.project, 0.0), 4)
+    for o in orgs:
+        o.gpu_hours_lost_infra = round(total.get(o.organization, 0.0), 4)
 
 
 def _json(row) -> dict:
@@ -242,12 +260,15 @@ def _usage_cells(r, own: str, since: str | None) -> list[str]:
              _num(r.gpu_hours_running), _num(r.gpu_hours_left)]
     if since:
         cells.append(_num(r.gpu_hours_run_since))
+        if r.gpu_hours_lost_infra is not None:
+            cells.append(_num(r.gpu_hours_lost_infra, "{:,.2f}"))
     return cells + [_num(r.level_fs, "{:.3g}")]
 
 
-def _usage_columns(since: str | None) -> list[str]:
+def _usage_columns(since: str | None, lost: bool = False) -> list[str]:
     cols = ["GPU quota", "in use", "budget GPU-h", "charged GPU-h", "running GPU-h", "left GPU-h"]
-    return cols + ([f"ran GPU-h since {since}"] if since else []) + ["LevelFS"]
+    ran = [f"ran GPU-h since {since}"] + (["lost to infra GPU-h"] if lost else []) if since else []
+    return cols + ran + ["LevelFS"]
 
 
 def _named(name: str, in_slurmdbd: bool) -> str:
@@ -262,11 +283,13 @@ def project_table(rows: list[ProjectReport], since: str | None) -> tuple[list[st
                   + [f"{c}* (not a member)" for c in r.coordinators if c not in r.members])
         out.append([_named(r.project, r.in_slurmdbd), r.organization, *_usage_cells(r, r.project, since),
                     ", ".join(people)])
-    return ["project", "org", *_usage_columns(since), "members (* coordinator)"], out
+    lost = any(r.gpu_hours_lost_infra is not None for r in rows)
+    return ["project", "org", *_usage_columns(since, lost), "members (* coordinator)"], out
 
 
 def organization_table(orgs: list[OrganizationReport], since: str | None) -> tuple[list[str], list[list[str]]]:
     """Columns and rows of the organisations' table of `accounts report`."""
     out = [[_named(o.organization, o.in_slurmdbd), o.parent or "root", *_usage_cells(o, o.organization, since),
             ", ".join(o.coordinators)] for o in orgs]
-    return ["organisation", "parent", *_usage_columns(since), "coordinators"], out
+    lost = any(o.gpu_hours_lost_infra is not None for o in orgs)
+    return ["organisation", "parent", *_usage_columns(since, lost), "coordinators"], out

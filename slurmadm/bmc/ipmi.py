@@ -4,6 +4,7 @@ device, FRU). One session per BMC, logged out in close()."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import threading
 
 from ..errors import UnreachableError, UsageError
@@ -206,7 +207,30 @@ class IpmiClient:
         keep = {"Manufacturer": "manufacturer", "Product name": "model", "Serial Number": "serial",
                 "Board product name": "board", "Board serial number": "board_serial",
                 "firmware_version": "bmc_firmware"}
-        return {ours: str(fru[theirs]) for theirs, ours in keep.items() if fru.get(theirs) not in (None, "")}
+        out = {ours: str(fru[theirs]) for theirs, ours in keep.items() if fru.get(theirs) not in (None, "")}
+        out.update(self._part_frus())
+        return out
+
+    def _part_frus(self) -> dict[str, list[dict]]:
+        """PSU and fan FRUs named by the SDR's FRU device locators (`PS1`, `PSU2`, `Power Supply 1`,
+        `FAN1`, ...), as ipmitool's `fru print` lists them: {"psus": [...], "fans": [...]} with
+        name, serial, model, part number and manufacturer as each FRU has them. One FRU that
+        cannot be read is left out (ipmitool, too, prints the others)."""
+        try:
+            names = list(self.cmd.get_inventory_descriptions())
+        except Exception:  # noqa: BLE001 - no SDR repository: no part FRUs, the System FRU stands
+            return {}
+        out: dict[str, list[dict]] = {}
+        for name in names:
+            kind = fru_kind(name)
+            if kind is None:
+                continue
+            try:
+                fru = self.cmd.get_inventory_of_component(name) or {}
+            except Exception:  # noqa: BLE001
+                continue
+            out.setdefault(kind, []).append(part_of_fru(name, fru))
+        return out
 
     def close(self) -> None:
         if self._closed:
@@ -216,3 +240,33 @@ class IpmiClient:
             self.cmd.ipmi_session.logout()
         except Exception:
             pass  # a dead BMC cannot be logged out of; its session times out on its side
+
+
+_PSU_RE = re.compile(r"^(PS|PSU|PWS|Power ?Supply|Pwr ?Supply)[ _#-]?\d*\b", re.I)
+_FAN_RE = re.compile(r"^(FAN|Fan ?Tray|Fan ?Module)[ _#-]?\d*\b", re.I)
+
+
+def fru_kind(name: str) -> str | None:
+    """`psus` or `fans` for a FRU locator's name, else None."""
+    name = name.strip()
+    if _PSU_RE.match(name):
+        return "psus"
+    if _FAN_RE.match(name):
+        return "fans"
+    return None
+
+
+def part_of_fru(name: str, fru: dict) -> dict:
+    """One part from a FRU as pyghmi decodes it (product area first, then board area)."""
+    def first(*keys: str) -> str:
+        for k in keys:
+            v = fru.get(k)
+            if v not in (None, ""):
+                return str(v).strip()
+        return ""
+
+    row = {"name": name.strip(), "serial": first("Serial Number", "Board serial number"),
+           "model": first("Product name", "Board product name", "Model"),
+           "part": first("Model", "Board model", "Part Number", "Board part number"),
+           "manufacturer": first("Manufacturer", "Board manufacturer")}
+    return {k: v for k, v in row.items() if v}

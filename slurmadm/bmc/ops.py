@@ -274,6 +274,23 @@ def read_inventory(fleet: Fleet, nodes: list[str], *, redfish: bool) -> list[Row
     return fleet.run(nodes, fn)
 
 
+INVENTORY_KEY = "bmc.inventory"  # node_state: the node's last BMC inventory (slurmadm/repair/parts.py)
+
+
+def record_inventory(store: Store, rows: list[Row]) -> None:
+    """Keep what each BMC answered (FRU serials, PSUs, fans, firmware) as the node's
+    `bmc.inventory` state, so the parts inventory is filled without asking the BMC again.
+    Written only when it changed: the row's time is when it did."""
+    import json
+
+    for r in rows:
+        if not r.ok or not r.value:
+            continue
+        value = json.dumps({k: v for k, v in r.value.items() if k != "errors"}, sort_keys=True)
+        if store.get_node_state(r.node, INVENTORY_KEY) != value:
+            store.set_node_state(r.node, INVENTORY_KEY, value)
+
+
 def bootdev_plan(rows: list[Row], device: str, persistent: bool, *, dry_run: bool) -> list[dict]:
     """`bmc bootdev status` (and its --dry-run plan): each node's boot override as read, and
     with dry_run whether `bootdev DEVICE` would change it (set_bootdev's own rule)."""

@@ -19,11 +19,18 @@ And a fix to its FRU read: pyghmi reads the FRU in 224-byte chunks and backs off
 completion codes 0xC9/0xCA, where a BMC that limits the read size may answer 0xC8 ("request
 data field length limit exceeded": OpenIPMI's ipmi_sim above 32 bytes). `ipmitool fru print`
 backs off on it; so does fetch_fru here (0xC8, 0xC9, 0xCA), keeping the smaller size.
+
+And a fix to its SDR name decoding: a name in 6-bit packed ASCII (IPMI 2.0 section 43.15, type
+bits 10b; what OpenIPMI's sdrcomp writes for an all-upper-case name such as a FRU locator's
+`PS1`) made pyghmi 1.6's SDREntry.tlv_decode loop for ever (it never consumes the bytes it
+decodes), so a BMC with such a record hung every SDR read. tlv_decode here takes 3 bytes (4
+characters) at a time, and the last 1-2 bytes as the characters they hold.
 """
 
 from __future__ import annotations
 
 import socket
+import threading
 
 import pyghmi.ipmi.private.session as _session
 
@@ -110,10 +117,39 @@ def _io_wait(timeout, myaddr=None, evq=None):
     evt.wait()
 
 
+def six_bit_ascii(data) -> str:
+    """6-bit packed ASCII (IPMI 2.0 section 43.15): 4 characters in each 3 bytes, least
+    significant bits first, each + 0x20; trailing spaces of the padding dropped."""
+    bits = int.from_bytes(bytes(data), "little")
+    n = len(data) * 8 // 6
+    return "".join(chr(((bits >> (6 * i)) & 0b111111) + 0x20) for i in range(n)).rstrip(" ")
+
+
+def _tlv_decode(self, tlv, data):
+    if (tlv & 0b11000000) >> 6 == 2 and len(data):
+        return six_bit_ascii(data)
+    return type(self)._slurmadm_tlv_decode_orig(self, tlv, data)
+
+
+_apply_lock = threading.Lock()
+
+
 def apply() -> None:
+    with _apply_lock:
+        _apply()
+
+
+def _apply() -> None:
     global _applied
     if not _applied:
         import pyghmi.ipmi.fru as _fru
+        import pyghmi.ipmi.sdr as _sdr
+
+        # kept on the class, and wrapped once only: two threads applying at once (the BMC
+        # fan-out) must not wrap the wrapper (it would call itself)
+        if not hasattr(_sdr.SDREntry, "_slurmadm_tlv_decode_orig"):
+            _sdr.SDREntry._slurmadm_tlv_decode_orig = _sdr.SDREntry.tlv_decode
+            _sdr.SDREntry.tlv_decode = _tlv_decode
 
         _session._io_recvfrom = _recvfrom
         _session._io_sendto = _sendto

@@ -370,7 +370,57 @@ class RedfishClient:
         manager = self.get(self._first("/redfish/v1/Managers", "Manager"))
         if manager.get("FirmwareVersion"):
             out["bmc_firmware"] = str(manager["FirmwareVersion"])
+        out.update(self._chassis_parts())
         return out
+
+    def _chassis_parts(self) -> dict[str, list[dict]]:
+        """PSUs and fans of each chassis: Power's PowerSupplies (else PowerSubsystem's
+        collection), ThermalSubsystem's Fans collection (else Thermal's Fans array). A BMC
+        that has none of them (or answers 404) gives none; the rest of the inventory stands."""
+        out: dict[str, list[dict]] = {}
+        try:
+            chassis = self._members("/redfish/v1/Chassis")
+        except UnreachableError:
+            return out
+        for uri in chassis:
+            try:
+                doc = self.get(uri)
+            except UnreachableError:
+                continue
+            psus = self._array_or_collection(doc, ("Power", "PowerSupplies"), ("PowerSubsystem", "PowerSupplies"))
+            fans = self._array_or_collection(doc, ("Thermal", "Fans"), ("ThermalSubsystem", "Fans"),
+                                             prefer_collection=True)
+            for kind, items in (("psus", psus), ("fans", fans)):
+                out.setdefault(kind, []).extend(redfish_part(i) for i in items)
+        return {k: v for k, v in out.items() if v}
+
+    def _array_or_collection(self, chassis: dict, array: tuple[str, str], collection: tuple[str, str], *,
+                             prefer_collection: bool = False) -> list[dict]:
+        def from_array() -> list[dict]:
+            link = (chassis.get(array[0]) or {}).get("@odata.id") if isinstance(chassis.get(array[0]), dict) else None
+            if not link:
+                return []
+            items = self.get(link).get(array[1]) or []
+            return [i for i in items if isinstance(i, dict)]
+
+        def from_collection() -> list[dict]:
+            link = (chassis.get(collection[0]) or {}).get("@odata.id") \
+                if isinstance(chassis.get(collection[0]), dict) else None
+            if not link:
+                return []
+            sub = self.get(link).get(collection[1])
+            if not isinstance(sub, dict) or not isinstance(sub.get("@odata.id"), str):
+                return []
+            return [self.get(m) for m in self._members(sub["@odata.id"])]
+
+        for how in ((from_collection, from_array) if prefer_collection else (from_array, from_collection)):
+            try:
+                found = how()
+            except UnreachableError:
+                continue
+            if found:
+                return found
+        return []
 
     # ------------------------------------------------------------------ FirmwareClient
     def firmware(self) -> dict[str, str]:
@@ -487,3 +537,16 @@ def _fetch(url: str) -> bytes:
             return resp.read()
     except Exception as exc:
         raise UsageError(f"--image: cannot fetch {url}: {exc}") from None
+
+
+def redfish_part(item: dict) -> dict:
+    """One PowerSupply or Fan resource (or array member) as a part: name, serial, model, part
+    number, manufacturer, firmware, health."""
+    status = item.get("Status") if isinstance(item.get("Status"), dict) else {}
+    row = {"name": str(item.get("Name") or item.get("Id") or item.get("MemberId") or ""),
+           "serial": str(item.get("SerialNumber") or ""), "model": str(item.get("Model") or ""),
+           "part": str(item.get("PartNumber") or ""), "manufacturer": str(item.get("Manufacturer") or ""),
+           "firmware": str(item.get("FirmwareVersion") or ""), "health": str(status.get("Health") or "")}
+    if item.get("Id") and item.get("Name") and str(item["Id"]) != str(item["Name"]):
+        row["id"] = str(item["Id"])
+    return {k: v for k, v in row.items() if v}

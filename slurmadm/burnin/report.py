@@ -352,7 +352,7 @@ def dist_charts(summary: dict[str, Any]) -> list[dict[str, Any]]:
         lo, hi = ticks[0], ticks[-1]
         plot_x, plot_w = 30, CHART_W - 60
 
-        def x(v: float) -> float:
+        def x(v: float, plot_x: float = plot_x, plot_w: float = plot_w, lo: float = lo, hi: float = hi) -> float:
             return round(plot_x + (v - lo) / (hi - lo) * plot_w, 1)
 
         stacks: dict[int, int] = {}

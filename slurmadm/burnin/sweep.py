@@ -419,7 +419,7 @@ class Sweep:
         run.job_id, run.output = res.job_id, res.output
         final = _last_event(res.stdout, "result")
         run.tests = [TestResult.from_json(t) for t in (final or {}).get("tests", [])] if final else \
-            [TestResult.from_json(e) for e in _events(res.stdout, "test")]
+            [TestResult.from_json(e) for e in job_events(res.stdout, "test")]
         if not res.started:
             run.verdict, run.detail = "skipped", {
                 "start-timeout": f"job did not start within burnin.start_timeout {self.b.start_timeout}",
@@ -480,7 +480,7 @@ class Sweep:
         if not res.started:
             pr.detail = "did not start" + (f" ({res.stopped})" if res.stopped else f": {_tail(res.stderr)}")
             return pr
-        lines = _events(res.stdout, "result")
+        lines = job_events(res.stdout, "result")
         result = lines[-1] if lines else None
         errors = [e["error"] for e in lines if "error" in e]
         if res.stopped == "time-limit":
@@ -683,7 +683,8 @@ class Sweep:
 # ------------------------------------------------------------------------------ output parsing
 
 
-def _events(stdout: str, kind: str) -> list[dict[str, Any]]:
+def job_events(stdout: str, kind: str) -> list[dict[str, Any]]:
+    """The JSON event lines of `kind` a node job printed (other lines skipped)."""
     out = []
     for line in stdout.splitlines():
         line = line.strip()
@@ -699,12 +700,12 @@ def _events(stdout: str, kind: str) -> list[dict[str, Any]]:
 
 
 def _first_event(stdout: str, kind: str) -> dict[str, Any] | None:
-    found = _events(stdout, kind)
+    found = job_events(stdout, kind)
     return found[0] if found else None
 
 
 def _last_event(stdout: str, kind: str) -> dict[str, Any] | None:
-    found = _events(stdout, kind)
+    found = job_events(stdout, kind)
     return found[-1] if found else None
 
 

@@ -30,6 +30,10 @@ GROUPS = {
     "jobs": "jobs",
     "top": "top",
     "deploy": "deploy",
+    # repair (issue 34)
+    "repair": "repair",
+    # what faults cost (issue 36)
+    "report": "report",
 }
 
 
@@ -50,18 +54,23 @@ class LazyGroup(Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="slurmadm")
 def cli() -> None:
-    """Slurm-integrated admin toolkit for large GPU clusters.
+    """A Slurm-integrated admin toolkit for large GPU clusters.
 
     Every command that reads the site takes --site FILE (default $SLURMADM_SITE, then
-    /etc/slurmadm/site.toml). Exit codes: 0 all good, 1 problems found, 2 bad usage or site
-    file, 3 an outside system was unreachable.
+    /etc/slurmadm/site.toml); read commands take --json; changes take --dry-run and --reason.
+    Exit codes: 0 all good, 1 problems found, 2 bad usage or site file, 3 an outside system was
+    unreachable. `slurmadm COMMAND --help` or `man slurmadm-COMMAND` for each command group.
     """
 
 
 @cli.command()
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
 def completion(shell: str) -> None:
-    """Print the shell completion script (eval "$(slurmadm completion bash)")."""
+    """Print the shell completion script for bash, zsh or fish.
+
+    eval "$(slurmadm completion bash)" in a shell, or let `slurmadm deploy apply --head` install
+    it for bash and zsh on the head node, with the man pages.
+    """
     from click.shell_completion import get_completion_class
 
     comp_cls = get_completion_class(shell)

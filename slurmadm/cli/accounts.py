@@ -48,7 +48,9 @@ SHOW_AT_MOST = 200  # plan rows printed for people; --json always has all
 
 @click.group(cls=Group)
 def accounts() -> None:
-    """Per-project GPU quotas, budgets, fairshare and QOS from site.toml, kept in slurmdbd.
+    """GPU quotas, budgets, fairshare and QOS, kept in slurmdbd.
+
+    Per-project GPU quotas, budgets, fairshare and QOS from site.toml, kept in slurmdbd.
 
     `plan` shows what differs, `apply` makes slurmdbd match (deletions only with --prune),
     `report` shows quota, GPUs in use, GPU-hours used and left, fairshare and members.
@@ -172,7 +174,9 @@ def report_cmd(site_file, as_json, as_csv, since) -> None:
              UsageFactor, decayed as accounting.budget_mode says, in whole minutes
     running  GPU-hours running jobs still hold until their time limits (sshare TRESRunMins)
     left     budget - charged - running: what AccountingStorageEnforce=safe lets new jobs use
-    ran      (--since) GPU-hours jobs actually ran in the window (sacct), raw"""
+    ran      (--since) GPU-hours jobs actually ran in the window (sacct), raw
+    lost     (--since) GPU-hours of runs that ended in the window and failed for the
+             infrastructure (`jobs failures`' verdict): what a site credits back"""
     if as_json and as_csv:
         raise click.UsageError("--json and --csv exclude each other")
     site = get_site(site_file)
@@ -185,6 +189,13 @@ def report_cmd(site_file, as_json, as_csv, since) -> None:
         minutes = jobs.gpu_minutes_since(start)
     tracked = jobs.gpu_tracked()
     rows, orgs = build_full_report(site, state, jobs.running_gpus(), jobs.shares(), minutes, tracked)
+    if since_ts is not None and tracked is not False:
+        from ..accounts.report import add_lost
+        from ..jobs import failures
+
+        _runs, attributed = failures.collect(site, since_ts)
+        add_lost(site, rows, orgs, failures.lost_by_account(
+            [a for a in attributed if a.run.end is not None and a.run.end >= since_ts]))
     if as_json:
         print_json({"cluster": site.cluster.name, "since": since, "gpu_tres_tracked": tracked,
                     "warnings": [GPU_NOT_TRACKED] if tracked is False else [],
@@ -208,4 +219,5 @@ def report_cmd(site_file, as_json, as_csv, since) -> None:
     console.print(table("organisations", ocols, oout))
     console.print("charged: GPU-h x QOS UsageFactor, decayed (sshare GrpTRESRaw), what budgets count; "
                   "running: held by running jobs until their time limits; left: budget - charged - running"
-                  + ("; ran: raw GPU-h from sacct" if since else ""), highlight=False)
+                  + ("; ran: raw GPU-h from sacct; lost: GPU-h of runs failed for the infrastructure"
+                     if since else ""), highlight=False)

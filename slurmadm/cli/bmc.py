@@ -24,7 +24,9 @@ from .common import site_option, styled, table, warn, when
 
 @click.group(cls=Group)
 def bmc() -> None:
-    """Power, sensors, event log, inventory, boot device, firmware and dead-node recovery through the BMCs."""
+    """Out-of-band management through the BMCs (IPMI, Redfish).
+
+    Power, sensors, event log, inventory, boot device, firmware and dead-node recovery through the BMCs."""
 
 
 def _fleet(site):
@@ -181,6 +183,8 @@ def inventory(nodes, site_file, as_json, redfish) -> None:
     site, names, fleet = _start(site_file, nodes)
     with _bar(fleet, "inventory", as_json):
         rows = ops.read_inventory(fleet, names, redfish=redfish)
+    with Store.for_site(site) as store:
+        ops.record_inventory(store, rows)  # the parts inventory (`repair parts`) reads it back
     errors = ops.inventory_errors(rows)
     _out(as_json, v.inventory_json(rows), [v.inventory_table(rows)], errors, v.EXIT_UNREACHABLE if errors else 0)
 

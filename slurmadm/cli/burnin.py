@@ -19,7 +19,9 @@ from .common import (Group, console, dry_run_option, get_site, info, install_fil
 
 @click.group(cls=Group)
 def burnin() -> None:
-    """Burn-in sweeps: health suite, GPU stress and all-reduce tests as Slurm jobs; failed nodes
+    """Burn-in sweeps that qualify or quarantine nodes.
+
+    Burn-in sweeps: health suite, GPU stress and all-reduce tests as Slurm jobs; failed nodes
     drained, re-qualified nodes resumed, a report per sweep."""
 
 

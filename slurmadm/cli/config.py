@@ -56,7 +56,9 @@ def _print_changes(the_plan: diff_mod.Plan, *, show_diff: bool) -> None:
 
 @click.group(cls=Group)
 def config() -> None:
-    """Slurm's configuration (slurm.conf, gres.conf, topology.conf, cgroup.conf) from the site."""
+    """Slurm's configuration files, written from the site.
+
+    Slurm's configuration (slurm.conf, gres.conf, topology.conf, cgroup.conf) from the site."""
 
 
 @config.command("render")

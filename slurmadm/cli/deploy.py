@@ -9,7 +9,7 @@ import click
 from rich.markup import escape
 
 from .. import deploy as dep
-from ..errors import EXIT_PROBLEMS, EXIT_UNREACHABLE, UsageError
+from ..errors import EXIT_PROBLEMS, EXIT_UNREACHABLE
 from ..hostlist import compress
 from ..store import Store
 from .common import Group, dry_run_option, get_site, json_option, print_json, progress, reason_option
@@ -21,7 +21,9 @@ from .fleet import _nodes
 
 @click.group(cls=Group)
 def deploy() -> None:
-    """slurmadm itself on the nodes: versioned virtualenvs from one wheelhouse, an atomic switch,
+    """slurmadm itself on every node, and its upgrades.
+
+    slurmadm itself on the nodes: versioned virtualenvs from one wheelhouse, an atomic switch,
     hooks, slurmadm.env, secrets, the exporter unit, then `slurmadm doctor` on every node."""
 
 
@@ -106,8 +108,9 @@ def _show_plans(plans: dict, verb: str) -> None:
 
 
 head_option = click.option("--head", "with_head", is_flag=True,
-                           help="Also this machine (the head): the same install, without SSH, then `config "
-                                "apply` when slurm.conf's Prolog/Epilog/HealthCheckProgram are not the deployed hooks.")
+                           help="Also this machine (the head): the same install, without SSH, the man pages "
+                                "(man slurmadm-<group>) and bash/zsh completion, then `config apply` when "
+                                "slurm.conf's Prolog/Epilog/HealthCheckProgram are not the deployed hooks.")
 
 
 @deploy.command("plan")
@@ -130,19 +133,24 @@ def _plan(nodes, wheelhouse, site_file, as_json, with_head=False) -> None:
     rel = _release(site, wheelhouse)
     with dep.remote(site) as remote:
         plans = dep.Deployer(site, rel, remote, site_file=_site_file(site_file)).plan(names)
-    stale = {}
+    stale, docs = {}, []
     if with_head:
         plans.update(dep.Deployer(site, rel, head.LocalRemote(), site_file=_site_file(site_file)).plan([head.name()]))
         stale = head.stale_hooks(site)
+        docs = head.docs_changes()
     if as_json:
         print_json({"release": rel.name, "dry_run": True, "nodes": [
             {"node": n, "error": p} if isinstance(p, str) else {"node": n, "changes": [c.as_dict() for c in p]}
-            for n, p in plans.items()], "slurm_conf_hooks": {k: {"has": h, "wants": w} for k, (h, w) in stale.items()}})
+            for n, p in plans.items()], "slurm_conf_hooks": {k: {"has": h, "wants": w} for k, (h, w) in stale.items()},
+            "head_docs": docs})
     else:
         console.print(f"release [bold]{escape(rel.name)}[/bold] (nothing changed)")
         _show_plans(plans, "would")
         for k, (h, w) in stale.items():
             console.print(f"head: config apply would set {k}={escape(w)} (now {escape(h or 'unset')})")
+        if docs:
+            console.print(f"head: would install {len(docs)} man page and completion files ({escape(', '.join(docs[:3]))}"
+                          f"{', ...' if len(docs) > 3 else ''})")
     if any(isinstance(p, str) for p in plans.values()):
         sys.exit(EXIT_UNREACHABLE)
     if any(plans.values()):
@@ -211,6 +219,8 @@ def apply_cmd(nodes, wheelhouse, restart, with_head, dry_run, reason, site_file,
                 console.print(f"[red]head: {escape(head_out['error'])}[/red]")
             if head_out["config"]:
                 console.print(f"head: config apply wrote {', '.join(head_out['config'])}")
+            if head_out["docs"]:
+                console.print(f"head: installed {len(head_out['docs'])} man page and completion files")
     if result.state != "done" or (head_out is not None and head_out["error"]):
         sys.exit(EXIT_PROBLEMS)
 
@@ -227,12 +237,20 @@ def _head(site, rel, store, reason, site_file) -> dict:
         d.apply_node(head.name())
     except NodeFailed as exc:
         error = str(exc)
+    docs: list[str] = []
+    if not error:
+        try:
+            docs = head.install_docs()
+            if docs:
+                store.audit("deploy.head.docs", head.name(), reason, files=docs)
+        except OSError as exc:
+            error = f"man pages and completion: {exc.strerror}: {exc.filename}"
     if not error and head.stale_hooks(site):
         res = head.apply_config(site, _site_file(site_file), reason)
         written = list(res.written)
         if res.reconfigure_error:
             error = f"config apply: files written, but `scontrol reconfigure` failed: {res.reconfigure_error}"
-    return {"results": d.results, "error": error, "config": written}
+    return {"results": d.results, "error": error, "config": written, "docs": docs}
 
 
 @deploy.command("rollback")

@@ -37,7 +37,9 @@ def _recorded_cluster(state_dir: str | None) -> DevCluster:
 
 @click.group("dev-cluster", cls=Group)
 def dev_cluster() -> None:
-    """A real local Slurm (munge, MariaDB, slurmdbd, slurmctld, N slurmd) of fake B200 nodes."""
+    """A local Slurm of fake B200 nodes, for trying and testing.
+
+    A real local Slurm (munge, MariaDB, slurmdbd, slurmctld, N slurmd) of fake B200 nodes."""
 
 
 @dev_cluster.command()
@@ -132,6 +134,9 @@ def _show(st: dict) -> None:
     console.print(table(None, ["daemon", "pid", "state"],
                         [(d["name"], d["pid"] or "", styled("up", "green") if d["alive"] else styled("down", "red"))
                          for d in st["daemons"]]))
+    ready = st.get("readyz")
+    if ready is not None:
+        say("slurmctld ", ready["url"], ": ", (ready["answer"], "green" if ready["ok"] else "red"))
     if st["nodes"]:
         console.print(table(None, ["node", "state"], sorted(st["nodes"].items())))
 
@@ -178,7 +183,8 @@ def ib_fault(node, hca, kind, clear, state_dir, as_json) -> None:
 @click.option("--gpu", type=int, default=None, help="Physical GPU slot (0-7).")
 @click.option("--kind", default=None, help="Fault kind (see --help-kinds).")
 @click.option("--value", default=None, help="The fault's value (an XID number, error count, GENxWIDTH, ...).")
-@click.option("--clear", is_flag=True, help="Remove faults: all of NODE's, or those of --gpu and/or --kind.")
+@click.option("--clear", is_flag=True, help="Remove faults: all of NODE's, or those of --gpu and/or --kind "
+              "(a replaced part stays replaced).")
 @click.option("--help-kinds", is_flag=True, help="List the fault kinds and exit.")
 @click.option("--minutes-ago", type=click.IntRange(0, 60 * 24 * 30), default=0, show_default=True,
               help="Date the fault (an xid's kernel-log line) this many minutes in the past.")
@@ -216,7 +222,9 @@ def gpu_fault(node, gpu, kind, value, clear, help_kinds, minutes_ago, state_dir,
         when = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=minutes_ago)
         record = gpus.inject(gdir, node, gpu, kind, value, now=when)
         with Store.for_site(dc.site()) as store:
-            store.audit("dev-cluster.gpu-fault.inject", node, f"stand-in GPU{gpu}: {kind}", **record)
+            what = (f"stand-in GPU{gpu}: replaced part {record['old_serial']} -> {record['value']}"
+                    if kind == "replace" else f"stand-in GPU{gpu}: {kind}")
+            store.audit("dev-cluster.gpu-fault.inject", node, what, **record)
         out = {"node": node, "injected": record}
     else:
         if gpu is not None or value is not None:

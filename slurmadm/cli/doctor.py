@@ -19,7 +19,9 @@ STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
                    "bmc, ssh, and those other capabilities add.")
 @json_option
 def doctor(site_file, node, only, as_json) -> None:
-    """Say what slurmadm will use here and whether it works: the site file and its hash, Slurm's
+    """What slurmadm uses here, and whether it works.
+
+    Say what slurmadm will use here and whether it works: the site file and its hash, Slurm's
     release and backend, slurmctld and slurmdbd, NVML, the store, the hooks in slurm.conf, the
     burn-in schedule, BMC and SSH reachability. One line per check (ok/warn/fail) with the fix.
     Changes nothing. Exit 1 when any check fails."""

@@ -21,7 +21,9 @@ from .common import Group, console, dry_run_option, get_site, info, reason_optio
 @click.pass_context
 def exporter(ctx: click.Context, mode: str | None, listen: str | None, node: str | None, web_config: str | None,
              site_file: str | None) -> None:
-    """Serve Prometheus metrics: `slurmadm exporter --mode node|head [--listen ADDR:PORT]`."""
+    """Prometheus exporters for the compute nodes and the head.
+
+    Serve Prometheus metrics: `slurmadm exporter --mode node|head [--listen ADDR:PORT]`."""
     if ctx.invoked_subcommand is not None:
         return
     if mode is None:

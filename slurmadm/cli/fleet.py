@@ -21,7 +21,9 @@ from .common import markup_table as table
 
 @click.group(cls=Group)
 def fleet() -> None:
-    """One software stack on every node: facts, drift, commands, canary rollouts (over SSH)."""
+    """One software stack on every node, over SSH.
+
+    One software stack on every node: facts, drift, commands, canary rollouts (over SSH)."""
 
 
 def _nodes(site, pattern: str | None) -> list[str]:

@@ -12,8 +12,8 @@ import click
 
 from ..errors import SlurmadmError, UsageError
 from ..health import config as hconfig
-from ..health import engine, sitecheck
-from ..health import status as hstatus  # noqa: F401  (sitecheck registers the check-id validation)
+from ..health import engine, sitecheck  # noqa: F401  (sitecheck registers the check-id validation)
+from ..health import status as hstatus
 from ..health.checks import BY_ID, CHECKS, SETTINGS, policy
 from ..health.hook import local_node
 from ..store import read
@@ -30,7 +30,9 @@ def status_cell(status: str):
 
 @click.group(cls=Group)
 def health() -> None:
-    """GPU health checks: prolog, epilog, periodic (HealthCheckProgram), by hand, and their history."""
+    """GPU node health checks and their history.
+
+    GPU health checks: prolog, epilog, periodic (HealthCheckProgram), by hand, and their history."""
 
 
 def _node_option(fn):
@@ -55,7 +57,7 @@ def _show(report: engine.Report) -> None:
 
 def _execute(site_file, node, context, checks, dry_run, as_json) -> None:
     started = time.monotonic()
-    cfg = hconfig.load(local_node(node), site_file)
+    cfg = hconfig.load(local_node(node), site_file)  # sitecheck: imported above
     only = [c.strip() for c in checks.split(",") if c.strip()] if checks else None
     report = engine.execute(cfg, context, only=only, act=not dry_run, started=started)
     if as_json:

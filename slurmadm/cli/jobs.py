@@ -7,7 +7,16 @@ import time
 import click
 from rich.markup import escape
 
-from .common import Group, dry_run_option, get_site, json_option, print_json, reason_option, site_option, warn
+from .common import (
+    Group,
+    dry_run_option,
+    get_site,
+    json_option,
+    print_json,
+    reason_option,
+    site_option,
+    warn,
+)
 from .common import markup_console as console  # this module escapes every value itself
 from .common import markup_table as table
 
@@ -59,3 +68,39 @@ def idle(site_file: str | None, as_json: bool, act: bool, dry_run: bool, reason:
         for p in problems:
             warn(p)
     raise SystemExit(1 if findings.jobs or findings.unallocated else 0)
+
+
+@jobs.command("failures")
+@site_option
+@json_option
+@click.option("--since", default="24h", show_default=True, help="Runs that ended since a date (2026-11-01) or an age (24h, 7d).")
+@click.option("--project", help="Only this project (Slurm account).")
+@click.option("--user", help="Only this user's runs.")
+def failures(site_file: str | None, as_json: bool, since: str, project: str | None, user: str | None) -> None:
+    """Every job run that ended NODE_FAIL, FAILED, OUT_OF_MEMORY, REQUEUED or cancelled by the
+    system, with its verdict: infrastructure (a node signal slurmadm saw within 10 min before
+    or 5 min after the run's end), user (no node signal), or unknown (the store has no record
+    of a node of the run). Exit 1 when any run failed for infrastructure."""
+    from ..jobs import failures as capability
+    from .audit import parse_since
+
+    site = get_site(site_file)
+    since_ts = parse_since(since)
+    runs, attributed = capability.collect(site, since_ts)
+    shown = [a for a in capability.select(attributed, project=project, user=user)
+             if a.run.end is not None and a.run.end >= since_ts]
+    total = sum(r.gpu_hours for r in runs if (project is None or r.account == project)
+                and (user is None or r.user == user))
+    if as_json:
+        print_json({"since": since_ts, "runs": len(runs), "gpu_hours": round(total, 3),
+                    "summary": capability.summary(shown), "failures": [a.to_json() for a in shown]})
+    else:
+        rows = [(a.run.job_id, escape(a.run.user), escape(a.run.account), a.run.state, escape(a.run.nodes),
+                 f"{a.run.gpu_hours:.2f}", escape(a.line)) for a in shown]
+        console.print(table(f"failed job runs since {since}", ["job", "user", "project", "state", "nodes", "GPU-h",
+                                                               "verdict"], rows))
+        summ = capability.summary(shown)
+        parts = [f"{v}: {x['runs']} runs, {x['gpu_hours']:.2f} GPU-h" for v, x in summ.items()]
+        console.print(escape(f"{len(shown)} failed runs of {len(runs)} ({total:.2f} GPU-h in all)"
+                             + (f"; {'; '.join(parts)}" if parts else "")), highlight=False)
+    raise SystemExit(1 if any(a.verdict == "infrastructure" for a in shown) else 0)

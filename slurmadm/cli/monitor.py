@@ -14,7 +14,9 @@ from .common import Group, console, get_site, info, json_option, print_json, pro
 
 @click.group(cls=Group)
 def monitor() -> None:
-    """Prometheus alert rules, a Grafana dashboard, and the webhook that isolates nodes on alerts."""
+    """Alert rules, a dashboard, and the webhook that isolates nodes.
+
+    Prometheus alert rules, a Grafana dashboard, and the webhook that isolates nodes on alerts."""
 
 
 def _write(text: str, out: str | None, what: str) -> None:
@@ -29,18 +31,36 @@ def _write(text: str, out: str | None, what: str) -> None:
     info(f"{what}: wrote {out}")
 
 
+def release_option(fn):
+    return click.option(
+        "--release", metavar="X.Y", default=None,
+        help="Slurm release to write for (default: slurm.release; 'auto' asks the installed Slurm). From 25.11 "
+             "Slurm's own metrics are read where they exist (monitor.slurm_metrics).")(fn)
+
+
+def _release(site, release: str | None):
+    from ..config.release import parse_release
+    from ..exporter.slurmseries import site_release
+
+    if release:
+        return parse_release(release) if site.monitor.slurm_metrics else None
+    return site_release(site)
+
+
 @monitor.command("rules")
+@release_option
 @site_option
 @click.option("--out", metavar="FILE", help="Write here (default: stdout).")
 @click.option("--check/--no-check", default=True, show_default=True,
               help="Check the rules with `promtool check rules` (when promtool is installed).")
-def rules_cmd(site_file: str | None, out: str | None, check: bool) -> None:
+def rules_cmd(site_file: str | None, out: str | None, check: bool, release: str | None) -> None:
     """Prometheus alert rules from the site (thresholds and actions under [monitor])."""
     import tempfile
 
     from ..monitor import rules
 
-    text = rules.render(get_site(site_file))
+    site = get_site(site_file)
+    text = rules.render(site, _release(site, release))
     if check and shutil.which("promtool"):
         with tempfile.NamedTemporaryFile("w", suffix=".yml") as fh:
             fh.write(text)
@@ -53,30 +73,36 @@ def rules_cmd(site_file: str | None, out: str | None, check: bool) -> None:
 
 
 @monitor.command("dashboard")
+@release_option
 @site_option
 @click.option("--out", metavar="FILE", help="Write here (default: stdout).")
-def dashboard_cmd(site_file: str | None, out: str | None) -> None:
-    """A Grafana dashboard (JSON model) over the slurmadm exporters."""
+def dashboard_cmd(site_file: str | None, out: str | None, release: str | None) -> None:
+    """A Grafana dashboard (JSON model) over the slurmadm exporters (and Slurm's own metrics from 25.11)."""
     from ..monitor import dashboard
 
-    _write(dashboard.render(get_site(site_file)), out, "dashboard")
+    site = get_site(site_file)
+    _write(dashboard.render(site, _release(site, release)), out, "dashboard")
 
 
 @monitor.command("prometheus-config")
+@release_option
 @site_option
 @click.option("--rules-file", default="/etc/prometheus/rules/slurmadm.yml", show_default=True,
               help="Where `monitor rules --out` put the rules.")
 @click.option("--alertmanager", default="127.0.0.1:9093", show_default=True, metavar="HOST:PORT")
 @click.option("--out", metavar="FILE", help="Write here (default: stdout).")
-def prometheus_config_cmd(site_file: str | None, rules_file: str, alertmanager: str, out: str | None) -> None:
+def prometheus_config_cmd(site_file: str | None, rules_file: str, alertmanager: str, out: str | None,
+                          release: str | None) -> None:
     """A prometheus.yml: the node exporter of every site node (labelled node=...), the head
-    exporter on the first controller, the rules, the Alertmanager."""
+    exporter on the first controller, slurmctld's own metrics (Slurm 25.11+), the rules, the
+    Alertmanager."""
     import yaml
 
     from ..monitor import promconfig
 
     site = get_site(site_file)
-    cfg = promconfig.prometheus_config(site, rules_file=rules_file, alertmanager=alertmanager)
+    cfg = promconfig.prometheus_config(site, rules_file=rules_file, alertmanager=alertmanager,
+                                       release=_release(site, release))
     _write("# written by `slurmadm monitor prometheus-config`\n" + yaml.safe_dump(cfg, sort_keys=False), out,
            "prometheus config")
 
@@ -96,6 +122,45 @@ def alertmanager_config_cmd(site_file: str | None, webhook_url: str | None, out:
     _write("# written by `slurmadm monitor alertmanager-config`\n"
            + yaml.safe_dump(promconfig.alertmanager_config(site, webhook_url=url), sort_keys=False), out,
            "alertmanager config")
+
+
+@monitor.command("slurm-token")
+@site_option
+@click.option("--lifespan-days", type=click.FloatRange(min=1 / 1440, max=3650), default=30.0, show_default=True,
+              help="How long the token is valid (renew it before: a cron job or a systemd timer).")
+@click.option("--group", metavar="GROUP", help="Make the token file 0640 with this group (Prometheus's); default 0600.")
+@click.option("--make-key", is_flag=True, help="Create monitor.slurm_metrics_jwt_key_file first when missing "
+              "(random, 0600, owned by SlurmUser); slurmctld must then be restarted before a token can be made.")
+@json_option
+def slurm_token_cmd(site_file: str | None, lifespan_days: float, group: str | None, make_key: bool,
+                    as_json: bool) -> None:
+    """Write the JWT Prometheus sends to Slurm 26.05's metrics (monitor.slurm_metrics_token_file).
+
+    Runs `scontrol token username=<first of monitor.slurm_metrics_users>` as root on the controller
+    and writes the token to the file, never to the screen. Prometheus reads the file at every scrape."""
+    import time
+
+    from ..slurm import jwt
+
+    site = get_site(site_file)
+    m = site.monitor
+    if not m.slurm_metrics_users:
+        raise UsageError("monitor.slurm_metrics_users is empty: Slurm's metrics need no token here")
+    made = False
+    if make_key:
+        made = jwt.make_key(m.slurm_metrics_jwt_key_file, owner=site.slurm_user)
+        if made:
+            info(f"made {m.slurm_metrics_jwt_key_file} (0600, {site.slurm_user}); restart slurmctld, then run "
+                 "this again without --make-key")
+    if not made:
+        token = jwt.fetch_token(m.slurm_metrics_users[0], lifespan_s=int(lifespan_days * 86400))
+        jwt.write_token(m.slurm_metrics_token_file, token, group=group)
+        exp = jwt.claims(token).get("exp")
+        until = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(exp)) if isinstance(exp, int) else "?"
+        info(f"wrote the JWT of {m.slurm_metrics_users[0]} to {m.slurm_metrics_token_file} (valid until {until})")
+    if as_json:
+        print_json({"key_made": made, "token_file": None if made else m.slurm_metrics_token_file,
+                    "user": m.slurm_metrics_users[0]})
 
 
 @monitor.command("webhook")

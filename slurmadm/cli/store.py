@@ -14,7 +14,9 @@ from .common import (Group, console, dry_run_option, get_site, info, json_option
 
 @click.group(cls=Group)
 def store() -> None:
-    """The store: this host's SQLite file and the central store (store.url) the fleet ships to."""
+    """This host's store and the central store the fleet ships to.
+
+    The store: this host's SQLite file and the central store (store.url) the fleet ships to."""
 
 
 @store.command()

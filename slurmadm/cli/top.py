@@ -23,7 +23,9 @@ from .common import markup_console as console  # slurmadm.top builds its frame w
 @click.option("--prometheus", metavar="URL", help="GPU utilisation from here (default: monitor.prometheus_url); "
               "'' for none.")
 def top(site_file: str | None, interval: float, once: bool, prometheus: str | None) -> None:
-    """Live view: nodes coloured by state and GPU utilisation, drains with reasons, the queue by
+    """A live view of the cluster in the terminal.
+
+    Live view: nodes coloured by state and GPU utilisation, drains with reasons, the queue by
     reason, projects near quota. q quits."""
     from rich.live import Live
 
@@ -36,7 +38,7 @@ def top(site_file: str | None, interval: float, once: bool, prometheus: str | No
     url = site.monitor.prometheus_url if prometheus is None else prometheus
     source = SlurmHead(get_backend(), timeout=30)
     if once or not sys.stdin.isatty():
-        console.print(build_frame(site, read_frame(site, source, url), width=console.width))
+        console.print(build_frame(site, read_frame(site, source, url), width=console.width))  # scrolls: whole
         return
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd)
@@ -51,7 +53,7 @@ def top(site_file: str | None, interval: float, once: bool, prometheus: str | No
                     if last is None:
                         raise
                     last.error = f"Slurm: {exc} (showing {time.strftime('%H:%M:%S', time.localtime(last.at))})"
-                live.update(build_frame(site, last, width=console.width), refresh=True)
+                live.update(build_frame(site, last, width=console.width, height=console.height), refresh=True)
                 deadline = time.monotonic() + interval
                 while (left := deadline - time.monotonic()) > 0:
                     ready, _, _ = select.select([fd], [], [], left)

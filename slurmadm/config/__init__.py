@@ -8,12 +8,14 @@ rules to `slurmadm site validate` (site.validate.EXTRA_CHECKS).
 """
 
 from ..site.validate import EXTRA_CHECKS
-from .checks import check_release, check_site_config
+from .checks import check_known_release, check_release, check_site_config
 from .release import Release, detect_release, fmt, parse_release, resolve_release
 from .render import FILES, render, validate
 
 if check_site_config not in EXTRA_CHECKS:
     EXTRA_CHECKS.append(check_site_config)
+if check_known_release not in EXTRA_CHECKS:
+    EXTRA_CHECKS.append(check_known_release)
 
 __all__ = [
     "FILES",

@@ -168,7 +168,10 @@ def spine_groups(site: Site) -> list[tuple[str, list[str]]]:
 # ------------------------------------------------------------------------------ slurm.conf
 
 
-def slurm_settings(site: Site) -> list[Section]:
+def slurm_settings(site: Site, release: tuple[int, int] | None = None) -> list[Section]:
+    """`release`: the target Slurm (None: the oldest supported; release-added keys left out)."""
+    from .release import HEALTH_CHECK_TIMEOUT_FROM, has, health_check_timeout
+
     s = site.slurm
     cgroup_tracking = s.proctrack == "cgroup"
     multi = several_slurmd_per_host(site)
@@ -261,6 +264,8 @@ def slurm_settings(site: Site) -> list[Section]:
         ("HealthCheckInterval", str(s.health_check_interval)),
         ("HealthCheckNodeState", ",".join(s.health_check_node_state)),
     ]
+    if has(release, HEALTH_CHECK_TIMEOUT_FROM):  # before 26.05 a fixed 60 s (checks.check_instruments)
+        lifecycle.append(("HealthCheckTimeout", str(health_check_timeout(site.health.periodic_timeout_s))))
     if s.reboot_program:
         lifecycle.append(("RebootProgram", quoted(s.reboot_program)))
     lifecycle += [
@@ -268,13 +273,52 @@ def slurm_settings(site: Site) -> list[Section]:
         ("ReturnToService", str(s.return_to_service)),
     ]
 
-    return [
+    sections = [
         Section("Controllers, daemons, authentication", control),
         Section("Resources: consumable cores, memory and GPUs", resources),
         Section("Scheduling, priority, preemption", scheduling),
         Section("Accounting", accounting),
         Section("Node lifecycle: prolog/epilog, health checks, reboots", lifecycle),
     ]
+    metrics = metrics_settings(site, release)
+    if metrics:
+        sections.append(Section("Slurm's own metrics (slurmctld /metrics/*, scraped by Prometheus)", metrics))
+    return sections
+
+
+# slurm.conf keys that authenticated metrics take (metrics_settings); slurm.extra may not set them then
+METRICS_AUTH_KEYS = ("MetricsAuthUsers", "AuthAltTypes", "AuthAltParameters", "SlurmctldHttpAuthParameters")
+
+
+def metrics_settings(site: Site, release: tuple[int, int] | None) -> Pairs:
+    """MetricsType and, on 26.05, its authentication (metrics.shtml; NEWS of 26.05: with PrivateData
+    only SlurmUser and root may read unless MetricsParameters=ignore_private_data; MetricsAuthUsers
+    names who may, JWT-authenticated).
+
+    Authenticated metrics take four keys (slurm.conf.5 of 26.05; seen on 26.05.5,
+    tests/fixtures/slurm/26.05/jwt-metrics-auth.txt): MetricsAuthUsers; AuthAltTypes=auth/jwt with
+    AuthAltParameters=jwt_key=<key> (slurmctld loads auth/jwt for MetricsAuthUsers and dies
+    without a key; `scontrol token` mints the JWT with it; disable_token_creation: only root and
+    SlurmUser may mint one); and SlurmctldHttpAuthParameters=jwt_key=<key>, without which the
+    HTTP listener has no key and answers 401 to every token. Only the key's path is written."""
+    from .release import METRICS_AUTH_FROM, METRICS_FROM, has
+
+    m = site.monitor
+    if not m.slurm_metrics or not has(release, METRICS_FROM):
+        return []
+    pairs: Pairs = [("MetricsType", "metrics/openmetrics")]
+    if has(release, METRICS_AUTH_FROM):
+        if m.slurm_metrics_ignore_private_data:
+            pairs.append(("MetricsParameters", "ignore_private_data"))
+        if m.slurm_metrics_users:
+            key = m.slurm_metrics_jwt_key_file
+            pairs += [
+                ("MetricsAuthUsers", ",".join(m.slurm_metrics_users)),
+                ("AuthAltTypes", "auth/jwt"),
+                ("AuthAltParameters", f"jwt_key={key},disable_token_creation"),
+                ("SlurmctldHttpAuthParameters", f"jwt_key={key}"),
+            ]
+    return pairs
 
 
 @dataclass
@@ -367,7 +411,7 @@ def partition_lines(site: Site, layout: Layout) -> list[Pairs]:
 
 def slurm_conf(site: Site, layout: Layout, release: tuple[int, int] | None = None) -> SlurmConf:
     """`release`: write every key the way that Slurm release reads it (release.RENAMED_KEYS)."""
-    sections = slurm_settings(site)
+    sections = slurm_settings(site, release)
     if site.slurm.extra:
         extra = [(key, quoted(value)) for key, value in site.slurm.extra.items()]
         sections.append(Section("Site extras (slurm.extra)", extra))

@@ -15,8 +15,20 @@ from ClusterShell.RangeSet import RangeSet, RangeSetException
 from ..hostlist import expand
 from ..site import Site
 from ..site.accounts import slurm_time_seconds
-from .build import longest_max_time_minutes, several_slurmd_per_host, slurm_settings, spine_groups
-from .release import CGROUP_DISABLED_FROM, HEALTH_CHECK_NODE_STATES, Release, fmt
+from .build import METRICS_AUTH_KEYS, longest_max_time_minutes, several_slurmd_per_host, slurm_settings, spine_groups
+from .release import (
+    CGROUP_DISABLED_FROM,
+    HEALTH_CHECK_FIXED_KILL_S,
+    HEALTH_CHECK_NODE_STATES,
+    HEALTH_CHECK_TIMEOUT_FROM,
+    HEALTH_CHECK_TIMEOUT_MARGIN_S,
+    METRICS_AUTH_FROM,
+    METRICS_FROM,
+    Release,
+    fmt,
+    has,
+    health_check_timeout,
+)
 
 MAX_TIME_MINUTES = 2**32 - 3  # uint32 minutes below INFINITE and NO_VAL
 
@@ -225,4 +237,74 @@ def check_release(site: Site, release: Release) -> list[str]:
                 f"slurm.health_check_node_state[{i}]: {state!r} exists from Slurm {fmt(since)}; the target is "
                 f"{fmt(release)} (use ANY, or set slurm.release)"
             )
+    return problems + check_instruments(site, release)
+
+
+def private_data(site: Site) -> str:
+    """The site's PrivateData (slurm.extra), "" when unset."""
+    for key, value in site.slurm.extra.items():
+        if key.lower() == "privatedata":
+            return str(value)
+    return ""
+
+
+def check_instruments(site: Site, release: Release) -> list[str]:
+    """Slurm's own instruments against the target release (issue 38): the health-check kill and
+    the metrics endpoint's access rules."""
+    problems = []
+    h = site.health
+    if not has(release, HEALTH_CHECK_TIMEOUT_FROM) and h.periodic_timeout_s + HEALTH_CHECK_TIMEOUT_MARGIN_S > \
+            HEALTH_CHECK_FIXED_KILL_S:
+        problems.append(
+            f"health.periodic_timeout_s: {h.periodic_timeout_s:g} s plus the {HEALTH_CHECK_TIMEOUT_MARGIN_S} s "
+            f"margin is past the fixed {HEALTH_CHECK_FIXED_KILL_S} s after which Slurm {fmt(release)} kills "
+            f"HealthCheckProgram (HealthCheckTimeout exists from {fmt(HEALTH_CHECK_TIMEOUT_FROM)}): periodic runs "
+            f"would be cut short without a verdict; use at most "
+            f"{HEALTH_CHECK_FIXED_KILL_S - HEALTH_CHECK_TIMEOUT_MARGIN_S} s"
+        )
+    if has(release, HEALTH_CHECK_TIMEOUT_FROM) and site.slurm.health_check_interval:
+        timeout = health_check_timeout(h.periodic_timeout_s)
+        if timeout >= site.slurm.health_check_interval:  # slurm.conf.5 of 26.05: "should be less"
+            problems.append(
+                f"health.periodic_timeout_s: HealthCheckTimeout would be {timeout} s ({h.periodic_timeout_s:g} + "
+                f"{HEALTH_CHECK_TIMEOUT_MARGIN_S} s), not less than slurm.health_check_interval "
+                f"({site.slurm.health_check_interval} s), which Slurm {fmt(release)} requires"
+            )
+    m = site.monitor
+    if m.slurm_metrics and has(release, METRICS_FROM):
+        if m.slurm_metrics_users and not has(release, METRICS_AUTH_FROM):
+            problems.append(f"monitor.slurm_metrics_users: MetricsAuthUsers exists from Slurm "
+                            f"{fmt(METRICS_AUTH_FROM)}; the target is {fmt(release)}")
+        if m.slurm_metrics_users and has(release, METRICS_AUTH_FROM):
+            written = [k for k in METRICS_AUTH_KEYS if k in site.slurm.extra]
+            if written:
+                problems.append(f"slurm.extra.{written[0]}: slurmadm writes {', '.join(METRICS_AUTH_KEYS)} itself "
+                                f"from monitor.slurm_metrics_users and monitor.slurm_metrics_jwt_key_file; remove "
+                                f"{', '.join(written)} from slurm.extra")
+            if m.slurm_metrics_ignore_private_data:
+                problems.append("monitor.slurm_metrics_ignore_private_data: Slurm ignores "
+                                "MetricsParameters=ignore_private_data while MetricsAuthUsers is set "
+                                "(monitor.slurm_metrics_users); set one of them")
+        if m.slurm_metrics_ignore_private_data and not has(release, METRICS_AUTH_FROM):
+            problems.append(f"monitor.slurm_metrics_ignore_private_data: MetricsParameters=ignore_private_data "
+                            f"exists from Slurm {fmt(METRICS_AUTH_FROM)}; the target is {fmt(release)}")
+        if private_data(site):
+            if not has(release, METRICS_AUTH_FROM):
+                problems.append(f"slurm.extra.PrivateData: Slurm {fmt(release)} turns its metrics off while "
+                                f"PrivateData is set; set monitor.slurm_metrics = false (the head exporter keeps "
+                                f"exporting everything) or drop PrivateData")
+            elif not m.slurm_metrics_users and not m.slurm_metrics_ignore_private_data:
+                problems.append(f"slurm.extra.PrivateData: with PrivateData Slurm {fmt(release)} answers its "
+                                f"metrics only to SlurmUser and root, which Prometheus is not; set "
+                                f"monitor.slurm_metrics_users (JWT) or monitor.slurm_metrics_ignore_private_data")
     return problems
+
+
+def check_known_release(site: Site) -> list[str]:
+    """`site validate`: the release rules, when slurm.release names the release (with "auto" they
+    run when the configs are rendered, against the installed Slurm)."""
+    if site.slurm.release == "auto":
+        return []
+    from .release import parse_release
+
+    return check_release(site, parse_release(site.slurm.release, what="slurm.release"))

@@ -41,6 +41,7 @@ RESTART_KEYS: dict[str, tuple[str, ...]] = {
     "maxjobcount": CTLD,
     "maxnodecount": CTLD,
     "mcsplugin": CTLD,
+    "metricstype": CTLD,  # a plugin slurmctld loads at start (25.11+; metrics.shtml "Plugin Loading")
     "plugindir": BOTH,
     "powerplugin": CTLD,
     "preempttype": CTLD,

@@ -1,5 +1,6 @@
 """Golden files: the full rendering of site.example.toml for Slurm 22.05, pinned in
-tests/golden/config/ of a source checkout (tests compare byte for byte).
+tests/golden/config/ of a source checkout, and for 26.05 (Slurm's own metrics, HealthCheckTimeout)
+in tests/golden/config/26.05/ (tests compare byte for byte).
 
 Regenerate them only on purpose, after checking the new output:
 
@@ -18,10 +19,16 @@ from .render import render
 
 RELEASE = (22, 5)
 GOLDEN_DIR = Path(__file__).resolve().parents[2] / "tests" / "golden" / "config"
+# every pinned release: the oldest at GOLDEN_DIR, the others in GOLDEN_DIR/<release>
+RELEASES = ((22, 5), (26, 5))
 
 
-def reference() -> dict[str, str]:
-    return render(load_site(example_site()), RELEASE, source=str(example_site()))
+def golden_dir(release=RELEASE) -> Path:
+    return GOLDEN_DIR if release == RELEASE else GOLDEN_DIR / f"{release[0]}.{release[1]:02d}"
+
+
+def reference(release=RELEASE) -> dict[str, str]:
+    return render(load_site(example_site()), release, source=str(example_site()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,21 +36,29 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--update", action="store_true", help=f"rewrite the files in {GOLDEN_DIR}")
     args = parser.parse_args(argv)
-    files = reference()
-    stale = sorted(p.name for p in GOLDEN_DIR.glob("*.conf") if p.name not in files)
+    rc = 0
+    for release in RELEASES:
+        rc = max(rc, _one(release, args.update))
+    return rc
+
+
+def _one(release, update: bool) -> int:
+    where = golden_dir(release)
+    files = reference(release)
+    stale = sorted(p.name for p in where.glob("*.conf") if p.name not in files)
     changed = [name for name, text in files.items()
-               if not (GOLDEN_DIR / name).exists() or (GOLDEN_DIR / name).read_text() != text]
-    if not args.update:
+               if not (where / name).exists() or (where / name).read_text() != text]
+    if not update:
         for name in changed + stale:
-            print(f"differs: {name}")
+            print(f"differs: {where / name}")
         return 1 if changed or stale else 0
-    GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
+    where.mkdir(parents=True, exist_ok=True)
     for name in changed:
-        (GOLDEN_DIR / name).write_text(files[name])
-        print(f"updated {GOLDEN_DIR / name}")
+        (where / name).write_text(files[name])
+        print(f"updated {where / name}")
     for name in stale:
-        (GOLDEN_DIR / name).unlink()
-        print(f"removed {GOLDEN_DIR / name}")
+        (where / name).unlink()
+        print(f"removed {where / name}")
     return 0
 
 

@@ -33,6 +33,38 @@ HEALTH_CHECK_NODE_STATES: dict[str, Release] = {
 }
 
 
+# Slurm's own instruments (issue 38), each with the release that added it and where it says so.
+# slurmctld serves OpenMetrics itself (MetricsType=metrics/openmetrics; slurm.conf.5 and
+# metrics.shtml of 25.11), GET /metrics/{jobs,jobs-users-accts,nodes,partitions,scheduler} on its
+# own port; it is off while PrivateData is set.
+METRICS_FROM: Release = (25, 11)
+# 26.05: MetricsAuthUsers (JWT authentication for the endpoints; SlurmUser and root always allowed)
+# and MetricsParameters=ignore_private_data (metrics on beside PrivateData, without authentication).
+METRICS_AUTH_FROM: Release = (26, 5)
+# 25.11: slurmctld (and the other daemons) answer GET /livez, /readyz and /healthz on their port.
+PROBES_FROM: Release = (25, 11)
+# 26.05: HealthCheckTimeout (seconds HealthCheckProgram may run); before it slurmd killed the
+# program after a fixed 60 s (slurm.conf.5 HealthCheckProgram of 22.05-25.11).
+HEALTH_CHECK_TIMEOUT_FROM: Release = (26, 5)
+HEALTH_CHECK_FIXED_KILL_S = 60
+# HealthCheckTimeout = health.periodic_timeout_s + this: the hook's own supervisor stops a run at
+# periodic_timeout_s; the margin covers the wrapper and interpreter start and the supervisor's kill,
+# so Slurm's kill never cuts a run short that slurmadm would have ended with a verdict.
+HEALTH_CHECK_TIMEOUT_MARGIN_S = 5
+
+
+def has(release: Release | None, since: Release) -> bool:
+    """Whether `release` (None: unknown, taken as the oldest) has a feature added in `since`."""
+    return release is not None and release >= since
+
+
+def health_check_timeout(periodic_timeout_s: float) -> int:
+    """HealthCheckTimeout (whole seconds) for a periodic run limit."""
+    import math
+
+    return math.ceil(periodic_timeout_s) + HEALTH_CHECK_TIMEOUT_MARGIN_S
+
+
 def conf_key(key: str, value: str, release: Release) -> tuple[str, str]:
     """`key = value` as `release` spells it (RENAMED_KEYS), either direction."""
     for old, (since, new, values) in RENAMED_KEYS.items():

@@ -88,3 +88,65 @@ def apply_config(site, site_file: str | None, reason: str, *, dry_run: bool = Fa
     rel = resolve_release(site, None, env={"SLURM_CONF": str(conf)} if conf.exists() else None)
     files = render(site, rel, source=site_file or "")
     return apply_mod.apply(site, files, reason=reason, dry_run=dry_run)
+
+
+# ---- man pages and shell completion on the head (issue 39) ----
+
+MAN_DIR = "/usr/local/share/man/man1"
+BASH_COMPLETION = "/etc/bash_completion.d/slurmadm"
+ZSH_COMPLETION = "/usr/local/share/zsh/site-functions/_slurmadm"
+
+
+def docs_files() -> dict[str, str]:
+    """{absolute path: content}: a man page per command group (slurmadm.1, slurmadm-<group>.1),
+    generated from this release's click tree, and the bash and zsh completion scripts."""
+    from click.shell_completion import get_completion_class
+
+    from ..cli import cli
+    from ..docgen.cli import man_pages
+
+    out = {f"{MAN_DIR}/{name}": text for name, text in man_pages().items()}
+    for shell, path in (("bash", BASH_COMPLETION), ("zsh", ZSH_COMPLETION)):
+        comp = get_completion_class(shell)(cli, {}, "slurmadm", "_SLURMADM_COMPLETE")
+        out[path] = comp.source().rstrip("\n") + "\n"
+    return out
+
+
+def docs_changes(root: str = "/") -> list[str]:
+    """The man page and completion files that are missing or differ under `root`."""
+    out = []
+    for path, text in docs_files().items():
+        target = Path(root) / path.lstrip("/")
+        try:
+            if target.read_text() == text:
+                continue
+        except OSError:
+            pass
+        out.append(path)
+    return out
+
+
+def install_docs(root: str = "/", *, dry_run: bool = False) -> list[str]:
+    """Write the man pages and completion scripts that changed (mode 0644, one rename each);
+    return their paths. Stale slurmadm-*.1 pages of groups that no longer exist are removed."""
+    from ..files import write_atomic
+
+    files = docs_files()
+    changed = docs_changes(root)
+    man_dir = Path(root) / MAN_DIR.lstrip("/")
+    stale = [p for p in sorted(man_dir.glob("slurmadm*.1")) if f"{MAN_DIR}/{p.name}" not in files] \
+        if man_dir.is_dir() else []
+    if dry_run:
+        return changed + [f"{MAN_DIR}/{p.name} (removed)" for p in stale]
+    for path in changed:
+        target = Path(root) / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(target, files[path], mode=0o644)
+    for p in stale:
+        p.unlink(missing_ok=True)
+    if changed and Path(root) == Path("/"):
+        import shutil
+
+        if shutil.which("mandb"):  # refresh whatis/apropos; harmless when it fails
+            subprocess.run(["mandb", "-q", str(Path(MAN_DIR).parent)], capture_output=True, timeout=120)
+    return changed + [f"{MAN_DIR}/{p.name} (removed)" for p in stale]

@@ -278,7 +278,9 @@ class DevCluster:
         self._slurmdbd(site, progress)
         if central_store:
             self._central_store(site, progress)
+        self._jwt_key(site, progress)
         self._slurmctld(progress)
+        self._jwt_token(site, progress)
         powered_off = [n for n in node_names if not self.daemon(f"slurmd-{n}").alive()]
         self._write_reboot_program()
         if ssh:
@@ -474,6 +476,27 @@ class DevCluster:
         self._await(d, lambda: "UP" in run(["scontrol", "ping"], env=env, check=False, timeout=10).stdout,
                     "slurmctld answers scontrol ping", 60)
 
+    def _jwt_key(self, site: Site, progress) -> None:
+        """slurmctld's HS256 key for authenticated metrics (monitor.slurm_metrics_users, 26.05),
+        before slurmctld starts: it dies without one. 0600, SlurmUser's (root here)."""
+        key = site.monitor.slurm_metrics_jwt_key_file
+        if key and "\nMetricsAuthUsers=" in self.slurm_conf.read_text():
+            from ..slurm import jwt
+
+            if jwt.make_key(key, owner=site.slurm_user):
+                progress(f"made slurmctld's JWT key {key}")
+
+    def _jwt_token(self, site: Site, progress) -> None:
+        """Prometheus's JWT (monitor.slurm_metrics_token_file), fresh at every `up`, as long as
+        `monitor slurm-token` makes one (doctor warns in its last week)."""
+        m = site.monitor
+        if m.slurm_metrics_token_file and "\nMetricsAuthUsers=" in self.slurm_conf.read_text():
+            from ..slurm import jwt
+
+            jwt.write_token(m.slurm_metrics_token_file,
+                            jwt.fetch_token(m.slurm_metrics_users[0], env=self._slurm_env()))
+            progress(f"wrote the metrics JWT of {m.slurm_metrics_users[0]} to {m.slurm_metrics_token_file}")
+
     def _slurmds(self, names: list[str], progress) -> None:
         env = self._slurm_env()
         todo = [n for n in names if not self.daemon(f"slurmd-{n}").alive()]
@@ -588,8 +611,14 @@ class DevCluster:
 
     def boot_node(self, node: str) -> None:
         """A stopped fake node boots (BMC power on/cycle, or the RebootProgram's second half):
-        its staged stack, sshd in a fresh namespace, slurmd reporting a reboot."""
+        its staged stack, sshd in a fresh namespace, slurmd reporting a reboot. Its stand-in GPUs
+        come up as a reboot leaves them (gpus.reboot: volatile faults, XIDs and recovery actions gone)."""
+        if self.p("gpus", f"{node}.json").exists():
+            gpus.reboot(self.p("gpus"), node)
         if self.has_ssh():
+            # a node whose slurmd alone was stopped still has its sshd: a second one would find
+            # the port taken and the first would outlive `down` (its pid record overwritten)
+            self.daemon(f"sshd-{node}").stop()
             fn = self.fake_node(node)
             fn.boot()
             running = fn.software()["running"]
@@ -689,16 +718,33 @@ class DevCluster:
         rec = self.record()
         daemons = [{"name": d.name, "pid": d.pid(), "alive": d.alive()} for d in self.daemons()]
         nodes = {}
+        readyz = None
         if rec and self.daemon("slurmctld").alive():
             nodes = self.node_states()
+            readyz = self.readyz(rec)
         return {
             "state_dir": str(self.state_dir),
             "exists": rec is not None,
             "record": rec,
             "daemons": daemons,
             "nodes": nodes,
+            "readyz": readyz,
             "env": self.env() if rec else {},
         }
+
+    def readyz(self, rec: dict) -> dict | None:
+        """slurmctld's /readyz (Slurm 25.11+; slurm/probes.py); None on older releases."""
+        from ..config.release import PROBES_FROM
+        from ..slurm import probes
+
+        try:
+            major, minor = (int(x) for x in str(rec.get("slurm_release", "")).split(".")[:2])
+        except ValueError:
+            return None
+        if (major, minor) < PROBES_FROM:
+            return None
+        got = probes.get("127.0.0.1", self.site().slurm.slurmctld_port, "/readyz", timeout=3.0)
+        return {"url": got.url, "ok": got.ok, "answer": got.detail}
 
     def _claim_ports(self, ports: devsite.Ports, nodes: int) -> None:
         """Record this dev cluster's port span in claims_dir(); refuse a span that overlaps the

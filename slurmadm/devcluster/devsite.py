@@ -313,6 +313,11 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "storage_password_file": f"{d}/mysql/slurm.password",
     })
     data["store"] = store_section(state_dir, ports, central=central_store)
+    # RMA evidence bundles (`repair rma open`) stay inside the dev cluster's state directory
+    data.setdefault("repair", {})["rma"] = {"bundle_dir": f"{d}/rma"}
+    # the repair breaker's share of a partition: 10 % of 4 nodes is one node in repair at a time;
+    # half, as the health breaker here, so the demo's reset and its lemon can be in repair together
+    data["repair"]["breaker_fraction"] = max(data["repair"].get("breaker_fraction", 0.1), 0.5)
     data["slurm"].update({
         "config_dir": f"{d}/etc",
         "slurmctld_port": ports.slurmctld,
@@ -424,6 +429,10 @@ def monitor_settings(src: dict[str, Any], d: str, ports: Ports) -> dict[str, Any
         "prometheus_url": f"http://127.0.0.1:{ports.monitor_prometheus}",
         "webhook_listen": f"127.0.0.1:{ports.monitor_webhook}",
         "webhook_token_file": f"{d}/monitor/webhook.token",
+        # authenticated Slurm metrics (26.05), where the source site asks for them: slurmctld's
+        # key and Prometheus's JWT in the state directory (`up` makes both)
+        **({"slurm_metrics_token_file": f"{d}/monitor/slurm.jwt",
+            "slurm_metrics_jwt_key_file": f"{d}/etc/jwt_hs256.key"} if src.get("slurm_metrics_users") else {}),
         "resume_check_s": 2.0,
         "gpu_temp_for": "30s", "error_rise_window": "20s", "absent_for": "30s", "quota_for": "1m",
         "flap_for": "3s",  # debounce the flappy alerts, a few 1 s evaluations here

@@ -185,12 +185,13 @@ class FakeNode:
             f"    VBIOS Version                         : {run_['vbios']}\n" for i in range(8))
         tools = {
             # `nvidia-smi -q` header lines in the format of public logs (e.g. MatthiasSchinzel/sysmon #12)
-            "nvidia-smi": _script(
+            # ... and a GPU reset / persistence mode change goes to the stand-in GPUs (fakesmi.py)
+            "nvidia-smi": _smi_script(self.state_dir / "gpus", self.node, _script(
                 "==============NVSMI LOG==============\n\n"
                 "Timestamp                                 : Mon Dec  1 00:00:00 2026\n"
                 f"Driver Version                            : {run_['driver']}\n"
                 f"CUDA Version                              : {run_['cuda']}\n\n"
-                "Attached GPUs                             : 8\n" + gpu_lines),
+                "Attached GPUs                             : 8\n" + gpu_lines)),
             "ofed_info": _script(f"MLNX_OFED_LINUX-{inst['ofed']}:"),
             "nv-fabricmanager": _script(f"Fabric Manager version is : {inst['nvidia-fabricmanager']}"),
             "mpirun": _script(f"mpirun (Open MPI) {inst['mpi']}\n\nReport bugs to https://www.open-mpi.org/community/help/"),
@@ -274,6 +275,15 @@ def _script(text: str) -> str:
     real binary does (a `cat` here-document cost two, and expanded any `$` in a site's versions)."""
     lines = text.rstrip("\n").split("\n")
     return "#!/bin/sh\nprintf '%s\\n' " + " ".join(shlex.quote(line) for line in lines) + "\n"
+
+
+def _smi_script(gpu_dir: Path, node: str, query: str) -> str:
+    """`nvidia-smi`: the printf script for queries; `-r`/`--gpu-reset`/`-pm`/`--persistence-mode`
+    exec the stand-in (slurmadm.devcluster.fakesmi) on the node's GPU state."""
+    body = query.split("\n", 1)[1]
+    return ("#!/bin/sh\nfor a in \"$@\"; do case \"$a\" in -r|--gpu-reset|-pm|--persistence-mode|--persistence-mode=*)\n"
+            f"  exec {shlex.quote(sys.executable)} -m slurmadm.devcluster.fakesmi --state-dir {shlex.quote(str(gpu_dir))} "
+            f"--node {shlex.quote(node)} \"$@\";;\nesac; done\n" + body)
 
 
 def _write_in_place(path: Path, text: str) -> None:

@@ -59,6 +59,7 @@ SUPPORTED_REASONS = 0x1FF
 FABRIC_HEALTHY = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8
 
 _NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SERIAL_RE = re.compile(r"^[A-Za-z0-9]{4,30}$")
 _UUID_NS = uuid.UUID("4f0b6f8e-6c53-4d0c-9d8e-5e1f2a7c9b10")
 _GIB = 1 << 30
 _MIB = 1 << 20
@@ -75,13 +76,16 @@ class _Model:
     nvlink_version: int  # nvmlNvlinkVersion_t
     vbios: str
     reserved_mib: int
+    board_part: str  # nvidia-smi -q "Board Part Number" (tests/fixtures/parts/SOURCES.md)
 
 
 # Facts per profile `gpus.model`; models not listed get the B200 facts.
 _MODELS = {
-    "b200": _Model(10, (10, 0), 0x290110DE, 1965, 3996, 1965, 7, "97.00.82.00.0F", 672),
-    "h200": _Model(9, (9, 0), 0x233510DE, 1980, 3201, 1965, 6, "96.00.AF.00.01", 566),
-    "h100": _Model(9, (9, 0), 0x233010DE, 1980, 2619, 1755, 6, "96.00.99.00.01", 566),
+    # board part numbers: B200 and H100 SXM from public `nvidia-smi -q` output (see
+    # tests/fixtures/parts/SOURCES.md); the H200's is the H100 SXM board's pattern, not from a sample
+    "b200": _Model(10, (10, 0), 0x290110DE, 1965, 3996, 1965, 7, "97.00.82.00.0F", 672, "692-2G525-0225-001"),
+    "h200": _Model(9, (9, 0), 0x233510DE, 1980, 3201, 1965, 6, "96.00.AF.00.01", 566, "692-2G520-0280-000"),
+    "h100": _Model(9, (9, 0), 0x233010DE, 1980, 2619, 1755, 6, "96.00.99.00.01", 566, "692-2G520-0200-000"),
 }
 # PCI bus numbers of the 8 GPUs on an HGX B200 baseboard (as nvidia-smi lists them).
 _HGX_BUSES = [0x1B, 0x43, 0x52, 0x61, 0x9D, 0xC3, 0xD1, 0xDF]
@@ -159,6 +163,7 @@ def healthy_gpu(node: str, index: int, profile: NodeProfile) -> dict[str, Any]:
         "name": spec.nvml_name,
         "uuid": f"GPU-{uuid.uuid5(_UUID_NS, f'{node}/{index}')}",
         "serial": f"1655{h % 10**9:09d}",
+        "board_part_number": model.board_part,
         "pci_bus_id": f"00000000:{_pci_bus(index, spec.count):02X}:00.0",
         "pci_device_id": model.pci_device_id,
         "pci_subsystem_id": (model.pci_device_id & 0xFFFF) | 0x17000000,
@@ -301,6 +306,10 @@ class FaultKind:
     hi: int | Callable[[dict[str, Any]], int] = 10**12
     # For values that are not integers: (kind, value, gpu) -> canonical value.
     parse_value: Callable[[FaultKind, Any, dict[str, Any]], Any] | None = None
+    # What a GPU reset (`nvidia-smi --gpu-reset`) does to the fault: "keep" (hardware or the
+    # environment: a reset does not help), "clear" (volatile state), or a callable
+    # value -> "keep" | "clear" | {counter: n} (cleared, leaving lifetime counters behind; see `reset`).
+    reset: str | Callable[[Any], str | dict[str, int]] = "keep"
 
     def parse(self, value: Any, gpu: dict[str, Any]) -> Any:
         """Check the user's value (None, int or str); return the canonical (JSON) value."""
@@ -477,34 +486,81 @@ def _apply_leftover(gpu: dict[str, Any], pid: int) -> None:
     gpu["procs"].append([pid, _GIB])
 
 
+def _xid_on_reset(value: Any) -> str:
+    """A reset clears an XID's pending state (and the recovery action it set), unless the catalog
+    says only a node reboot recovers from it."""
+    from ..health import xid as xidmod
+
+    code, _, variant = str(value).partition(":")
+    if code == "154":
+        return "keep" if variant == "reboot" else "clear"
+    text = ""
+    if variant and variant != "mig":
+        unit, status, *fatal = variant.split(":")
+        text = f"{unit} {'Fatal' if fatal else 'Nonfatal'} XC0 i0 Link 0 (0x00000001 0x{int(status, 16):08x})"
+    return "keep" if xidmod.classify_event(int(code), text).needs == "reboot" else "clear"
+
+
+def _kept_by_reset(_gpu: dict[str, Any], counters: dict[str, int]) -> None:
+    for key, n in counters.items():
+        gpu_value = _gpu.get(key, 0)
+        _gpu[key] = gpu_value + n
+
+
+def _not_injectable(kind: FaultKind, _value: Any, _gpu: dict[str, Any]) -> Any:
+    raise UsageError(f"fault {kind.name}: written by a GPU reset, not injected")
+
+
+def _corrupt(gpu: dict[str, Any], bit: int) -> None:
+    gpu["kat_corrupt"] = bit
+
+
+def _replace_only(_gpu: dict[str, Any], _value: Any) -> None:
+    raise AssertionError("replace changes the slot's part; it is never a fault record")
+
+
+def _serial_value(kind: FaultKind, value: Any, _gpu: dict[str, Any]) -> str:
+    text = str(value).strip()
+    if not _SERIAL_RE.match(text):
+        raise UsageError(f"fault {kind.name}: value {value!r} is not a GPU serial (digits and letters, 4-30)")
+    return text
+
+
 _KINDS = [
-    FaultKind("ecc-uncorrected", "uncorrectable (DBE) ECC errors, volatile and aggregate",
-              _add("ecc_dbe_vol", "ecc_dbe_agg"), "error count", 1),
-    FaultKind("ecc-corrected", "correctable (SBE) ECC errors, volatile and aggregate",
-              _add("ecc_sbe_vol", "ecc_sbe_agg"), "error count", 60_000_000),
-    FaultKind("row-remap-pending", "an uncorrectable row marked for remapping, GPU reset pending",
-              _set(remap_pending=1, remap_unc=1)),
-    FaultKind("row-remap-failed", "row remapping failed (no spare rows left)", _set(remap_failure=1, remap_unc=1)),
-    FaultKind("retired-pages", "pages retired for DBEs, retirement pending", _apply_retired, "page count", 11, 512),
-    FaultKind("xid", "an XID line in the node's kernel log; a reset/reboot-class XID also sets NVML's recovery action",
+    FaultKind("ecc-uncorrected", "uncorrectable (DBE) ECC errors, volatile and aggregate; a reset clears the volatile count",
+              _add("ecc_dbe_vol", "ecc_dbe_agg"), "error count", 1, reset=lambda n: {"ecc_dbe_agg": n}),
+    FaultKind("ecc-corrected", "correctable (SBE) ECC errors, volatile and aggregate; a reset clears the volatile count",
+              _add("ecc_sbe_vol", "ecc_sbe_agg"), "error count", 60_000_000, reset=lambda n: {"ecc_sbe_agg": n}),
+    FaultKind("row-remap-pending", "an uncorrectable row marked for remapping, GPU reset pending (a reset applies it)",
+              _set(remap_pending=1, remap_unc=1), reset=lambda _v: {"remap_unc": 1}),
+    FaultKind("row-remap-failed", "row remapping failed (no spare rows left); a reset does not help",
+              _set(remap_failure=1, remap_unc=1)),
+    FaultKind("retired-pages", "pages retired for DBEs, retirement pending (a reset retires them)", _apply_retired,
+              "page count", 11, 512, reset=lambda n: {"retired_dbe": n}),
+    FaultKind("xid", "an XID line in the node's kernel log; a reset/reboot-class XID also sets NVML's recovery action "
+              "(a reset clears all but reboot-class ones)",
               _apply_xid,
-              "XID: 79, 94:mig, 144:SAW_MVB:0x8[:fatal], 154:reset|reboot|none", 79, 999, parse_value=_xid_value),
+              "XID: 79, 94:mig, 144:SAW_MVB:0x8[:fatal], 154:reset|reboot|none", 79, 999, parse_value=_xid_value,
+              reset=_xid_on_reset),
     FaultKind("ecc-aggregate", "lifetime (aggregate) uncorrectable ECC errors only, as after a repaired row remap",
               _add("ecc_dbe_agg"), "error count", 1),
-    FaultKind("fabric", "NVSwitch fabric registration state or health", _apply_fabric,
+    FaultKind("fabric", "NVSwitch fabric registration state or health (a reset registers the GPU again)", _apply_fabric,
               "not-started, in-progress, failed, degraded, route-recovery", "not-started",
-              parse_value=_choice(_FABRIC)),
+              parse_value=_choice(_FABRIC), reset="clear"),
     FaultKind("clock-event", "a clock-event reason without over-temperature (SM clock halved unless sw-power-cap)",
               _apply_clock_event, "hw-slowdown, hw-thermal, power-brake, sw-power-cap", "power-brake",
               parse_value=_choice(_CLOCK_EVENTS)),
-    FaultKind("recovery-action", "NVML's GPU recovery action field (1 GPU reset, 2 node reboot, 4 drain and reset)",
-              _set_value("recovery_action"), "recovery action", 1, 7),
+    FaultKind("recovery-action", "NVML's GPU recovery action field (1 GPU reset, 2 node reboot, 4 drain and reset); "
+              "a reset clears all but 2 and 7", _set_value("recovery_action"), "recovery action", 1, 7,
+              reset=lambda v: "keep" if v in (2, 7) else "clear"),  # 2, 7: a node or system reboot
     FaultKind("pcie-degraded", "PCIe link trained below its maximum", _apply_pcie, "GENxWIDTH", "3x8",
               parse_value=_pcie_link),
-    FaultKind("pcie-replay", "PCIe replay counter", _add("pcie_replay"), "replay count", 1000, 2**32 - 1),
+    FaultKind("pcie-replay", "PCIe replay counter (a reset zeroes it)", _add("pcie_replay"), "replay count", 1000,
+              2**32 - 1, reset="clear"),
     FaultKind("nvlink-down", "NVLinks inactive, counting from link 0", _apply_nvlink_down, "links down", 1,
               lambda g: g["nvlink_count"]),
-    FaultKind("nvlink-errors", "NVLink replay and CRC errors on link 0", _apply_nvlink_errors, "error count", 100),
+    FaultKind("nvlink-errors", "NVLink replay and CRC errors on link 0 (a reset zeroes them)", _apply_nvlink_errors,
+              "error count", 100, reset="clear"),
     FaultKind("thermal", "GPU over temperature; thermal and HW slowdown active, SM clock halved", _apply_thermal,
               "degrees C", 95, 150),
     FaultKind("memory-thermal", "HBM over temperature", _set_value("temp_mem"), "degrees C", 100, 150),
@@ -512,17 +568,31 @@ _KINDS = [
               lambda g: g["power_enforced_mw"] * 5 // 4000, 10_000),
     FaultKind("clocks-throttle", "HW slowdown active, SM clock halved", lambda g, _v: _slow(g, HW_SLOWDOWN)),
     FaultKind("persistence-off", "persistence mode disabled", _set(persistence=0)),
-    FaultKind("leftover-process", "a compute process holding 1 GiB of the GPU", _apply_leftover,
-              "pid of the process", None, 4_194_304),
+    FaultKind("leftover-process", "a compute process holding 1 GiB of the GPU (a reset is refused: in use)",
+              _apply_leftover, "pid of the process", None, 4_194_304),
     FaultKind("busy", "a workload keeps the GPU busy (utilisation, and memory-controller load at half of it)",
               _apply_busy, "utilisation percent", 90, 100),
-    FaultKind("missing-gpu", "the GPU fell off the bus: not enumerated, old handles report GPU lost",
+    FaultKind("missing-gpu", "the GPU fell off the bus: not enumerated, old handles report GPU lost (a reset fails)",
               _set(present=0)),
-    FaultKind("hang", "every NVML call on the GPU blocks until cleared (or an hour)", _set(hang=1)),
+    FaultKind("hang", "every NVML call on the GPU blocks until cleared (or an hour) or the GPU is reset", _set(hang=1),
+              reset="clear"),
     # a straggler: passes every check, only slower (read by slurmadm.burnin.node, STANDIN_SLOWDOWN_KEY)
     FaultKind("slow", "the node's burn-in stress throughput and single-node all-reduce are this many percent "
               "slower (a straggler: no check fails; on any GPU, it slows the node)",
               _set_value("burnin_slowdown_pct"), "percent slower", 30, 95),
+    # issue 34: the repair ladder's reset step and its qualification gate
+    FaultKind("reset-fail", "the next GPU reset of this GPU fails (nvidia-smi exit 255) and changes nothing",
+              lambda _g, _v: None),
+    FaultKind("corrupt", "silent data corruption: the GPU's known-answer compute result has this bit flipped "
+              "(1 = lowest bit of the first byte; slurmadm.repair.kat); a reset does not help",
+              _corrupt, "bit number", 1, 8 * 8 * 32 * 32),
+    FaultKind("replace", "the GPU in this slot is swapped: a new serial, UUID and board part number, the old part's "
+              "faults go with it (--clear does not bring it back); --value SERIAL installs that part (a part "
+              "removed from any node keeps its UUID and board part number: a GPU moved between nodes)",
+              _replace_only, "serial (optional)", parse_value=_serial_value),
+    FaultKind("after-reset", "(written by a GPU reset) lifetime counters a reset leaves behind: aggregate ECC, "
+              "applied row remaps, retired pages", _kept_by_reset, "counters", None,
+              parse_value=_not_injectable),
 ]
 FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in _KINDS}
 
@@ -608,6 +678,8 @@ def inject(
     d = Path(state_dir)
     fk = _check_kind(kind)
     when = now or datetime.now(timezone.utc)
+    if kind == "replace":
+        return replace(d, node, gpu, value, now=when)
     with _locked(d, node):
         state = _load(d, node)
         g = _check_gpu(state, gpu)
@@ -643,6 +715,231 @@ def clear(
             state["faults"] = [f for f in state["faults"] if not match(f)]
             _save(d, node, state)
     return removed
+
+
+# ------------------------------------------------------------------------------ GPU reset (issue 34)
+
+
+@dataclass(frozen=True)
+class ResetOutcome:
+    """What one GPU's reset did. `error`: "" (reset), "in-use" (a process or persistence mode
+    holds the GPU), "reset-fail" (an injected failure), "lost" (fell off the bus)."""
+
+    gpu: int
+    pci_bus_id: str
+    error: str = ""
+    cleared: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+def reset(
+    state_dir: str | os.PathLike[str], node: str, gpus: list[int], *, now: datetime | None = None
+) -> list[ResetOutcome]:
+    """Reset physical GPUs `gpus` of `node`, as `nvidia-smi --gpu-reset` does; each on its own.
+
+    A GPU that fell off the bus (`missing-gpu`) stays lost; one a process or persistence mode
+    holds is refused ("In use by another client", NVIDIA/NVSentinel#1690); an injected
+    `reset-fail` makes this attempt fail and is used up, nothing else changes. Otherwise every
+    fault whose kind's `reset` is not "keep" goes; lifetime counters it leaves behind (aggregate
+    ECC, the remap or retirement a reset completes) go into one `after-reset` record. When the
+    GPU had a recovery action or a reset-class XID pending, the kernel log gets the Xid 154 line
+    "GPU recovery action changed from ... to 0x0 (None)" (what `health.xid` takes as the reset).
+    Every attempt is counted per GPU (`reset_counts`)."""
+    d = Path(state_dir)
+    when = now or datetime.now(timezone.utc)
+    out: list[ResetOutcome] = []
+    with _locked(d, node):
+        state = _load(d, node)
+        for g in gpus:
+            _check_gpu(state, g)
+        effective = effective_gpus(state)
+        log: list[str] = []
+        for g in gpus:
+            gpu = effective[g]
+            mine = [f for f in state["faults"] if f["gpu"] == g]
+            error = ""
+            if not gpu["present"]:
+                error = "lost"
+            elif gpu["procs"] or gpu["graphics_procs"] or gpu["persistence"]:
+                error = "in-use"
+            elif any(f["kind"] == "reset-fail" for f in mine):
+                error = "reset-fail"
+                state["faults"] = [f for f in state["faults"] if not (f["gpu"] == g and f["kind"] == "reset-fail")]
+            cleared: list[str] = []
+            if not error:
+                kept, cleared = _fold(g, mine, when, reboot=False)
+                state["faults"] = [f for f in state["faults"] if f["gpu"] != g] + kept
+                if gpu["recovery_action"] or "xid" in cleared:
+                    still = effective_gpus(state)[g]["recovery_action"]
+                    if not still:
+                        log.append(_recovered_line(node, gpu, when))
+            counts = state.setdefault("resets", {}).setdefault(str(g), {"ok": 0, "failed": 0})
+            counts["ok" if not error else "failed"] += 1
+            counts.update(last=error or "ok", last_ts=_iso(when))
+            out.append(ResetOutcome(g, gpu["pci_bus_id"], error, tuple(cleared)))
+        _save(d, node, state)
+        if log:
+            with open(kmsg_path(d, node), "a", encoding="utf-8") as fh:
+                fh.write("".join(line + "\n" for line in log))
+    return out
+
+
+# What a node reboot (or power cycle) clears beyond a reset: every XID and recovery action (the
+# driver starts afresh), a GPU that fell off the bus (it enumerates again: XID 79's catalog action
+# is a reboot), and a pending injected reset failure. Hardware faults stay.
+_CLEARED_BY_REBOOT = frozenset({"xid", "recovery-action", "missing-gpu", "reset-fail"})
+
+
+def _fold(g: int, mine: list[dict[str, Any]], when: datetime, *, reboot: bool) -> tuple[list[dict[str, Any]], list[str]]:
+    """GPU `g`'s faults after a reset (or a reboot): those kept, and the kinds cleared; lifetime
+    counters the cleared ones leave go into the GPU's one `after-reset` record."""
+    kept: list[dict[str, Any]] = []
+    cleared: list[str] = []
+    residue: dict[str, int] = {}
+    for f in mine:
+        rule = FAULT_KINDS[f["kind"]].reset
+        what = rule(f["value"]) if callable(rule) else rule
+        if reboot and f["kind"] in _CLEARED_BY_REBOOT and what == "keep":
+            what = "clear"
+        if what == "keep":
+            kept.append(f)
+            continue
+        cleared.append(f["kind"])
+        if isinstance(what, dict):
+            for key, n in what.items():
+                residue[key] = residue.get(key, 0) + n
+    after = next((f for f in kept if f["kind"] == "after-reset"), None)
+    if residue:
+        if after is None:
+            after = {"gpu": g, "kind": "after-reset", "value": {}, "since": _iso(when)}
+            kept.append(after)
+        for key, n in residue.items():
+            after["value"][key] = after["value"].get(key, 0) + n
+    return kept, cleared
+
+
+def reboot(state_dir: str | os.PathLike[str], node: str, *, now: datetime | None = None) -> list[dict[str, Any]]:
+    """What the node's reboot (Slurm's RebootProgram, a BMC power cycle) does to its GPUs: every
+    GPU as a reset leaves it, plus `_CLEARED_BY_REBOOT`; persistence mode on again (the
+    persistence daemon starts at boot). The kernel log keeps its lines (a persistent kern.log)
+    and gains the kernel's banner, the first line of a boot (health.xid.boot_in_log dates the
+    boot by it); `<node>.boot` records when the node booted. Returns the faults removed."""
+    d = Path(state_dir)
+    when = now or datetime.now(timezone.utc)
+    with _locked(d, node):
+        state = _load(d, node)
+        before = list(state["faults"])
+        faults: list[dict[str, Any]] = []
+        for g in range(len(state["gpus"])):
+            kept, _ = _fold(g, [f for f in before if f["gpu"] == g], when, reboot=True)
+            faults += kept
+            state["gpus"][g]["persistence"] = 1
+        state["faults"] = faults
+        _save(d, node, state)
+        write_atomic(d / f"{node}.boot", f"{when.timestamp():.6f}\n")
+        stamp = when.astimezone(timezone.utc).isoformat(timespec="microseconds")
+        with open(kmsg_path(d, node), "a", encoding="utf-8") as fh:
+            fh.write(f"{stamp} {node} kernel: Linux version 6.1.0-stand-in (slurmadm dev cluster) #1 SMP\n")
+    return [f for f in before if f not in faults]
+
+
+def _recovered_line(node: str, gpu: dict[str, Any], when: datetime) -> str:
+    """The Xid 154 line of a recovery action going back to none, stamped to the microsecond (a
+    reset in the same second as its XID must still come after it)."""
+    line = xid_line(node, gpu["pci_bus_id"], "154:none", when)
+    prev = gpu["recovery_action"]
+    if prev and prev != 1:
+        from ..health import xid as xidmod
+
+        name = xidmod.RECOVERY_ACTIONS.get(prev, ("Unknown",))[0]
+        line = line.replace("from 0x1 (GPU Reset Required)", f"from 0x{prev:x} ({name})")
+    stamp = when.astimezone(timezone.utc).isoformat(timespec="seconds")
+    return line.replace(stamp, when.astimezone(timezone.utc).isoformat(timespec="microseconds"), 1)
+
+
+def reset_counts(state_dir: str | os.PathLike[str], node: str) -> dict[int, dict[str, Any]]:
+    """Resets per physical GPU: {gpu: {"ok": n, "failed": n, "last": "ok"|error, "last_ts": iso}}."""
+    return {int(g): dict(c) for g, c in _load(Path(state_dir), node).get("resets", {}).items()}
+
+
+def set_persistence(state_dir: str | os.PathLike[str], node: str, gpus: list[int], on: bool) -> None:
+    """`nvidia-smi -pm 0|1 -i N`: the GPU's persistence mode (a setting, not a fault: `--clear`
+    leaves it, `write_healthy` turns it on)."""
+    d = Path(state_dir)
+    with _locked(d, node):
+        state = _load(d, node)
+        for g in gpus:
+            state["gpus"][_check_gpu(state, g)]["persistence"] = int(on)
+        _save(d, node, state)
+
+
+# ------------------------------------------------------------------------------ part swaps (issue 35)
+
+
+def replace(
+    state_dir: str | os.PathLike[str], node: str, gpu: int, serial: str | None = None, *,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """Swap the GPU in physical slot `gpu` of `node`: a new part (serial, UUID, board part number)
+    with none of the old part's faults. The old part goes to the node's `removed_parts`, from where
+    `serial=` can install it in any node's slot (a GPU moved between nodes keeps its UUID and board
+    part number). A serial never seen gets a UUID derived from it. Installing the serial already in
+    the slot changes nothing; one installed in another slot is refused."""
+    d = Path(state_dir)
+    fk = _check_kind("replace")
+    when = now or datetime.now(timezone.utc)
+    if serial is not None and serial != "":
+        serial = fk.parse(serial, {})
+    else:
+        serial = None
+    nodes = sorted({_check_node(node)} | {p.stem for p in d.glob("*.json")})
+    with contextlib.ExitStack() as stack:
+        for n in nodes:  # every node's file, in one order: the part may come from any of them
+            stack.enter_context(_locked(d, n))
+        states = {n: _load(d, n) for n in nodes}
+        state = states[node]
+        _check_gpu(state, gpu)
+        slot = state["gpus"][gpu]
+        record = {"gpu": gpu, "kind": "replace", "since": _iso(when), "old_serial": slot["serial"]}
+        if serial == slot["serial"]:
+            return {**record, "value": serial, "uuid": slot["uuid"], "changed": False}
+        part: dict[str, Any] | None = None
+        if serial is not None:
+            for n, st in states.items():
+                for i, g in enumerate(st["gpus"]):
+                    if g["serial"] == serial:
+                        raise UsageError(f"GPU serial {serial} is installed in {n} GPU {i}: replace it there first")
+                for j, removed in enumerate(st.get("removed_parts", [])):
+                    if removed["serial"] == serial:
+                        part = st["removed_parts"].pop(j)
+                        if n != node:
+                            _save(d, n, st)
+                        break
+                if part is not None:
+                    break
+        if part is None:
+            n_new = sum(len(st.get("removed_parts", [])) for st in states.values()) + len(state.get("replaced", []))
+            if serial is None:
+                h = int(hashlib.sha256(f"{node}/{gpu}/{slot['serial']}/{n_new}".encode()).hexdigest(), 16)
+                serial = f"1655{h % 10**9:09d}"
+            part = {"serial": serial, "uuid": f"GPU-{uuid.uuid5(_UUID_NS, f'serial/{serial}')}",
+                    "board_part_number": slot.get("board_part_number", ""), "vbios": slot["vbios"]}
+        old = {k: slot.get(k, "") for k in ("serial", "uuid", "board_part_number", "vbios")}
+        state.setdefault("removed_parts", []).append({**old, "from": f"{node}/{gpu}", "removed": _iso(when)})
+        state.setdefault("replaced", []).append({"gpu": gpu, "old": old["serial"], "new": part["serial"],
+                                                 "ts": _iso(when)})
+        slot.update({k: part[k] for k in ("serial", "uuid", "board_part_number", "vbios") if part.get(k)})
+        state["faults"] = [f for f in state["faults"] if f["gpu"] != gpu]
+        _save(d, node, state)
+        return {**record, "value": slot["serial"], "uuid": slot["uuid"],
+                "board_part_number": slot.get("board_part_number", ""), "changed": True}
+
+
+def _iso(when: datetime) -> str:
+    return when.astimezone(timezone.utc).isoformat(timespec="seconds")
 
 
 def read_state(state_dir: str | os.PathLike[str], node: str) -> dict[str, Any]:

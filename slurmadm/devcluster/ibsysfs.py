@@ -39,6 +39,20 @@ def root_of(state_dir: str | Path, node: str) -> Path:
     return Path(state_dir) / f"{node}.sysfs"
 
 
+def node_guid(node: str, hca: str) -> str:
+    """A stable made-up GUID per node and HCA, as sysfs writes one (`0c42:a103:00f1:2b3c`)."""
+    import hashlib
+
+    h = hashlib.sha256(f"{node}/{hca}".encode()).hexdigest()
+    return ":".join(h[i:i + 4] for i in range(0, 16, 4))
+
+
+def identity(node: str, hca: str) -> dict[str, str]:
+    """The HCA's firmware and PSID files as a ConnectX-7 shows them (sysfs fw_ver, and board_id:
+    the PSID); its node_guid is node_guid()'s."""
+    return {"fw_ver": "28.43.1014", "board_id": "MT_0000000838"}
+
+
 def write_healthy(state_dir: str | Path, node: str, profile) -> list[str]:
     """Every compute HCA of the profile ACTIVE at its rate, zero error counters. Returns the HCAs."""
     nics = profile.nics
@@ -49,6 +63,8 @@ def write_healthy(state_dir: str | Path, node: str, profile) -> list[str]:
     for hca in hcas:
         port = base / hca / "ports" / str(nics.port)
         (port / "counters").mkdir(parents=True, exist_ok=True)
+        for name, text in identity(node, hca).items():
+            (base / hca / name).write_text(text + "\n")
         files = {"state": "4: ACTIVE", "phys_state": "5: LinkUp",
                  "rate": _RATE.get(nics.gbps, f"{nics.gbps} Gb/sec"),
                  "link_layer": "InfiniBand" if nics.kind == "infiniband" else "Ethernet"}
@@ -56,6 +72,7 @@ def write_healthy(state_dir: str | Path, node: str, profile) -> list[str]:
             (port / name).write_text(text + "\n")
         for c in (*COUNTERS, *TRAFFIC):
             (port / "counters" / c).write_text("0\n")
+        (base / hca / "node_guid").write_text(node_guid(node, hca) + "\n")
     roce = base / ROCE_HCA / "ports" / "1"
     (roce / "counters").mkdir(parents=True, exist_ok=True)
     for name, text in {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "200 Gb/sec (4X HDR)",

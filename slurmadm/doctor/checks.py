@@ -8,9 +8,10 @@ import os
 import socket
 import sqlite3
 import sys
+import time
 from pathlib import Path
 
-from ..errors import SiteError, SlurmadmError
+from ..errors import SiteError, SlurmadmError, UsageError
 from ..proc import run
 from . import Context, Finding, register
 
@@ -104,11 +105,109 @@ def slurmctld(ctx: Context) -> Finding:
     except SlurmadmError as exc:
         return Finding("slurmctld", "fail", f"slurmctld: {exc}", "is Slurm installed, and SLURM_CONF right?")
     text = " ".join((proc.stdout + proc.stderr).split())
-    if proc.returncode == 0 and " UP" in f" {text}":
-        return Finding("slurmctld", "ok", f"slurmctld: {text}", data={"ping": text})
-    return Finding("slurmctld", "fail", f"slurmctld: {text or f'scontrol ping exited {proc.returncode}'}",
-                   "start slurmctld (systemctl start slurmctld) and check SlurmctldHost/SLURM_CONF",
-                   {"ping": text})
+    up = proc.returncode == 0 and " UP" in f" {text}"
+    data: dict = {"ping": text}
+    ready = _readyz(ctx)
+    if ready is not None:
+        data["readyz"] = {"url": ready.url, "ok": ready.ok, "answer": ready.detail}
+    if up and (ready is None or ready.ok):
+        return Finding("slurmctld", "ok", f"slurmctld: {text}" + (f"; /readyz {ready.detail}" if ready else ""),
+                       data=data)
+    if up:  # the RPC answers, the probe does not: a firewall in front of the port, or not ready yet
+        return Finding("slurmctld", "warn", f"slurmctld: {text}; but {ready.url}: {ready.detail}",
+                       "slurmctld answers scontrol but not its HTTP probe: is it still starting, or is the port "
+                       "filtered for HTTP from this host?", data)
+    return Finding("slurmctld", "fail", f"slurmctld: {text or f'scontrol ping exited {proc.returncode}'}"
+                   + (f"; /readyz: {ready.detail}" if ready else ""),
+                   "start slurmctld (systemctl start slurmctld) and check SlurmctldHost/SLURM_CONF", data)
+
+
+def _readyz(ctx: Context):
+    """slurmctld's /readyz where the installed release has it (25.11+), else None."""
+    from ..config.release import PROBES_FROM
+    from ..slurm import probes
+
+    version = _slurm_version(ctx)
+    if version is None or tuple(version[:2]) < PROBES_FROM:
+        return None
+    where = probes.controller(_slurm_config(ctx))
+    if where is None:
+        return None
+    return probes.get(*where, "/readyz", timeout=PROBE_TIMEOUT)
+
+
+PROBE_TIMEOUT = 3.0
+
+
+@register("slurm-metrics", "Slurm's own metrics and the head exporter", after="slurmctld")
+def slurm_metrics(ctx: Context) -> Finding:
+    """Whether slurmctld exports its own metrics here (25.11+), and so which series the head
+    exporter leaves to it (exporter/slurmseries.py) and which it keeps."""
+    from ..config.release import METRICS_FROM, fmt, parse_release
+    from ..exporter.slurmseries import KEPT, replaced
+    from ..slurm import probes
+
+    site = ctx.site
+    m = site.monitor
+    if site.slurm.release != "auto":
+        release = parse_release(site.slurm.release, what="slurm.release")
+    else:
+        version = _slurm_version(ctx)
+        release = tuple(version[:2]) if version else None
+    gone = replaced(release if m.slurm_metrics else None)
+    data: dict = {"release": fmt(release) if release else None, "enabled": m.slurm_metrics,
+                  "replaced": {r.key: r.slurm for r in gone}, "kept": [k for k, _ in KEPT]}
+    if not m.slurm_metrics:
+        return Finding("slurm-metrics", "ok", "Slurm's own metrics are off (monitor.slurm_metrics = false): the head "
+                       "exporter exports every series itself", data=data)
+    if release is None or release < METRICS_FROM:
+        what = f"Slurm {fmt(release)}" if release else "the installed Slurm (release unknown)"
+        return Finding("slurm-metrics", "ok", f"{what} has no metrics of its own (from {fmt(METRICS_FROM)}): the "
+                       "head exporter exports every series itself", data=data)
+    moved = "; ".join(f"{r.key} -> {r.slurm}" for r in gone)
+    summary = (f"Slurm {fmt(release)} exports its own metrics; the head exporter no longer exports: {moved}; it "
+               f"keeps node states with drain owner and reason, health verdicts, GPUs per project vs quota, the "
+               f"job<->GPU map")
+    conf = _slurm_config(ctx)
+    mtype = conf.get("MetricsType", "")
+    data["metrics_type"] = mtype
+    if mtype != "metrics/openmetrics":
+        return Finding("slurm-metrics", "warn", f"{summary}; but slurmctld has MetricsType={mtype or '(unset)'} "
+                       f"({conf.get('_source')})", "slurmadm config apply (it writes MetricsType=metrics/openmetrics), "
+                       "then restart slurmctld", data)
+    token, expiry = None, ""
+    if m.slurm_metrics_users and m.slurm_metrics_token_file:
+        from ..slurm import jwt
+
+        renew = "slurmadm monitor slurm-token (as root on the controller)"
+        try:
+            token = jwt.read_token(m.slurm_metrics_token_file)
+        except UsageError as exc:
+            return Finding("slurm-metrics", "warn", f"{summary}; but Prometheus has no JWT to send: {exc}", renew, data)
+        exp = jwt.claims(token).get("exp")
+        if isinstance(exp, int):
+            left = exp - time.time()
+            data["token_expires"] = exp
+            if left <= 0:
+                return Finding("slurm-metrics", "warn", f"{summary}; but the JWT in {m.slurm_metrics_token_file} "
+                               f"expired {_ago(-left)} ago: slurmctld answers Prometheus 401", renew, data)
+            if left < 7 * 86400:
+                expiry = f"the JWT in {m.slurm_metrics_token_file} expires in {_ago(left)}"
+    where = probes.controller(conf)
+    if where is not None:
+        got = probes.get(*where, "/metrics/nodes", timeout=PROBE_TIMEOUT, token=token)
+        data["probe"] = {"url": got.url, "ok": got.ok, "answer": got.detail, "authenticated": token is not None}
+        if not got.ok:
+            return Finding("slurm-metrics", "warn", f"{summary}; but {got.url}: {got.detail}",
+                           "see docs/runbooks/SlurmMetricsDown.md (PrivateData, MetricsAuthUsers and the JWT)", data)
+    if expiry:
+        return Finding("slurm-metrics", "warn", f"{summary}; but {expiry}",
+                       "slurmadm monitor slurm-token (as root on the controller)", data)
+    return Finding("slurm-metrics", "ok", summary, data=data)
+
+
+def _ago(seconds: float) -> str:
+    return f"{seconds / 86400:.1f} days" if seconds >= 86400 else f"{seconds / 3600:.1f} h"
 
 
 @register("slurmdbd", "slurmdbd")
@@ -342,7 +441,8 @@ def _slurm_config(ctx: Context) -> dict[str, str]:
                 return out
         except SlurmadmError:
             pass
-        conf = Path(os.environ.get("SLURM_CONF") or Path(ctx.site.slurm.config_dir) / "slurm.conf")
+        conf_dir = ctx.site.slurm.config_dir if ctx.site is not None else "/etc/slurm"
+        conf = Path(os.environ.get("SLURM_CONF") or Path(conf_dir) / "slurm.conf")
         out = {"_source": str(conf)}
         try:
             for line in conf.read_text().splitlines():

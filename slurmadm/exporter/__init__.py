@@ -30,8 +30,15 @@ def head_collector(site, *, env=None):
     from ..slurm import get_backend
     from . import storefacts
     from .head import HeadCollector, SlurmHead
+    from .slurmseries import replaced, site_release
 
     m = site.monitor
     backend = get_backend()
+    def cost():
+        from ..report.reliability import today_figures
+
+        return today_figures(site)
+
     return HeadCollector(site=site, source=SlurmHead(backend, env=env, timeout=max(m.read_deadline_s * 4, 30.0)),
-                         cache_s=m.head_cache_s, deadline_s=m.read_deadline_s, store=storefacts.for_site(site))
+                         cache_s=m.head_cache_s, deadline_s=m.read_deadline_s, store=storefacts.for_site(site),
+                         cost=cost, replaced=replaced(site_release(site, env=env)))

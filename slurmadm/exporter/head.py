@@ -291,15 +291,21 @@ def aggregate(snap: Snapshot) -> Aggregate:
 
 class HeadCollector:
     def __init__(self, *, site, source: HeadSource, cache_s: float, deadline_s: float, store_path: str = "",
-                 store: StoreFacts | None = None):
+                 store: StoreFacts | None = None, cost=None, cost_s: float = 600.0, replaced=()):
         """`store`: where the records come from (storefacts.for_site: the central store when the
-        site has one); default: the SQLite file at `store_path`."""
+        site has one); default: the SQLite file at `store_path`. `cost`: a function returning the
+        day's GPU-hour figures (report/reliability.py today_figures), read every `cost_s`.
+        `replaced`: the series Slurm exports itself (slurmseries.replaced), left out here."""
         self.site = site
+        self.replaced = tuple(replaced)
+        self._skip = {r.series for r in self.replaced if not r.status}
+        self._skip_status = {r.status for r in self.replaced if r.series == "slurmadm_partition_gpus" and r.status}
         self.mode = "head"
         self.read = CachedRead("slurm", source.read, max_age_s=cache_s, deadline_s=deadline_s)
         self.store = store if store is not None else LocalStoreFacts(store_path)
         self.extra = CachedRead("store", self._store_read, max_age_s=cache_s, deadline_s=deadline_s)
         self._aggregated: tuple[Snapshot | None, Aggregate | None] = (None, None)
+        self.cost = CachedRead("cost", cost, max_age_s=cost_s, deadline_s=deadline_s) if cost else None
 
     def describe(self) -> list[Metric]:
         return []
@@ -319,6 +325,8 @@ class HeadCollector:
             yield from self._metrics(reading.value, self._aggregated[1])
         if extra.value is not None:
             yield from self._extra(extra.value)
+        if self.cost is not None:
+            yield from cost_metrics(self.cost.get())
         yield from source_metrics({"slurm": self.read, "store": self.extra}, {"slurm": reading, "store": extra})
         d = GaugeMetricFamily("slurmadm_exporter_scrape_duration_seconds", "This scrape's collection time",
                               labels=["mode"])
@@ -326,6 +334,12 @@ class HeadCollector:
         yield d
 
     def _metrics(self, snap: Snapshot, agg: Aggregate) -> Iterator[Metric]:
+        skip = self._skip
+        for f in self._families(snap, agg):
+            if f.name not in skip:
+                yield f
+
+    def _families(self, snap: Snapshot, agg: Aggregate) -> Iterator[Metric]:
         f = GaugeMetricFamily("slurmadm_nodes", "Nodes by partition and state", labels=["partition", "state"])
         for (part, st), n in sorted(agg.nodes_by_state.items()):
             f.add_metric([part, st], n)
@@ -352,7 +366,8 @@ class HeadCollector:
         parts = sorted({p for p, _ in agg.gpus} | {p.name for p in self.site.partitions})
         for part in parts:
             for status in ("allocated", "idle", "drained", "down"):
-                f.add_metric([part, status], agg.gpus.get((part, status), 0))
+                if status not in self._skip_status:
+                    f.add_metric([part, status], agg.gpus.get((part, status), 0))
         yield f
         f = GaugeMetricFamily("slurmadm_jobs_pending", "Pending jobs by partition and reason",
                               labels=["partition", "reason"])
@@ -422,6 +437,22 @@ class HeadCollector:
             for (check, status), count in sorted(extra["checks"].items()):
                 by.add_metric([check, status], count)
             yield from (n, one, last, by)
+        if extra.get("repair") is not None:
+            rep = extra["repair"]
+            f = GaugeMetricFamily("slurmadm_repair_incidents", "Hardware incidents not closed (slurmadm repair), "
+                                  "by class and state", labels=["class", "state"])
+            for (cls, state), count in sorted(rep["open"].items()):
+                f.add_metric([cls, state], count)
+            since = GaugeMetricFamily("slurmadm_repair_node_since_timestamp_seconds", "When the node's oldest "
+                                      "incident not closed opened (time in repair: time() minus this)",
+                                      labels=["node"])
+            for node, ts in sorted(rep["since"].items()):
+                since.add_metric([node], ts)
+            n = GaugeMetricFamily("slurmadm_repair_nodes", "Nodes with an incident not closed")
+            n.add_metric([], len(rep["since"]))
+            yield from (f, since, n)
+        if extra.get("rma") is not None:
+            yield from rma_metrics(extra["rma"])
         if extra["arrivals"] is not None:
             f = GaugeMetricFamily("slurmadm_store_host_last_arrival_timestamp_seconds", "When the host's records "
                                   "last arrived at the central store", labels=["host"])
@@ -433,3 +464,51 @@ class HeadCollector:
                                   "longer than store.stale_after_minutes")
             f.add_metric([], extra["silent"])
             yield f
+
+
+def cost_metrics(reading) -> Iterator[Metric]:
+    """The day's GPU-hours by what they went to, and the day's ETTR (issue 36)."""
+    day = reading.value
+    if day is None:
+        return
+    # seconds, Prometheus' base unit (promtool check metrics refuses "hours" in a name)
+    f = GaugeMetricFamily("slurmadm_gpu_time_today_seconds", "GPU time of the day so far by what it went to: "
+                          "completed, lost_<verdict>, other, out_of_service (out_<cause>), idle, total", labels=["kind"])
+    for kind, v in sorted(day["gpu_hours"].items()):
+        f.add_metric([kind], float(v) * 3600)
+    yield f
+    if day.get("ettr") is not None:
+        e = GaugeMetricFamily("slurmadm_ettr_today", "Effective training time ratio of the day's jobs (Meta's "
+                              "definition; a failed run's time counts as lost)")
+        e.add_metric([], float(day["ettr"]))
+        yield e
+    r = GaugeMetricFamily("slurmadm_failed_job_runs_today", "Failed job runs of the day by verdict", labels=["verdict"])
+    for verdict, n in sorted(day.get("failed_runs", {}).items()):
+        r.add_metric([verdict], n)
+    yield r
+    a = GaugeMetricFamily("slurmadm_cost_read_age_seconds", "Age of the day's figures (recomputed every 10 min)")
+    a.add_metric([], max(0.0, time.time() - reading.ts) if reading.ts else -1.0)
+    yield a
+
+def rma_metrics(figs: dict) -> Iterator[Metric]:
+    """Vendor RMA cases (slurmadm/repair/rma.py figures): by state, per GPU model and class, and
+    the median fault-to-RMA time and vendor turnaround."""
+    f = GaugeMetricFamily("slurmadm_rma_cases", "RMA cases (slurmadm repair rma), by state", labels=["state"])
+    for state, n in figs["by_state"].items():
+        f.add_metric([state], n)
+    model = GaugeMetricFamily("slurmadm_rma_cases_per_gpu_model", "GPU RMA cases, by GPU model", labels=["model"])
+    for m, n in figs["per_gpu_model"].items():
+        model.add_metric([m], n)
+    cls = GaugeMetricFamily("slurmadm_rma_cases_per_class", "RMA cases, by incident class", labels=["class"])
+    for c, n in figs["per_class"].items():
+        cls.add_metric([c], n)
+    out = [f, model, cls]
+    for key, name, text in (("fault_to_rma", "slurmadm_rma_fault_to_rma_seconds",
+                             "Median time from a part's first incident to its RMA case"),
+                            ("vendor_turnaround", "slurmadm_rma_vendor_turnaround_seconds",
+                             "Median time from shipped (else opened) to the replacement seen")):
+        if figs[key]["n"]:
+            g = GaugeMetricFamily(name, text)
+            g.add_metric([], figs[key]["median_s"])
+            out.append(g)
+    yield from out

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from . import jobmap
+from .. import jobmap
 from .cache import CachedRead
 from .sources import (GpuSource, HealthSource, HostSource, IbSource, IB_DATA, IB_ERRORS, IB_PACKETS, IB_WAIT, XidSource,
                       saturated)

@@ -233,7 +233,7 @@ class SysfsInfiniband:
             for port in ports:
                 d = os.path.join(ports_dir, port)
 
-                def rd(name: str) -> str:
+                def rd(name: str, d: str = d) -> str:
                     try:
                         with open(os.path.join(d, name)) as fh:
                             return fh.read()
@@ -357,7 +357,8 @@ class StoreHealth:
     def hook_errors(self) -> HookErrors:
         import sqlite3
 
-        from ..health import hookerror
+        # health/hookerror.py writes them
+        from ..store.read import STATE_KEY, counts, current
 
         if not os.path.exists(self.store_path):
             return HookErrors({})
@@ -374,10 +375,9 @@ class StoreHealth:
             raise
         finally:
             db.close()
-        counts = {reason: n for (_, reason), n in hookerror.counts(rows).items()}
-        cur = hookerror.current([r for r in rows if r["key"] == hookerror.STATE_KEY],
-                                {self.node: float(newest or 0.0)})
-        return HookErrors(counts, cur[0]["ts"] if cur else None, cur[0]["error"] if cur else "")
+        per_reason = {reason: n for (_, reason), n in counts(rows).items()}
+        cur = current([r for r in rows if r["key"] == STATE_KEY], {self.node: float(newest or 0.0)})
+        return HookErrors(per_reason, cur[0]["ts"] if cur else None, cur[0]["error"] if cur else "")
 
 
 # ------------------------------------------------------------------------------------ the XIDs

@@ -26,10 +26,12 @@ class StoreFacts(Protocol):
 
 
 def empty() -> dict[str, Any]:
-    return {"burnin": {}, "burnin_fleet": {}, "drift": None, "failing": {}, "last": {}, "checks": {}, "arrivals": None, "silent": None}
+    return {"burnin": {}, "burnin_fleet": {}, "drift": None, "failing": {}, "last": {}, "checks": {}, "arrivals": None, "silent": None,
+            "repair": None, "rma": None}
 
 
-def facts(r: read.Reader, site=None, now: float | None = None) -> dict[str, Any]:
+def facts(r: read.Reader, site=None, now: float | None = None, *, repair: bool = True,
+          rma: bool = True) -> dict[str, Any]:
     """burnin: node -> (ts, verdict) of its newest burn-in row; drift: nodes whose latest
     software-drift verdict is not a pass (None: no such check recorded); failing: node -> checks
     whose latest verdict is fail/error; last: node -> newest result time; checks: (check, status)
@@ -56,12 +58,31 @@ def facts(r: read.Reader, site=None, now: float | None = None) -> dict[str, Any]
         if check == DRIFT_CHECK:
             drift = (drift or 0) + (1 if status in ("fail", "warn") else 0)
     out["drift"] = drift
+    if repair:
+        out["repair"] = repair_facts(r)
+    if rma:
+        from ..repair.rma import figures  # RMA cases (slurmadm/repair/rma.py): states, turnaround, per model/class
+
+        out["rma"] = figures(r)
     if r.central:
         out["arrivals"] = {str(h["host"]): float(h["last_arrival"]) for h in read.hosts(r)
                            if h["last_arrival"] is not None}
         if site is not None:
             out["silent"] = len(read.silent_nodes(r, site, now))
     return out
+
+
+def repair_facts(r: read.Reader) -> dict[str, Any]:
+    """Incidents not closed (slurmadm/repair/): counts by (class, state), and each node's oldest
+    one's open time (how long it has been in repair)."""
+    by: dict[tuple[str, str], int] = {}
+    since: dict[str, float] = {}
+    for row in r.query("SELECT node, class, state, opened_ts FROM incidents WHERE state != 'closed'"):
+        key = (str(row["class"]), str(row["state"]))
+        by[key] = by.get(key, 0) + 1
+        node = str(row["node"])
+        since[node] = min(since.get(node, float(row["opened_ts"])), float(row["opened_ts"]))
+    return {"open": by, "since": since}
 
 
 def burnin_fleet(r: read.Reader, newest: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -114,7 +135,8 @@ class LocalStoreFacts:
                 return empty()
             from ..store.ship import host_name
 
-            return facts(read.Reader(src, central=False, host=host_name(None)))
+            return facts(read.Reader(src, central=False, host=host_name(None)), repair="incidents" in tables,
+                         rma="rma_cases" in tables)
         finally:
             src.db.close()
 

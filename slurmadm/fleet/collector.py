@@ -27,7 +27,7 @@ BASELINE_KEYS = {
 KNOWN_FACTS = ("os_image", "os", "kernel", "cmdline", "driver", "cuda", "vbios", "nccl", "cudnn", "ofed",
                "mpi", "docker", "podman", "enroot", "pyxis", "nvidia-fabricmanager", "slurmadm")
 # Not compared across the fleet (they differ on purpose).
-NOT_COMPARED = frozenset({"hostname"})
+NOT_COMPARED = frozenset({"hostname", "gpus"})  # gpus: each GPU's identity (serials differ by nature)
 _PKG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+._\-]{0,127}$")
 LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/local/lib",
             "/usr/local/cuda/lib64", "/usr/local/nccl/lib")
@@ -65,7 +65,8 @@ def script(hash_files: Iterable[str] = (), packages: Iterable[str] = (), slurmad
         "s() { echo \"@@$1\"; }",
         "s read; grep -H '' " + " ".join(READ_FILES),
         f"s nvidia-smi; {has.format('nvidia-smi')} timeout 30 nvidia-smi -q | "
-        "grep -E '^(Driver|KMD|CUDA|CUDA UMD) Version|VBIOS Version'",
+        "grep -E '^(Driver|KMD|CUDA|CUDA UMD) Version|VBIOS Version|^GPU [0-9A-Fa-f]+:|^    (Product Name|"
+        "Serial Number|GPU UUID|Board Part Number) +:'",
         f"s libs; for f in {libs}; do [ -e \"$f\" ] && echo \"${{f##*/}}\"; done",
         f"s ofed; {has.format('ofed_info')} timeout 20 ofed_info -s",
         f"s mpi; {has.format('mpirun')} mpirun --version",
@@ -149,6 +150,29 @@ def parse_smi(text: str) -> dict[str, str]:
     return out
 
 
+_SMI_GPU_KEYS = {"Product Name": "name", "Serial Number": "serial", "GPU UUID": "uuid",
+                 "Board Part Number": "board_part", "VBIOS Version": "vbios"}
+
+
+def parse_smi_gpus(text: str) -> list[dict[str, str | int]]:
+    """Each GPU's identity from `nvidia-smi -q` (whole, or the collector's grep of it): a
+    `GPU <bus id>` header per GPU, in NVML index order (PCI bus order), then its Product Name,
+    Serial Number, GPU UUID, Board Part Number and VBIOS Version (N/A left out)."""
+    gpus: list[dict[str, str | int]] = []
+    for line in text.splitlines():
+        m = re.match(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$", line)
+        if m:
+            gpus.append({"index": len(gpus), "bus_id": m.group(1)})
+            continue
+        if not gpus or not line.startswith("    ") or line.startswith("        "):
+            continue  # only the GPU's own top-level lines (not its sections' nested ones)
+        key, sep, val = line.partition(":")
+        key, val = key.strip(), val.strip()
+        if sep and key in _SMI_GPU_KEYS and val and val != "N/A":
+            gpus[-1].setdefault(_SMI_GPU_KEYS[key], val)
+    return gpus
+
+
 def _version_key(v: str) -> tuple:
     return tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[.\-]", v))
 
@@ -197,6 +221,11 @@ def parse(text: str) -> dict[str, str]:
     for key in ("cuda", "vbios"):
         if key in smi:
             facts[key] = smi[key]
+    gpus = parse_smi_gpus(sec.get("nvidia-smi", ""))
+    if gpus:
+        import json
+
+        facts["gpus"] = json.dumps(gpus, sort_keys=True, separators=(",", ":"))
     facts.update(parse_libs(sec.get("libs", "")))
     ofed = parse_ofed(sec.get("ofed", ""))
     if ofed:

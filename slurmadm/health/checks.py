@@ -1,74 +1,29 @@
 """The checks: one function per stable kebab-case id, and the declarative action table.
 
-A check returns an `Outcome` (its findings, each "fail" or "warn"); it raises `CannotRun` when it
-cannot tell (that is reported as status "error", never as a hardware fault). What happens on a
-failure (drain, warn, ignore), in which contexts a check runs and its severity come from CHECKS
-below, overridden per site by `[health.checks.<id>]`.
+A check returns an `Outcome` (its findings, each "fail" or "warn"; defined with `Ctx` in
+outcome.py, below every module of checks); it raises `CannotRun` when it cannot tell (that is
+reported as status "error", never as a hardware fault). What happens on a failure (drain, warn,
+ignore), in which contexts a check runs and its severity come from CHECKS below, overridden per
+site by `[health.checks.<id>]`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import field
 
 from ..record import record
 from . import nodechecks
 from . import xid as xidmod
 from .config import HealthConfig
 from .nvml import Nvml
+from .outcome import CannotRun, Ctx, Finding, MissingTool, Outcome  # noqa: F401  (checks.Outcome, ...: re-exported)
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (a few ms of every prolog)
 if TYPE_CHECKING:
     from typing import Any
 
 ALL_CONTEXTS = ("prolog", "epilog", "periodic", "run")
-
-
-class CannotRun(Exception):
-    """The check could not reach a verdict (missing library, unsupported, timed out)."""
-
-
-class MissingTool(CannotRun):
-    """A tool the check needs is not installed: the site's configuration, not the node's fault.
-    Reported (status "error", action "warn"), never a reason to drain, whatever on_error says."""
-
-
-@record
-class Finding:
-    """One problem a check found."""
-
-    level: str  # "fail" or "warn"
-    text: str
-
-
-@record
-class Outcome:
-    """What one check returns: its findings and what it measured."""
-
-    findings: list[Finding] = field(default_factory=list)
-    note: str = ""  # what was looked at, for a pass
-    value: float | None = None
-    skip: str | None = None  # not applicable here, and why
-
-    def fail(self, text: str) -> None:
-        self.findings.append(Finding("fail", text))
-
-    def warn(self, text: str) -> None:
-        self.findings.append(Finding("warn", text))
-
-
-@record
-class Ctx:
-    """What a check may use. `nvml` is None for checks that do not need it."""
-
-    cfg: HealthConfig
-    context: str
-    now: float
-    nvml: Nvml | None = None
-    state: Any = None  # slurmadm.health.record.NodeState, or None without a store
-    nccl_last_pass: float | None = None  # when nccl-allreduce last passed here (from the store)
-    nvml_broken: str = ""  # set by the runner once NVML hung or failed: checks that only use it opportunistically skip it
 
 
 @record(frozen=True)
@@ -108,9 +63,39 @@ def gpu_count(ctx: Ctx) -> Outcome:
         name = name.decode() if isinstance(name, bytes) else name
         if name is not None and name != want.nvml_name:
             out.fail(f"GPU{g.index} is {name!r}, profile expects {want.nvml_name!r}")
+    if ctx.state is not None:
+        _remember_gpus(ctx)
     out.note = f"{found} x {want.nvml_name}"
     out.value = found
     return out
+
+
+GPU_INVENTORY_KEY = "gpus"  # node_state `health.gpus`: what repair keys a GPU's incidents by (slurmadm/repair)
+
+
+def _remember_gpus(ctx: Ctx) -> None:
+    """Each GPU's slot and identity (index, PCI bus id, NVML serial, UUID) in the node's state,
+    keyed by bus id (NVML renumbers the indexes when a GPU falls off the bus), written only when it
+    changes. A GPU not enumerated now keeps its last identity with `present` false."""
+    import json
+
+    nv = ctx.nvml
+    try:
+        kept = {g["bus_id"]: {**g, "present": False} for g in json.loads(ctx.state.get(GPU_INVENTORY_KEY) or "[]")}
+    except (ValueError, TypeError, KeyError):
+        kept = {}
+    for g in nv.gpus:
+        if g.handle is None or not g.bus_id:
+            continue
+        try:
+            serial, uuid = nv.get("nvmlDeviceGetSerial", g.handle), nv.get("nvmlDeviceGetUUID", g.handle)
+        except Exception:  # noqa: BLE001, S112 - NVMLError of a GPU going away: keep what was read before
+            continue
+        kept[g.bus_id] = {"index": g.index, "bus_id": g.bus_id, "present": True,
+                          "serial": serial.decode() if isinstance(serial, bytes) else serial or "",
+                          "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid or ""}
+    rows = sorted(kept.values(), key=lambda g: (not g["present"], g["index"], g["bus_id"]))
+    ctx.state.set(GPU_INVENTORY_KEY, json.dumps(rows, sort_keys=True))
 
 
 def ecc_uncorrected(ctx: Ctx) -> Outcome:
@@ -202,6 +187,13 @@ XID_KEPT_KEY = "xid-kept"  # node_state: reset-class XID events not yet cleared 
 NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
 
 
+def _booted(cfg, now: float) -> float:
+    """When the node booted: this machine's boot, or later where the log file says so."""
+    boot = xidmod.boot_time()
+    logged = xidmod.boot_in_log(cfg.xid_source, cfg.node, now)
+    return max(boot, logged) if logged is not None else boot
+
+
 def xid(ctx: Ctx) -> Outcome:
     out = Outcome()
     cfg = ctx.cfg
@@ -239,7 +231,7 @@ def xid(ctx: Ctx) -> Outcome:
                 text = f"GPU{g.index} NVML recovery action: {label}"
                 out.fail(text) if verdict == "fail" else out.warn(text)
     findings = xidmod.summarize(events, now=ctx.now, window_s=cfg.xid_window_minutes * 60,
-                                overrides=cfg.xid_actions, boot=xidmod.boot_time(), ack=ack,
+                                overrides=cfg.xid_actions, boot=_booted(cfg, ctx.now), ack=ack,
                                 recovery_none=recovery_none,
                                 driver=ctx.nvml.driver_version if ctx.nvml is not None else "")
     pending = 0

@@ -234,9 +234,12 @@ def untrusted(path: str | os.PathLike) -> str:
     return ""
 
 
-def load(node: str, site_file: str | None = None) -> HealthConfig:
+def load(node: str, site_file: str | None = None, *, site_checks=None) -> HealthConfig:
     """The node's settings: from the cache when the site file is unchanged, else from the site.
-    Run as root, a site file (or cache) another user could change is refused (UsageError)."""
+    Run as root, a site file (or cache) another user could change is refused (UsageError).
+    `site_checks`: called before the site is parsed (a cache miss only) to register the site
+    checks the health package adds (health/sitecheck.py: the check ids live in checks.py, above
+    this module, so the caller, above both, brings them)."""
     from ..errors import UsageError
 
     path = _site_file(site_file)
@@ -258,7 +261,9 @@ def load(node: str, site_file: str | None = None) -> HealthConfig:
         except (OSError, ValueError, TypeError, KeyError):
             pass
     from ..site import load_site, parse_site
-    from . import sitecheck  # noqa: F401  (registers the check-id validation)
+
+    if site_checks is not None:
+        site_checks()
 
     # the bytes just hashed, not a second read: the cache key must match what was parsed
     site = parse_site(raw, source=str(path)) if raw is not None else load_site(path)

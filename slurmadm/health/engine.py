@@ -1,6 +1,7 @@
-"""One health run: select checks for the context, run them under time limits, record the
-results, decide and (unless dry-run) act. The hooks (`python -m slurmadm.health prolog`) and the
-CLI (`slurmadm health run ...`) both call `execute`.
+"""One health run, one way: observations (the checks, under time limits) -> verdicts (the site's
+policy per result) -> plan (actions.decide) -> act (unless dry-run) -> one record (the run's
+`Recorder` collects all along and writes once, after acting: health/record.py). The hooks
+(`python -m slurmadm.health prolog`) and the CLI (`slurmadm health run ...`) both call `execute`.
 
 Time budget of a run (site.health.<context>_timeout_s): checks get 75 %, recording and the Slurm
 calls the rest; a watchdog ends the process at the full limit whatever is still running.
@@ -70,15 +71,39 @@ def start_watchdog(limit_s: float, on_expiry, *, exit_code: int) -> threading.Ti
     return timer
 
 
+class Watch:
+    """What outlives a run cut at its hard limit: the watchdog (`start_watchdog`'s `on_expiry`)
+    calls `salvage(reason)` to write the record the run collected, with the alert, as its one
+    record. `journal_fd`: the hook supervisor's pipe, handed the record before the run calls Slurm
+    (a run stuck holding the GIL leaves it to the supervisor: hook.py)."""
+
+    def __init__(self, journal_fd: int | None = None):
+        self.journal_fd = journal_fd
+        self.rec: Recorder | None = None
+
+    def salvage(self, reason: str) -> bool:
+        """True when the run's record (with `reason`) was written here; False when there was no
+        run yet or it was already writing its own (the caller records the alert alone)."""
+        rec = self.rec
+        return rec is not None and rec.salvage(reason)
+
+
 def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, act: bool = True,
-            backend=None, use_syslog: bool = True, started: float | None = None) -> Report:
+            backend=None, use_syslog: bool = True, started: float | None = None, watch: Watch | None = None,
+            job: tuple[str, list[int]] | None = None) -> Report:
+    """One health run: observe (the checks), judge and act (`_act`), record (one commit).
+    `job`: the prolog's job and the GPUs it holds (jobmap.held), kept with the record when the
+    prolog lets the job start."""
     started = time.monotonic() if started is None else started
     limit = cfg.timeouts[context]
     run_id = os.urandom(6).hex()  # (uuid costs an import a prolog does not need)
     check_deadline = started + limit * CHECK_SHARE
     store, store_problem = open_store(cfg.store_path, cfg.audit_log, timeout_s=min(5.0, limit * 0.1), ship=cfg.ship)
     rec = Recorder(node=cfg.node, context=context, run_id=run_id, results_log=cfg.results_log, store=store,
-                   use_syslog=use_syslog)
+                   use_syslog=use_syslog, reopen=lambda: open_store(cfg.store_path, cfg.audit_log, timeout_s=1.0),
+                   journal_fd=watch.journal_fd if watch is not None else None)
+    if watch is not None:
+        watch.rec = rec
     if store_problem:
         rec.problems.append(store_problem)
     policies = select(cfg, context, only)
@@ -86,13 +111,14 @@ def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, a
     if store is not None:
         try:
             state = NodeState(store, cfg.node)
+            rec.state = state if act else None  # a dry run writes no state
             if any(p.spec.id == "nccl-allreduce" for p in policies):
                 last_nccl = last_pass(store, cfg.node, "nccl-allreduce")
         except Exception as exc:  # noqa: BLE001 - sqlite3.OperationalError (locked too long)
             rec.problems.append(f"store: {exc}")
     ctx = Ctx(cfg=cfg, context=context, now=time.time(), state=state, nccl_last_pass=last_nccl)
     results = run_checks(policies, ctx, deadline=check_deadline)
-    rec.results(results)
+    rec.results(results)  # the observations as observed (an admin-resume recheck below replaces none of them)
 
     def recheck(check_id: str) -> list[Result]:
         until = min(started + limit * 0.9, time.monotonic() + cfg.check_timeout_s)
@@ -100,12 +126,11 @@ def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, a
 
     plan, applied = _act(cfg, context, results, rec, state, act=act, backend=backend,
                          deadline=started + limit, recheck=recheck)
-    if state is not None and act:
-        try:
-            state.flush()
-        except Exception as exc:  # noqa: BLE001
-            rec.problems.append(f"store: {exc}")
-    report = Report(cfg.node, context, run_id, results, plan, applied, _exit_code(context, results, plan),
+    code = _exit_code(context, results, plan)
+    if job is not None and act and context == "prolog" and code == 0:
+        rec.job_gpus(*job)
+    rec.commit()  # the one record: results, events, state; written after acting, never between
+    report = Report(cfg.node, context, run_id, results, plan, applied, code,
                     round((time.monotonic() - started) * 1000, 1), rec.problems)
     if store is not None:
         store.close()
@@ -166,6 +191,7 @@ def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, 
     from . import actions
 
     prev = int(state.get(actions.CLEAN_RUNS_KEY) or 0) if state is not None else 0
+    rec.journal()  # a Slurm call may hang holding the GIL: the supervisor holds the record meanwhile
     try:
         backend = backend or _backend(deadline)
         with actions.drain_lock(cfg.store_path, timeout_s=max(0.5, (deadline - time.monotonic()) / 4)):

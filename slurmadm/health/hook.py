@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None, *, exit_now: bool = False) -> None:
 
     node = local_node(args.node)
     try:
-        cfg = config.load(node, args.site)
+        cfg = config.load(node, args.site, site_checks=_site_checks)
     except SlurmadmError as exc:
         _cannot_load(args.context, node, exc, str(exc))
         sys.exit(0 if hook else exc.exit_code)
@@ -109,18 +109,27 @@ def main(argv: list[str] | None = None, *, exit_now: bool = False) -> None:
     expiry_code = refuse if cfg.on_error == "fail" and args.context in ("prolog", "epilog") else 0
     gave_up = f"slurmadm health {args.context} {node}: gave up at the run's limit of {limit:g} s"
 
+    journal = None
     if hook:
-        _supervise(cfg, args.context, limit - (time.monotonic() - started) + SUPERVISOR_GRACE_S, gave_up,
-                   expiry_code)  # returns only in the child
+        journal = _supervise(cfg, args.context, limit - (time.monotonic() - started) + SUPERVISOR_GRACE_S, gave_up,
+                             expiry_code)  # returns only in the child
+    watch = engine.Watch(journal)
 
     def expired() -> None:
         _alert(gave_up)
-        _record_alert(cfg, args.context, gave_up)
+        if not watch.salvage(gave_up):  # the run's record with the alert, else the alert alone
+            _record_alert(cfg, args.context, gave_up)
 
     engine.start_watchdog(limit - (time.monotonic() - started), expired, exit_code=expiry_code)
     try:
         only = [c.strip() for c in args.checks.split(",") if c.strip()] if args.checks else None
-        report = engine.execute(cfg, args.context, only=only, act=not args.dry_run, started=started)
+        job = None
+        if args.context == "prolog":
+            from ..jobmap import held
+
+            job = held(dict(os.environ))
+        report = engine.execute(cfg, args.context, only=only, act=not args.dry_run, started=started, watch=watch,
+                                job=job)
     except SlurmadmError as exc:
         print(f"slurmadm: error: {exc}", file=sys.stderr)
         engine.leave(exc.exit_code if not hook else 0, now=exit_now)
@@ -132,6 +141,13 @@ def main(argv: list[str] | None = None, *, exit_now: bool = False) -> None:
     print(engine.summary_line(report), file=sys.stderr)
     code = report.exit_code
     engine.leave(refuse if code == 1 and args.context in ("prolog", "epilog") else code, now=exit_now)
+
+
+def _site_checks() -> None:
+    """The health package's site checks (unknown check ids, models), for a site parsed on a
+    settings-cache miss: sitecheck imports the site model's validation, which a cached run never
+    needs."""
+    from . import sitecheck  # noqa: F401  (registers them)
 
 
 def _cannot_load(context: str, node: str, exc: BaseException, error: str) -> None:
@@ -152,42 +168,57 @@ def _cannot_load(context: str, node: str, exc: BaseException, error: str) -> Non
         print(f"slurmadm: warning: hook error not recorded: {rec_exc}", file=sys.stderr, flush=True)
 
 
-def _supervise(cfg, context: str, limit_s: float, gave_up: str, expiry_code: int) -> None:
-    """Fork: the child returns and runs the health run; the parent waits for it at most `limit_s`,
-    then kills it, records the alert and leaves with `expiry_code`. The parent leaves with the
-    child's exit code otherwise (0 when the child died of a signal: a crash is not a node fault)."""
+def _supervise(cfg, context: str, limit_s: float, gave_up: str, expiry_code: int) -> int | None:
+    """Fork: the child returns (the write end of the journal pipe: what the run hands over before
+    it calls Slurm, health/record.py) and runs the health run; the parent waits for it at most
+    `limit_s`, then kills it, records what the run handed over with the alert and leaves with
+    `expiry_code`. The parent leaves with the child's exit code otherwise (0 when the child died
+    of a signal: a crash is not a node fault)."""
     sys.stdout.flush()
     sys.stderr.flush()
+    try:
+        rfd, wfd = os.pipe()
+    except OSError:
+        rfd = wfd = None
     try:
         pid = os.fork()
     except OSError as exc:  # no fork (out of processes): run in this process, with the thread watchdog
         print(f"slurmadm: warning: cannot fork a supervisor ({exc.strerror}); running unsupervised",
               file=sys.stderr)
-        return
+        for fd in (rfd, wfd):
+            if fd is not None:
+                os.close(fd)
+        return None
     if pid == 0:
-        return
+        if rfd is not None:
+            os.close(rfd)
+        return wfd
+    if wfd is not None:
+        os.close(wfd)
     import signal  # the parent's alone, imported while the child runs (off the prolog's path)
 
     signal.signal(signal.SIGTERM, lambda *_: (_kill(pid), os._exit(0)))
-    status = _wait(pid, max(limit_s, 0.1))
+    status, journal = _wait(pid, max(limit_s, 0.1), rfd)
     if status is None:
         _kill(pid)
         _alert(gave_up)
-        _record_alert(cfg, context, gave_up)
+        _record_alert(cfg, context, gave_up, journal)
         os._exit(expiry_code)
     if os.WIFEXITED(status):
         os._exit(os.WEXITSTATUS(status))
     sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
     _alert(f"slurmadm health {context} {cfg.node}: the run died of signal {sig}; the job runs")
-    _record_alert(cfg, context, f"the health run died of signal {sig}")
+    _record_alert(cfg, context, f"the health run died of signal {sig}", journal)
     os._exit(0)
 
 
-def _wait(pid: int, timeout_s: float) -> int | None:
-    """The child's wait status, or None if it is still running after `timeout_s`."""
+def _wait(pid: int, timeout_s: float, journal_fd: int | None = None) -> tuple[int | None, bytes]:
+    """(the child's wait status, or None if it is still running after `timeout_s`; what it wrote
+    on `journal_fd` meanwhile)."""
     import select
 
     deadline = time.monotonic() + timeout_s
+    journal = bytearray()
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):
@@ -196,19 +227,27 @@ def _wait(pid: int, timeout_s: float) -> int | None:
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                return status
+                return status, bytes(journal)
             left = deadline - time.monotonic()
             if left <= 0:
-                return None
-            if fd is not None:
-                select.select([fd], [], [], left)
-            else:
-                time.sleep(min(left, 0.02))
+                return None, bytes(journal)
+            fds = [f for f in (fd, journal_fd) if f is not None]
+            if fd is None:
+                left = min(left, 0.02)
+            ready = select.select(fds, [], [], left)[0] if fds else time.sleep(left) or []
+            if journal_fd is not None and journal_fd in ready:
+                chunk = os.read(journal_fd, 65536)
+                if chunk:
+                    journal += chunk
+                else:  # the child closed it (exec, exit): nothing more will come
+                    os.close(journal_fd)
+                    journal_fd = None
     except ChildProcessError:
-        return 0
+        return 0, bytes(journal)
     finally:
-        if fd is not None:
-            os.close(fd)
+        for f in (fd, journal_fd):
+            if f is not None:
+                os.close(f)
 
 
 def _kill(pid: int) -> None:
@@ -221,16 +260,21 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _record_alert(cfg, context: str, reason: str) -> None:
+def _record_alert(cfg, context: str, reason: str, journal: bytes = b"") -> None:
     """The alert where a run's own alerts go (JSON lines, the store's audit trail), best effort
-    and briefly: this runs after the limit."""
+    and briefly: this runs after the limit. With what a killed run handed over (`journal`), that
+    record and the alert are written as the run's one record."""
     try:
-        from .record import Recorder, open_store
+        from .record import Recorder, open_store, replay_journal
 
+        handed = replay_journal(journal) if journal else None
         store, _ = open_store(cfg.store_path, cfg.audit_log, timeout_s=1.0)
-        rec = Recorder(node=cfg.node, context=context, run_id="supervisor", results_log=cfg.results_log,
-                       store=store, use_syslog=False)
+        rec = Recorder(node=cfg.node, context=context, run_id=handed[0] if handed else "supervisor",
+                       results_log=cfg.results_log, store=store, use_syslog=bool(handed))
+        if handed:
+            rec.items = handed[1]  # its syslog lines too: the run never got to send them
         rec.event("alert", reason)
+        rec.commit()
         if store is not None:
             store.close()
     except Exception:  # noqa: BLE001 - syslog and stderr already have it
@@ -241,11 +285,11 @@ def _record_job_gpus(cfg, node: str, context: str) -> None:
     """The GPU -> job map the node exporter labels GPU metrics with (prolog writes, epilog
     removes). Best effort: a map that cannot be written never fails a job."""
     try:
-        from ..exporter.jobmap import record_from_env
+        from ..jobmap import record_from_env
 
         record_from_env(dict(os.environ), node, cfg.job_map_dir, context)
         if getattr(cfg, "dcgm_job_map_dir", ""):
-            from ..exporter.jobmap import record_dcgm
+            from ..jobmap import record_dcgm
 
             record_dcgm(dict(os.environ), cfg.dcgm_job_map_dir, context)
     except Exception as exc:  # noqa: BLE001

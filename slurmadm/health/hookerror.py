@@ -26,8 +26,8 @@ import json
 import os
 import time
 
-STATE_KEY = "health.hook-error"
-COUNT_PREFIX = "health.hook-errors."
+from ..store.read import COUNT_PREFIX, STATE_KEY, counts, current  # noqa: F401  (their reader's; named here too)
+
 AUDIT_ACTION = "health.hook_error"
 # the site model's defaults (site/health.py results_log, site/store.py path), for a node that
 # never loaded its site
@@ -101,48 +101,11 @@ def record(node: str, context: str, reason: str, error: str, *, timeout_s: float
     rec = Recorder(node=node, context=context, run_id="hook-error", results_log=results_log, store=store,
                    use_syslog=False)  # the hook's own alert went to syslog already
     rec.event("hook_error", error, error_kind=reason)
+    rec.counters.append(COUNT_PREFIX + reason)
+    rec.node_state[STATE_KEY] = json.dumps({"ts": time.time(), "context": context, "reason": reason, "error": error},
+                                           sort_keys=True)
+    rec.commit()  # one JSON line, one store transaction (the event, the count, the last error)
     problems += rec.problems
     if store is not None:
-        try:
-            now = time.time()
-            with store.transaction() as db:
-                row = db.execute("SELECT value FROM node_state WHERE node=? AND key=?",
-                                 (node, COUNT_PREFIX + reason)).fetchone()
-                count = (int(row["value"]) if row and str(row["value"]).isdigit() else 0) + 1
-                db.executemany(
-                    "INSERT INTO node_state (node, key, value, ts) VALUES (?,?,?,?) "
-                    "ON CONFLICT(node, key) DO UPDATE SET value=excluded.value, ts=excluded.ts",
-                    [(node, COUNT_PREFIX + reason, str(count), now),
-                     (node, STATE_KEY, json.dumps({"ts": now, "context": context, "reason": reason,
-                                                   "error": error}, sort_keys=True), now)])
-        except Exception as exc:  # noqa: BLE001 - sqlite3.OperationalError (locked)
-            problems.append(f"store: {exc}")
-        finally:
-            store.close()
+        store.close()
     return problems
-
-
-def counts(rows: list[dict]) -> dict[tuple[str, str], int]:
-    """(node, reason) -> count, from node_state rows (node, key, value)."""
-    out: dict[tuple[str, str], int] = {}
-    for r in rows:
-        if str(r["key"]).startswith(COUNT_PREFIX) and str(r["value"]).isdigit():
-            out[(str(r["node"]), str(r["key"])[len(COUNT_PREFIX):])] = int(r["value"])
-    return out
-
-
-def current(last_errors: list[dict], newest_result: dict[str, float]) -> list[dict]:
-    """The hook errors still in force: a node's last hook error with no check result recorded
-    for it since. `last_errors`: node_state rows (node, value) of STATE_KEY; `newest_result`:
-    node -> the newest check_results ts."""
-    out = []
-    for r in last_errors:
-        try:
-            e = json.loads(r["value"])
-            ts = float(e["ts"])
-        except (ValueError, KeyError, TypeError):
-            continue
-        if ts > newest_result.get(str(r["node"]), 0.0):
-            out.append({"node": str(r["node"]), "ts": ts, "context": str(e.get("context", "")),
-                        "reason": str(e.get("reason", "")), "error": str(e.get("error", ""))})
-    return sorted(out, key=lambda e: e["node"])

@@ -20,7 +20,7 @@ import sys
 from ..errors import SlurmadmError
 from ..proc import run
 from ..record import record
-from .checks import CannotRun, Ctx, MissingTool, Outcome
+from .outcome import CannotRun, Ctx, MissingTool, Outcome
 
 NUM = r"[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?"
 AVG_RE = re.compile(rf"^\s*#?\s*Avg bus bandwidth\s*:\s*({NUM})", re.M)

@@ -15,11 +15,11 @@ import time
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (a few ms of every prolog)
 if TYPE_CHECKING:
-    from .checks import Ctx, Outcome
+    from .outcome import Ctx, Outcome
 
 
 def _outcome():
-    from .checks import Outcome
+    from .outcome import Outcome
 
     return Outcome()
 
@@ -170,6 +170,9 @@ def _read(path: str) -> str | None:
         return None
 
 
+HCA_INVENTORY_KEY = "hcas"  # node_state `health.hcas`: "mlx5_0=<node_guid> mlx5_1=..." (slurmadm/repair)
+
+
 def infiniband(ctx: Ctx) -> Outcome:
     out = _outcome()
     host = ctx.cfg.host
@@ -183,11 +186,15 @@ def infiniband(ctx: Ctx) -> Outcome:
     want_layer = "InfiniBand" if host.get("nic_kind") == "infiniband" else "Ethernet"
     limits = host.get("ib_counter_rise_max") or {}
     active = 0
+    guids: dict[str, str] = {}
     for hca in hcas:
         pdir = os.path.join(root, hca, "ports", str(port))
         if not os.path.isdir(os.path.join(root, hca)):
             out.fail(f"{hca} missing")
             continue
+        guid = _read(os.path.join(root, hca, "node_guid"))
+        if guid:
+            guids[hca] = guid
         state, phys = _read(f"{pdir}/state"), _read(f"{pdir}/phys_state")
         rate, layer = _read(f"{pdir}/rate"), _read(f"{pdir}/link_layer")
         if state is None:
@@ -228,6 +235,10 @@ def infiniband(ctx: Ctx) -> Outcome:
                 out.warn(f"{hca}:{port} {name} saturated at {value} (many; clear the counters)")
             elif rise > limit:
                 out.fail(f"{hca}:{port} {name} rose by {rise} (> {limit})")
+    if guids and ctx.state is not None:  # each HCA's GUID: what repair keys an HCA port's incidents by
+        ctx.state.set(HCA_INVENTORY_KEY, " ".join(f"{h}={g}" for h, g in sorted(guids.items())))
+    if ctx.state is not None and (ctx.context in ("periodic", "run") or ctx.state.get(HCA_IDS) is None):
+        ctx.state.set(HCA_IDS, hca_identity(root, hcas, port))
     flaps = _flaps(ctx, hcas)
     for hca, n in sorted(flaps.items()):
         if n >= host.get("ib_flaps_max", 2):
@@ -235,6 +246,25 @@ def infiniband(ctx: Ctx) -> Outcome:
     out.value = active
     out.note = f"{active}/{len(hcas)} ports ACTIVE at {want_rate}"
     return out
+
+
+HCA_IDS = "hca-ids"  # node_state health.hca-ids: each HCA's GUID, firmware, PSID (repair/parts.py reads it)
+
+
+def hca_identity(root: str, hcas: list[str], port: int) -> str:
+    """Each compute HCA's node GUID, firmware and PSID (sysfs `board_id`: the PSID on mlx5) as
+    JSON: three file reads per HCA, in the periodic run. Stored only when it changed."""
+    import json
+
+    rows = []
+    for hca in hcas:
+        row = {"hca": hca, "port": port}
+        for key, name in (("guid", "node_guid"), ("firmware", "fw_ver"), ("psid", "board_id")):
+            v = _read(os.path.join(root, hca, name))
+            if v:
+                row[key] = v
+        rows.append(row)
+    return json.dumps(rows, sort_keys=True, separators=(",", ":"))
 
 
 def _flaps(ctx: Ctx, hcas: list[str]) -> dict[str, int]:
@@ -273,7 +303,7 @@ def host_memory(ctx: Ctx) -> Outcome:
     meminfo = _read("/proc/meminfo") or ""
     m = re.search(r"^MemTotal:\s+(\d+) kB", meminfo, re.M)
     if not m:
-        from .checks import CannotRun
+        from .outcome import CannotRun
 
         raise CannotRun("no MemTotal in /proc/meminfo")
     have_gib = int(m.group(1)) / (1 << 20)

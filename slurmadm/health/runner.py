@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 
 from ..record import record
-from .checks import CannotRun, Ctx, MissingTool, Outcome, Policy
+from .checks import Policy
 from .nvml import Nvml, NvmlUnavailable
+from .outcome import CannotRun, Ctx, MissingTool, Outcome
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (a few ms of every prolog)
 if TYPE_CHECKING:

@@ -109,6 +109,9 @@ MONO_RE = _Pattern(r"^\[\s*(\d+\.\d+)\]\s")
 # dates the boot it is logged in
 BOOT_SEP_RE = _Pattern(r"^-- (?:Boot [0-9a-fA-F]+|Reboot) --")
 RTC_RE = _Pattern(r"setting system clock to \S+ UTC \((\d+)\)")
+# the kernel's banner, the first line of every boot: in a persistent log file (kern.log, syslog,
+# journalctl -k output) with a wall-clock stamp it dates that boot
+BOOT_BANNER_RE = _Pattern(r"\bkernel: (?:\[\s*\d+\.\d+\] )?Linux version \S")
 MONO_SLACK_S = 60.0  # a stamp this far past the uptime still reads as this boot (clock granularity)
 
 # Read at most this much from the end of a log file (a prolog must not read a year of kern.log).
@@ -467,6 +470,29 @@ def events_from_file(path: str, now: float, boot: float | None = None) -> list[X
     return sorted(out, key=lambda e: e.ts)
 
 
+def boot_in_log(source: str, node: str, now: float) -> float | None:
+    """When the node last booted, by a log file source: its latest wall-clock-stamped kernel
+    banner (`... kernel: Linux version ...`). None for kmsg/journal sources (this boot is all they
+    hold) and for a file without one. A log kept across boots says it booted even where this
+    machine's clock cannot (a log shipped from the node, the dev cluster's fake nodes)."""
+    if source in ("kmsg", "journal"):
+        return None
+    latest = None
+    try:
+        lines = _file_lines(source.replace("{node}", node))
+    except OSError:
+        return None
+    for line in lines:
+        if "Linux version" not in line or line.startswith("[") and not DMESG_T_RE.match(line):
+            continue  # a seconds-since-boot stamp does not date its boot
+        if not BOOT_BANNER_RE.search(line):
+            continue
+        ts = line_time(line, now)
+        if ts is not None and ts <= now + MONO_SLACK_S and (latest is None or ts > latest):
+            latest = ts
+    return latest
+
+
 _CACHE: dict[tuple[str, float], tuple[float, list]] = {}
 CACHE_S = 5.0  # one health run reads the kernel log once for the xid and infiniband checks
 
@@ -583,6 +609,14 @@ def read_events(source: str, node: str, now: float) -> list[XidEvent]:
     return events_from_file(source.replace("{node}", node), now)
 
 
+def _latest(ev: XidEvent) -> float:
+    """The latest time the event can have happened: a whole-second stamp (syslog, journalctl
+    short-iso, `dmesg -T`) says only which second. An admin's resume acknowledges what was logged
+    before it; a fault logged in the same second as the last drained sighting is not known to be
+    before it, so it is not acknowledged (a fault never vanishes for want of a finer clock)."""
+    return ev.ts + 1.0 if float(ev.ts).is_integer() else ev.ts
+
+
 def summarize(events: list[XidEvent], *, now: float, window_s: float,
               overrides: dict[str, str] | None = None, boot: float | None = None, ack: float = 0.0,
               recovery_none: set[str] | frozenset[str] = frozenset(), driver: str = "") -> list[XidFinding]:
@@ -611,7 +645,7 @@ def summarize(events: list[XidEvent], *, now: float, window_s: float,
         if v.needs:
             if boot is not None and ev.ts < boot:
                 resolved = "reboot"
-            elif ev.ts <= ack:
+            elif _latest(ev) <= ack:
                 resolved = "ack"
             elif v.needs == "reset" and reset_seen.get(ev.pci, 0.0) > ev.ts:
                 resolved = "reset"

@@ -67,9 +67,17 @@ class Names:
         return f"({expr} * 1048576)" if what == "fb_used" else expr
 
 
-def _panels(site: Site) -> list[tuple[str, list[P]]]:
+def _panels(site: Site, release=None) -> list[tuple[str, list[P]]]:
+    """`release`: the target Slurm; where it exports a count itself (25.11: jobs and node states
+    per partition, 26.05: GPUs per node and partition) the panels read Slurm's series
+    (exporter/slurmseries.py), and every panel's description names its source."""
+    from ..config.release import METRICS_FROM
+    from ..exporter.slurmseries import slurm_has
+
     n = Names(site)
     c = 'cluster=~"$cluster"'
+    slurm_jobs = slurm_has(release, METRICS_FROM, site.monitor.slurm_metrics)
+    slurm_gpus = slurm_has(release, (26, 5), site.monitor.slurm_metrics)
     nodes = f'{c}, node=~"$node"'
     part_info = f'slurmadm_node_partition_info{{{c}, partition=~"$partition"}}'
     node_info = f'slurmadm_node_partition_info{{{c}, partition=~"$partition", node=~"$node"}}'
@@ -90,16 +98,35 @@ def _panels(site: Site) -> list[tuple[str, list[P]]]:
     power = f"sum by (node) ({n.gpu('power', c)})"
     ib = f"sum by (node) (rate(slurmadm_ib_port_data_bytes_total{{{c}}}[$__rate_interval]))"
     util = f"avg by (node) ({n.gpu('util', c)})"
+    if slurm_gpus:
+        # per node (a node in two partitions counts once): Slurm's GPU counts, split by slurmadm's
+        # node states (Slurm has no per-node state)
+        def by_state(value: str, states: str, op: str = "=~") -> str:
+            return (f"sum(sum by (node) ({value}) * on (node) group_left () "
+                    f'max by (node) (slurmadm_node_state{{{c}, state{op}"{states}"}})) or vector(0)')
+
+        free = f"slurm_node_gpus{{{c}}} - slurm_node_gpus_alloc{{{c}}}"
+        gpus_by_status = P("GPUs by status", "bargauge", "short", NEUTRAL, [
+            (f"sum(slurm_node_gpus_alloc{{{c}}}) or vector(0)", "allocated"),
+            (by_state(free, "drained|draining"), "drained"),
+            (by_state(f"slurm_node_gpus{{{c}}}", "down"), "down"),
+            (by_state(free, "drained|draining|down", "!~"), "idle"),
+        ], 6, True, "Allocated GPUs are Slurm's count; drained, down and idle are Slurm's GPUs split by the "
+                    "node states slurmadm exports (with its drain owner and reason).")
+    else:
+        gpus_by_status = P("GPUs by status", "bargauge", "short", NEUTRAL,
+                           [(f"sum by (status) (slurmadm_partition_gpus{{{c}}})", "{{status}}")], 6, True)
+    running = (f"sum(slurm_jobs_running{{{c}}}) or vector(0)" if slurm_jobs else
+               f"sum(slurmadm_jobs_running{{{c}}}) or vector(0)")
     fleet = [
-        P("GPUs by status", "bargauge", "short", NEUTRAL,
-          [(f"sum by (status) (slurmadm_partition_gpus{{{c}}})", "{{status}}")], 6, True),
+        gpus_by_status,
         P("Nodes by state", "bargauge", "short", NEUTRAL,
           [(f"sum by (state) (slurmadm_node_state{{{c}}})", "{{state}}")], 6, True),
         P("Fleet GPU utilisation (distribution over nodes)", "heatmap", "percent", GOOD_HIGH,
           [(util, "{{node}}")], 12, description="Each node's mean GPU utilisation; Grafana buckets the series."),
         P("Queue: pending jobs by reason", "timeseries", "short", NEUTRAL,
           [(f"sum by (reason) (slurmadm_jobs_pending{{{c}}}) or vector(0)", "{{reason}}"),
-           (f"sum(slurmadm_jobs_running{{{c}}}) or vector(0)", "running")], 8),
+           (running, "running")], 8),
         P("Projects: GPUs in use / quota", "bargauge", "percentunit", FRACTION,
           [(f"slurmadm_project_gpus_in_use{{{c}}} / on (project) slurmadm_project_gpu_quota{{{c}}}", "{{project}}")],
           8, True),
@@ -162,7 +189,44 @@ def _panels(site: Site) -> list[tuple[str, list[P]]]:
           [(f'up{{{c}, job=~"$node_job|$head_job"}}', "{{job}} {{instance}}"),
            (f"sum by (job, source) (slurmadm_exporter_source_stale{{{c}}})", "{{job}} {{source}}")], 12, True),
     ]
-    return [("Fleet", fleet), ("Partition $partition", partition), ("Node $node", node)]
+    repair = [
+        P("Hardware incidents open, by class and state", "bargauge", "short", BAD_HIGH,
+          [(f"sum by (class, state) (slurmadm_repair_incidents{{{c}}}) or vector(0)", "{{class}} {{state}}")], 12, True,
+          description="slurmadm repair: incidents not closed (repair status)."),
+        P("Nodes in repair: time since the oldest open incident", "table", "s", BAD_HIGH,
+          [(f"time() - max by (node) (slurmadm_repair_node_since_timestamp_seconds{{{c}}}) or vector(0)", "{{node}}")], 12, True,
+          description="An alert (RepairTooLong) fires past [repair].alert_after_h."),
+    ]
+    cost = [
+        P("GPU-hours today, by what they went to", "bargauge", "short", NEUTRAL,
+          [(f"max by (kind) (slurmadm_gpu_time_today_seconds{{{c}, kind!~\"out_.+:.*|allocated|total\"}}) / 3600",
+            "{{kind}}")],
+          12, True, description="slurmadm report reliability, the day so far: completed runs, failed runs by "
+                                "verdict (jobs failures), nodes out of service, idle. Recomputed every 10 min."),
+        P("Failed job runs today, by verdict", "stat", "short", BAD_HIGH,
+          [(f"max by (verdict) (slurmadm_failed_job_runs_today{{{c}}})", "{{verdict}}")], 6, True,
+          description="infrastructure: a node signal within 10 min before or 5 min after the run's end."),
+        P("ETTR today", "stat", "percentunit", [(None, "red"), (0.8, "orange"), (0.95, "green")],
+          [(f"max(slurmadm_ettr_today{{{c}}})", "ETTR")], 6, True,
+          description="Effective training time ratio (Meta, HPCA 2025); a failed run's whole time counts as lost."),
+    ]
+    return [("Fleet", fleet), ("Repair", repair), ("Fault cost", cost), ("Partition $partition", partition),
+            ("Node $node", node)]
+
+
+def _described(p: P) -> P:
+    """The panel with its source named (exporter/slurmseries.sources) after its description."""
+    from dataclasses import replace
+
+    from ..exporter.slurmseries import sources
+
+    named = sources(" ".join(expr for expr, _ in p.targets))
+    text = f"{p.description} Source: {named}." if p.description else f"Source: {named}."
+    return replace(p, description=text)
+
+
+def panels(site: Site, release=None) -> list[tuple[str, list[P]]]:
+    return [(row, [_described(p) for p in ps]) for row, ps in _panels(site, release)]
 
 
 def _subs(site: Site) -> dict[str, str]:
@@ -172,11 +236,11 @@ def _subs(site: Site) -> dict[str, str]:
             "$partition": ".*", "$node": ".*", "$__rate_interval": "1m"}
 
 
-def panel_queries(site: Site) -> list[tuple[str, str]]:
+def panel_queries(site: Site, release=None) -> list[tuple[str, str]]:
     """(panel title, PromQL) for every query, with the dashboard variables substituted."""
     out = []
-    for _row, panels in _panels(site):
-        for p in panels:
+    for _row, row_panels in _panels(site, release):
+        for p in row_panels:
             for expr, _legend in p.targets:
                 for k, v in _subs(site).items():
                     expr = expr.replace(k, v)
@@ -184,7 +248,7 @@ def panel_queries(site: Site) -> list[tuple[str, str]]:
     return out
 
 
-def build(site: Site):
+def build(site: Site, release=None):
     """The dashboard builder (grafana_foundation_sdk)."""
     from grafana_foundation_sdk.builders import bargauge, heatmap, stat, table, timeseries
     from grafana_foundation_sdk.builders.dashboard import (ConstantVariable, Dashboard, DatasourceVariable,
@@ -196,6 +260,9 @@ def build(site: Site):
 
     kinds = {"timeseries": timeseries.Panel, "stat": stat.Panel, "bargauge": bargauge.Panel, "table": table.Panel,
              "heatmap": heatmap.Panel}
+    from ..config.release import METRICS_FROM
+    from ..exporter.slurmseries import slurm_has
+
     ds = DataSourceRef(type_val="prometheus", uid="${datasource}")
     m = site.monitor
 
@@ -208,16 +275,18 @@ def build(site: Site):
          .tags(["slurmadm", "slurm", "gpu", m.gpu_source])
          .refresh("30s").time("now-6h", "now").timezone(TimeZoneBrowser)
          .with_variable(DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
-         .with_variable(var("cluster", "cluster", "label_values(slurmadm_nodes, cluster)"))
+         .with_variable(var("cluster", "cluster", "label_values(slurmadm_node_partition_info, cluster)"
+                            if slurm_has(release, METRICS_FROM, m.slurm_metrics) else
+                            "label_values(slurmadm_nodes, cluster)"))
          .with_variable(var("partition", "partition",
                             'label_values(slurmadm_node_partition_info{cluster=~"$cluster"}, partition)'))
          .with_variable(var("node", "node", 'label_values(slurmadm_node_partition_info{cluster=~"$cluster", '
                                             'partition=~"$partition"}, node)'))
          .with_variable(ConstantVariable("node_job").value(m.node_job))
          .with_variable(ConstantVariable("head_job").value(m.head_job)))
-    for row, panels in _panels(site):
+    for row, row_panels in panels(site, release):
         d = d.with_row(Row(row))
-        for p in panels:
+        for p in row_panels:
             b = (kinds[p.kind]().title(p.title).datasource(ds).unit(p.unit).span(p.width).height(8)
                  .thresholds(ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE)
                              .steps([Threshold(value=v, color=col) for v, col in p.steps])))
@@ -237,11 +306,11 @@ def build(site: Site):
     return d
 
 
-def to_dict(site: Site) -> dict:
+def to_dict(site: Site, release=None) -> dict:
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
-    return json.loads(json.dumps(build(site).build(), cls=JSONEncoder))
+    return json.loads(json.dumps(build(site, release).build(), cls=JSONEncoder))
 
 
-def render(site: Site) -> str:
-    return json.dumps(to_dict(site), indent=2, sort_keys=False) + "\n"
+def render(site: Site, release=None) -> str:
+    return json.dumps(to_dict(site, release), indent=2, sort_keys=False) + "\n"

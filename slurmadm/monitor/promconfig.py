@@ -16,13 +16,35 @@ def _port(listen: str) -> str:
     return listen.rpartition(":")[2]
 
 
+def slurm_scrape_config(site: Site, release, *, target: str | None = None) -> list[dict]:
+    """Slurm's own metrics (25.11+, monitor.slurm_metrics): one job (monitor.slurm_job) with one
+    target per slurmctld endpoint on the first controller's SlurmctldPort, labelled
+    endpoint=<jobs|nodes|...> (`__metrics_path__` per target); with monitor.slurm_metrics_users
+    (26.05) the JWT from monitor.slurm_metrics_token_file as a Bearer token. [] otherwise."""
+    from ..config.release import METRICS_FROM
+    from ..exporter.slurmseries import ENDPOINTS, slurm_has
+
+    m = site.monitor
+    if not slurm_has(release, METRICS_FROM, m.slurm_metrics):
+        return []
+    target = target or f"{site.cluster.controllers[0]}:{site.slurm.slurmctld_port}"
+    job: dict = {"job_name": m.slurm_job, "static_configs": [
+        {"targets": [target], "labels": {"cluster": site.cluster.name, "endpoint": path.rsplit("/", 1)[1],
+                                         "__metrics_path__": path}} for path in ENDPOINTS]}
+    if m.slurm_metrics_token_file:
+        job["authorization"] = {"type": "Bearer", "credentials_file": m.slurm_metrics_token_file}
+    return [job]
+
+
 def prometheus_config(site: Site, *, rules_file: str, alertmanager: str,
                       node_target: Callable[[int, str], str] | None = None, head_target: str | None = None,
-                      interval: str = "15s", dcgm_target: Callable[[int, str], str] | None = None) -> dict:
+                      interval: str = "15s", dcgm_target: Callable[[int, str], str] | None = None,
+                      release=None, slurm_target: str | None = None) -> dict:
     """Scrape jobs monitor.node_job (one target per site node, labelled node=<name>) and
     monitor.head_job, the rules file, and where alerts go; node_exporter (monitor.host_job, when
     monitor.host_port) and dcgm-exporter (monitor.dcgm_job, gpu_source "dcgm") per node, each
-    target labelled node=<name> (dcgm-exporter's series keep their own Hostname)."""
+    target labelled node=<name> (dcgm-exporter's series keep their own Hostname); slurmctld's own
+    metrics where `release` (the target Slurm) has them (slurm_scrape_config)."""
     m = site.monitor
     c = site.cluster.name  # every target carries cluster=<name> (the dashboard's cluster variable)
     node_target = node_target or (lambda _i, name: f"{name}:{_port(m.node_listen)}")
@@ -50,6 +72,7 @@ def prometheus_config(site: Site, *, rules_file: str, alertmanager: str,
                 {"targets": [(dcgm_target or (lambda _i, name: f"{name}:{m.dcgm_port}"))(i, n)],
                  "labels": {"cluster": c, "node": n}}
                 for i, n in enumerate(site.node_names)]}] if m.gpu_source == "dcgm" else []),
+            *slurm_scrape_config(site, release, target=slurm_target),
         ],
     }
 

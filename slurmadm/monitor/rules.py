@@ -27,6 +27,8 @@ class Rule:
     description: str = ""  # what it means and what to look at first (the runbook has the rest)
 
     def to_dict(self, actions: dict[str, str], *, cluster: str = "", runbook_base: str = "") -> dict:
+        from ..exporter.slurmseries import sources
+
         out: dict = {"alert": self.name, "expr": self.expr}
         if self.for_ and self.for_ != "0s":
             out["for"] = self.for_
@@ -37,6 +39,8 @@ class Rule:
             labels["slurmadm_action"] = "drain"
         out["labels"] = labels
         out["annotations"] = {"summary": self.summary, "description": self.description or self.summary}
+        if "slurm_" in self.expr:  # the rules that read Slurm's own series name whose series they read
+            out["annotations"]["series"] = sources(self.expr)
         if runbook_base:
             out["annotations"]["runbook_url"] = f"{runbook_base.rstrip('/')}/{self.name}.md"
         return out
@@ -60,8 +64,15 @@ def _dn(expr: str, *more: tuple[str, str]) -> str:
     return out
 
 
-def build(site: Site) -> list[Rule]:
+def build(site: Site, release=None) -> list[Rule]:
+    """`release`: the target Slurm; from 25.11 (monitor.slurm_metrics) the rules read Slurm's own
+    series where it has them (exporter/slurmseries.py) and watch its scrape."""
+    from ..config.release import METRICS_FROM
+    from ..exporter.slurmseries import slurm_has
+
     m = site.monitor
+    slurm_gpus = slurm_has(release, (26, 5), m.slurm_metrics)  # slurm_partition_gpus and the GPU counts
+    slurm_metrics = slurm_has(release, METRICS_FROM, m.slurm_metrics)
     nj, hj = m.node_job, m.head_job
     w = m.error_rise_window
     ff = m.flap_for
@@ -182,7 +193,9 @@ def build(site: Site) -> list[Rule]:
              "Prometheus cannot scrape the head exporter: cluster, queue, project and store metrics stop."),
         Rule("PartitionDrainedGpusHigh",
              'sum by (partition) (slurmadm_partition_gpus{status=~"drained|down"}) / '
-             f"sum by (partition) (slurmadm_partition_gpus) > {m.drained_fraction:g}", ff, "critical", cluster,
+             + ("sum by (partition) (slurm_partition_gpus)" if slurm_gpus else
+                "sum by (partition) (slurmadm_partition_gpus)")
+             + f" > {m.drained_fraction:g}", ff, "critical", cluster,
              f"partition {{{{ $labels.partition }}}}: over {m.drained_fraction:.0%} of GPUs drained or down",
              "More of the partition's GPUs are out of service than monitor.drained_fraction: slurmadm's safety "
              "valve stops draining more automatically; users queue longer."),
@@ -199,7 +212,15 @@ def build(site: Site) -> list[Rule]:
              f"{site.store.stale_after_minutes} min (a node down, or its shipper failing)",
              "Nodes' health records stopped arriving at the central store."),
     ]
-    out += burnin_rules(site) + hook_rules()
+    if slurm_metrics:
+        sj = m.slurm_job
+        out.append(Rule("SlurmMetricsDown", f'up{{job="{sj}"}} == 0 or absent(up{{job="{sj}"}})', m.absent_for,
+                        "warning", cluster, "slurmctld's metrics ({{ $labels.endpoint }}) do not answer",
+                        "Prometheus cannot scrape slurmctld's own metrics (MetricsType=metrics/openmetrics): "
+                        "slurmctld is down or overloaded, MetricsType is not set, PrivateData turned them off, "
+                        "or the JWT (monitor.slurm_metrics_token_file) expired. Partition, job and GPU counts "
+                        "stop, and PartitionDrainedGpusHigh is blind."))
+    out += burnin_rules(site) + hook_rules() + repair_rules(site)
     if m.host_port:
         hsel = f'job="{m.host_job}"'
         out += [
@@ -250,6 +271,28 @@ def hook_rules() -> list[Rule]:
     ]
 
 
+def repair_rules(site: Site) -> list[Rule]:
+    """A node in repair too long (issue 34): its oldest incident not closed opened more than
+    `[repair].alert_after_h` ago (the head exporter's slurmadm_repair_node_since_timestamp_seconds)."""
+    hours = site.repair.alert_after_h
+    return [
+        Rule("RepairTooLong", f"(time() - max by (node) (slurmadm_repair_node_since_timestamp_seconds)) > {hours * 3600:g}",
+             "0s", "warning", "slurmadm-repair",
+             f"{{{{ $labels.node }}}}: in repair for over {hours:g} h (`slurmadm repair history {{{{ $labels.node }}}}`)",
+             "A hardware incident on the node has not closed within [repair].alert_after_h: the ladder is "
+             "stuck (a qualification that never ends, a reboot that never came back) or the node waits for "
+             "a person (an RMA candidate, a lemon)."),
+        # issue 36: InfiniBand port faults on k+ nodes under one leaf switch (slurmadm/repair/leaf.py)
+        Rule("SuspectLeafSwitch", 'sum(slurmadm_repair_incidents{class="LEAF"}) > 0', "0s", "warning",
+             "slurmadm-repair",
+             "{{ $value }} suspect leaf switch(es): InfiniBand port faults on several nodes under one leaf "
+             "(`slurmadm repair status`, `slurmadm report leaves`)",
+             "Port errors or link flaps on k or more nodes under one leaf switch within minutes: the common "
+             "cause is the switch or its cables, not the nodes. slurmadm opened one LEAF incident and drained "
+             "no node for it."),
+    ]
+
+
 def burnin_rules(site: Site) -> list[Rule]:
     """Burn-in stragglers (burnin/fleet.py): a node that stays slower than its fleet, sweep after
     sweep, while it passes every check (the head exporter's slurmadm_burnin_slow_sweeps). It fires
@@ -265,8 +308,8 @@ def burnin_rules(site: Site) -> list[Rule]:
     ]
 
 
-def render(site: Site) -> str:
-    rules = build(site)
+def render(site: Site, release=None) -> str:
+    rules = build(site, release)
     actions = dict(site.monitor.actions)
     groups: dict[str, list[dict]] = {}
     for r in rules:

@@ -125,9 +125,16 @@ class MonitorStack:
             site, rules_file=str(self.dir / "rules.yml"), alertmanager=f"127.0.0.1:{self.ports.monitor_alertmanager}",
             node_target=lambda i, _n: f"127.0.0.1:{self.ports.monitor_node_exporter(i)}",
             head_target=f"127.0.0.1:{self.ports.monitor_head_exporter}", interval=f"{self.scrape_s}s",
-            dcgm_target=lambda i, _n: f"127.0.0.1:{self.ports.monitor_dcgm_exporter(i)}")
+            dcgm_target=lambda i, _n: f"127.0.0.1:{self.ports.monitor_dcgm_exporter(i)}",
+            release=self.release(site), slurm_target=f"127.0.0.1:{site.slurm.slurmctld_port}")
         cfg["global"]["scrape_timeout"] = f"{min(self.scrape_s, 5)}s"
         return cfg
+
+    def release(self, site):
+        """The dev cluster's Slurm (its site names it) when monitor.slurm_metrics is on."""
+        from ..exporter.slurmseries import site_release
+
+        return site_release(site, detect=False)
 
     def alertmanager_config(self) -> dict:
         return promconfig.alertmanager_config(self.site(), webhook_url=self.urls()["webhook"],
@@ -141,7 +148,7 @@ class MonitorStack:
             fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as fh:
                 fh.write(secrets.token_urlsafe(32) + "\n")
-        write_atomic(self.dir / "rules.yml", rules.render(site))
+        write_atomic(self.dir / "rules.yml", rules.render(site, self.release(site)))
         write_atomic(self.dir / "prometheus.yml", yaml.safe_dump(self.prometheus_config(site), sort_keys=False))
         write_atomic(self.dir / "alertmanager.yml", yaml.safe_dump(self.alertmanager_config(), sort_keys=False))
 

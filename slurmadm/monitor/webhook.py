@@ -119,7 +119,7 @@ class Isolator:
             rows = r.query(sql.format(trusted=r.trusted()), (node, since))
         else:
             with self.results_factory() as r:  # only the node's own runs count (issue 24)
-                rows = r.query(sql.format(trusted=f"origin = node" if r.central else "1=1"), (node, since))
+                rows = r.query(sql.format(trusted="origin = node" if r.central else "1=1"), (node, since))
         count = 0
         for r in rows:
             count = 0 if r["bad"] else count + 1

@@ -169,7 +169,7 @@ class AccountingSettings(Strict):
     # `accounts apply` saves `sacctmgr dump` (and the QOS table, which dump leaves out) here
     # before changing anything. Default: accounts-backups/ next to the store file.
     backup_dir: Annotated[str, Field(pattern=r"^/")] | None = None
-    backup_keep: Annotated[int, Field(ge=1, le=10000)] = 50
+    backup_keep: Annotated[int, Field(ge=1, le=10000)] = 50  # backups kept in backup_dir (oldest removed)
 
 
 def priority_usage_settings(site: Site) -> dict[str, str]:

@@ -37,6 +37,7 @@ class StragglerSection(Strict):
     mad_k: Annotated[float, Field(ge=0, le=100)] = 3.0
     # Slow in this many sweeps in a row (the node's sweeps): drained `burnin-straggler`.
     drain_after: Annotated[int, Field(ge=1, le=10)] = 2
+    # The metrics compared with the fleet (each node against its profile's peers in the sweep).
     metrics: list[FleetMetric] = ["stress-tflops", "stress-copy", "stress-cpu", "gpu-clock", "gpu-temp",
                                   "allreduce-node", "allreduce-pair", "hca-rate", "thermal", "hca-symbol-errors",
                                   "hca-link-recovery", "hca-link-downed", "hca-rcv-errors"]

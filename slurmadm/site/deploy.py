@@ -47,4 +47,4 @@ class DeploySection(Strict):
     # `slurmadm doctor --check ...` after the install on each node; a failing check fails the node.
     doctor_checks: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9\-]*$")]] = [
         "site", "slurm", "slurmctld", "nvml", "store", "hooks"]
-    install_timeout_s: Annotated[float, Field(gt=0, le=7200)] = 900.0
+    install_timeout_s: Annotated[float, Field(gt=0, le=7200)] = 900.0  # per node: copy, venv, pip install

@@ -31,7 +31,7 @@ class BmcSection(Strict):
     # Redfish TLS: a CA file, or the server certificate's SHA-256 fingerprint (hex); no
     # certificate check only with tls_insecure = true
     tls_ca_file: Annotated[str, Field(pattern=r"^/")] | None = None
-    tls_fingerprint: Annotated[str, Field(pattern=r"^([0-9a-fA-F]{2}:?){31}[0-9a-fA-F]{2}$")] | None = None
+    tls_fingerprint: Annotated[str, Field(pattern=r"^([0-9a-fA-F]{2}:?){31}[0-9a-fA-F]{2}$")] | None = None  # SHA-256, AB:CD:...
     tls_insecure: bool = False
     drain_timeout_s: Annotated[float, Field(gt=0, le=86400)] = 600.0  # --drain: wait for idle
     firmware: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]+$")], str] = {}  # component -> version
@@ -54,7 +54,7 @@ class SoftwareBaseline(Strict):
     cuda_version: str = "12.8"
     nccl_version: str = "2.25.1"
     ofed_version: str = "24.10-1.1.4.0"
-    kernel: str = "6.8.0-60-generic"
+    kernel: str = "6.8.0-60-generic"  # uname -r
     os_image: str = "ubuntu-24.04-dgx"
     extra: dict[str, str] = {}
     # Files whose sha256 `slurmadm fleet facts` reports (globs allowed): drift shows the odd ones.

@@ -20,6 +20,7 @@ from .deploy import DeploySection
 from .fleet import BmcSection, FleetSection, SoftwareBaseline
 from .health import HealthSection, ModelThresholds
 from .monitor import MonitorSection
+from .repair import RepairSection
 from .profiles import BUILTIN_PROFILES, NodeProfile, Strict
 from .slurmtext import (
     UINT32_NO_VAL,
@@ -141,17 +142,17 @@ class SlurmSection(Strict):
     ]
     # cgroup.conf. "disabled" exists from Slurm 23.02 (24.11's slurmd needs it without cgroupfs).
     cgroup_plugin: Literal["autodetect", "cgroup/v1", "cgroup/v2", "disabled"] = "autodetect"
-    constrain_cores: bool = True
-    constrain_devices: bool = True
-    constrain_ram_space: bool = True
-    constrain_swap_space: bool = True
+    constrain_cores: bool = True  # cgroup.conf ConstrainCores: a job uses only its allocated cores
+    constrain_devices: bool = True  # ConstrainDevices: a job sees only its allocated GPUs
+    constrain_ram_space: bool = True  # ConstrainRAMSpace: a job is held to its memory
+    constrain_swap_space: bool = True  # ConstrainSwapSpace: and to no more swap
     # RealMemory = this fraction of the profile's physical memory (slurmd -C sees less than DIMMs).
     real_memory_fraction: Annotated[float, Field(gt=0.1, le=1.0)] = 0.95
     # Debian's Slurm has no gpu_nvml.so: explicit gres.conf lines unless the site's build has it.
     has_nvml: bool = False
     # Where prolog.sh, epilog.sh and healthcheck.sh are installed on compute nodes.
     prolog_dir: AbsPath = "/opt/slurmadm/prolog_epilog"
-    health_check_interval: Annotated[int, Field(ge=0, le=86400)] = 300
+    health_check_interval: Annotated[int, Field(ge=0, le=86400)] = 300  # HealthCheckInterval, seconds (0: never)
     # Node states in which HealthCheckProgram runs (HealthCheckNodeState).
     # START_ONLY from Slurm 25.11, REBOOT_ONLY from 26.05 (checked against the target release).
     health_check_node_state: list[Literal["ALLOC", "ANY", "CYCLE", "IDLE", "MIXED", "START_ONLY",
@@ -196,7 +197,7 @@ class SlurmSection(Strict):
     # SchedulerParameters bf_window (minutes) and bf_resolution (seconds); omitted: bf_window
     # covers the longest partition max_time, bf_resolution grows with it (60 s per day).
     bf_window_minutes: Annotated[int, Field(ge=1, le=43200)] | None = None
-    bf_resolution_s: Annotated[int, Field(ge=1, le=3600)] | None = None
+    bf_resolution_s: Annotated[int, Field(ge=1, le=3600)] | None = None  # bf_resolution (see bf_window_minutes)
     # True when state_save_location is storage that every controller mounts (required with more
     # than one cluster.controllers: the backup takes over from the primary's saved state).
     state_save_shared: bool = False
@@ -216,12 +217,13 @@ class Site(Strict):
     cluster: ClusterSection
     database: DatabaseSection
     store: StoreSection = StoreSection()
+    # Node hardware profiles by name ([profiles.<name>]); `hgx-b200` is built in.
     profiles: dict[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9\-_.]*$")], NodeProfile] = {}
-    nodes: Annotated[list[NodeGroup], Field(min_length=1)]
+    nodes: Annotated[list[NodeGroup], Field(min_length=1)]  # groups of nodes ([[nodes]]) and their profile
     topology: TopologySection = TopologySection()
-    partitions: Annotated[list[Partition], Field(min_length=1)]
+    partitions: Annotated[list[Partition], Field(min_length=1)]  # Slurm partitions ([[partitions]])
     slurm: SlurmSection = SlurmSection()
-    qos: list[Qos] = []
+    qos: list[Qos] = []  # Slurm QOS ([[qos]]): limits, priority, preemption, GPU-hour usage factors
     organizations: list[Organization] = []
     projects: list[Project] = []
     users: list[User] = []
@@ -233,6 +235,7 @@ class Site(Strict):
     burnin: BurninSection = BurninSection()
     monitor: MonitorSection = MonitorSection()
     deploy: DeploySection = DeploySection()
+    repair: RepairSection = RepairSection()
 
     # ---- derived views (computed once; the model is frozen) ----
 

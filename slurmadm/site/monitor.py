@@ -26,8 +26,8 @@ class MonitorSection(Strict):
     # How the generated Prometheus configuration scrapes them then (`slurmadm monitor
     # prometheus-config`): https verified with this CA, basic auth with this user and password file.
     scrape_ca_file: Annotated[str, Field(pattern=r"^/")] | None = None
-    scrape_username: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")] | None = None
-    scrape_password_file: Annotated[str, Field(pattern=r"^/")] | None = None
+    scrape_username: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")] | None = None  # basic auth user
+    scrape_password_file: Annotated[str, Field(pattern=r"^/")] | None = None  # its password, a root-only file
     # A source (NVML, sysfs, the store, Slurm) is read at most once per this many seconds; a
     # scrape in between answers from the last read.
     node_cache_s: Annotated[float, Field(ge=0, le=3600)] = 5.0
@@ -85,7 +85,7 @@ class MonitorSection(Strict):
     # classes, ECC, NVLink errors and links, clock events, InfiniBand, host). README "Monitoring".
     gpu_source: Literal["slurmadm", "dcgm"] = "slurmadm"
     dcgm_job: JobName = "dcgm-exporter"   # Prometheus job of the dcgm-exporter scrape
-    dcgm_port: Annotated[int, Field(ge=1, le=65535)] = 9400
+    dcgm_port: Annotated[int, Field(ge=1, le=65535)] = 9400  # dcgm-exporter's port on every node
     # dcgm-exporter's --hpc-job-mapping-dir: the prolog writes one file per GPU index holding the
     # ids of the jobs on it ({node}: the node's name, for the dev cluster's fake nodes). Written
     # when gpu_source is "dcgm" or this key is set.
@@ -100,7 +100,7 @@ class MonitorSection(Strict):
     # webhook (Slack, Mattermost, Rocket.Chat) whose URL is in a root-only file (it holds a
     # secret: the configuration names only the file). Only people_severities reach people.
     people_email_to: list[Email] = []
-    people_email_from: Email = "slurmadm@localhost.localdomain"
+    people_email_from: Email = "slurmadm@localhost.localdomain"  # the From: of mail to people
     people_smarthost: Annotated[str, Field(pattern=r"^[0-9A-Za-z.\-\[\]:]+:\d{1,5}$")] = "localhost:25"
     people_chat_url_file: Annotated[str, Field(pattern=r"^/[^\x00\n]*$")] | None = None
     people_severities: list[Literal["critical", "warning", "info"]] = ["critical", "warning"]
@@ -112,6 +112,44 @@ class MonitorSection(Strict):
     runbook_base_url: Annotated[str, Field(pattern=r"^(https?://|file:///|/)[A-Za-z0-9._~:/?#@!$&'()*+,;=%-]*$")] = (
         "file:///usr/share/doc/slurmadm/runbooks"
     )
+
+    # Slurm's own metrics (Slurm 25.11 and later; docs/how-to/slurm-metrics.md): slurmctld serves
+    # OpenMetrics on its port (MetricsType=metrics/openmetrics), Prometheus scrapes it as
+    # slurm_job, and the head exporter stops exporting the series Slurm now has
+    # (exporter/slurmseries.py). false: neither, on any release.
+    slurm_metrics: bool = True
+    slurm_job: JobName = "slurm"
+    # Authentication (26.05; docs/how-to/slurm-metrics.md): MetricsAuthUsers=<these users>
+    # (SlurmUser and root always may; each a user slurmctld's host knows). `config` then also
+    # writes AuthAltTypes=auth/jwt and the key below for Slurm's JWTs and its HTTP listener, and
+    # Prometheus sends the JWT in slurm_metrics_token_file as `Authorization: Bearer`
+    # (`slurmadm monitor slurm-token` writes it: `scontrol token username=<first user>`).
+    # Empty: no authentication (Slurm's default without PrivateData). The three keys go together.
+    slurm_metrics_users: list[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_\-]{0,31}$")]] = []
+    slurm_metrics_token_file: Annotated[str, Field(pattern=r"^/")] | None = None
+    # slurmctld's HS256 key, on the controller only (AuthAltParameters and
+    # SlurmctldHttpAuthParameters jwt_key=): owner root or SlurmUser, mode 0600. A path, never the
+    # key itself; `slurmadm monitor slurm-token --make-key` creates it when missing.
+    slurm_metrics_jwt_key_file: Annotated[str, Field(pattern=r"^/[^\x00\n,=\s]*$")] | None = None
+    # With PrivateData in slurm.extra, 26.05 answers only SlurmUser and root: true writes
+    # MetricsParameters=ignore_private_data (the counts readable without authentication).
+    slurm_metrics_ignore_private_data: bool = False
+
+    @model_validator(mode="after")
+    def _slurm_metrics_auth(self):
+        keys = {"slurm_metrics_users": bool(self.slurm_metrics_users),
+                "slurm_metrics_token_file": self.slurm_metrics_token_file is not None,
+                "slurm_metrics_jwt_key_file": self.slurm_metrics_jwt_key_file is not None}
+        if any(keys.values()) and not all(keys.values()):
+            missing = ", ".join(k for k, v in keys.items() if not v)
+            raise ValueError(f"authenticated Slurm metrics need slurm_metrics_users, slurm_metrics_token_file and "
+                             f"slurm_metrics_jwt_key_file together (MetricsAuthUsers, the JWT Prometheus sends, "
+                             f"slurmctld's key); missing: {missing}")
+        if self.slurm_metrics_jwt_key_file is not None and \
+                self.slurm_metrics_jwt_key_file == self.slurm_metrics_token_file:
+            raise ValueError("slurm_metrics_jwt_key_file and slurm_metrics_token_file must be different files (the "
+                             "key signs tokens and stays on the controller; the token goes to Prometheus)")
+        return self
 
     @model_validator(mode="after")
     def _scrape_auth(self):

@@ -236,7 +236,7 @@ _KNOWN_COLUMNS = frozenset(
     "maxtresrunmins maxwall maxtrespu maxjobspu maxsubmitpu maxtrespa maxjobspa maxsubmitpa mintres qos "
     "defaultqos defaultaccount name description organization coordinators rawshares normshares rawusage "
     "normusage effectvusage fairshare levelfs grptresraw tresrunmins jobid jobname state exitcode submit "
-    "start end elapsed nodelist alloctres reqtres reason".lower().split())
+    "start end elapsed nodelist alloctres reqtres reason jobidraw derivedexitcode elapsedraw sluid".lower().split())
 
 
 def _column(name: str) -> str:

@@ -25,6 +25,19 @@ MAX_REASON = 240
 REASON_RE = re.compile(r"slurmadm: [A-Za-z0-9][A-Za-z0-9_.-]*: .* \[[a-z][a-z-]*\]")
 
 
+# Check ids whose drains one capability owns outright: only it lifts them (health resumes only
+# drains whose check id is a health check; burn-in drains, `burnin-*`, are lifted by a passing
+# burn-in). `repair` (slurmadm/repair/, issue 34): `slurmadm: repair: <step>: <detail> [repair]`,
+# lemons `slurmadm: repair: lemon: ...`, RMA candidates `slurmadm: repair: rma <ticket>: ...`.
+REPAIR_CHECK_ID = "repair"
+OWNED_CHECK_IDS = {REPAIR_CHECK_ID: "slurmadm repair"}
+
+
+def owner(reason: str) -> str | None:
+    """The capability that owns a slurmadm drain reason outright (`slurmadm repair`), else None."""
+    return OWNED_CHECK_IDS.get(reason_check_id(reason) or "")
+
+
 def format_reason(check_id: str, detail: str, context: str) -> str:
     detail = " ".join(detail.split())
     head = f"{OWNER_PREFIX} {check_id}: "

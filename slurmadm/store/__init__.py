@@ -180,35 +180,49 @@ class Store:
     def audit_many(self, events: list[tuple[str, str, str, dict[str, Any]]]) -> list[int]:
         """Several events (action, target, reason, detail) in one transaction: one row each,
         the same as audit() would write, for a change that touched many targets at once."""
+        with self.transaction() as db:  # the write lock: the chain's tail cannot move meanwhile
+            ids, ts, who = self.insert_events(db, events)
+        self.copy_to_audit_log(events, ids, ts, who)
+        return ids
+
+    def insert_events(self, db: sqlite3.Connection, events: list[tuple[str, str, str, dict[str, Any]]]
+                      ) -> tuple[list[int], float, str]:
+        """audit_many's rows inside the caller's transaction (`transaction()`: it holds the write
+        lock, so the chain's tail cannot move): (ids, ts, actor). The caller copies them to the
+        audit log after its commit (`copy_to_audit_log`)."""
         from .chain import event_hash
 
         ts = time.time()
         who = actor()
         ids: list[int] = []
-        with self.transaction() as db:  # the write lock: the chain's tail cannot move meanwhile
-            last = db.execute("SELECT id, hash FROM events ORDER BY id DESC LIMIT 1").fetchone()
-            next_id, prev = (int(last["id"]) + 1, last["hash"]) if last is not None else (1, "")
-            for action, target, reason, detail in events:
-                text = json.dumps(detail, sort_keys=True, default=str)
-                digest = event_hash(prev, next_id, ts, who, action, target, reason, text)
-                db.execute(
-                    "INSERT INTO events (id, ts, actor, action, target, reason, detail, prev_hash, hash) "
-                    "VALUES (?,?,?,?,?,?,?,?,?)", (next_id, ts, who, action, target, reason, text, prev, digest))
-                ids.append(next_id)
-                next_id, prev = next_id + 1, digest
-        if self.audit_log and events:
-            lines = "".join(
-                json.dumps({"id": event_id, "ts": ts, "actor": who, "action": action, "target": target,
-                            "reason": reason, "detail": detail}, sort_keys=True, default=str) + "\n"
-                for event_id, (action, target, reason, detail) in zip(ids, events)
-            )
-            try:
-                os.makedirs(os.path.dirname(os.path.abspath(self.audit_log)), exist_ok=True)
-                with open(self.audit_log, "a", encoding="utf-8") as fh:
-                    fh.write(lines)
-            except OSError:
-                pass  # the store rows are the record; the JSON-lines copy is best effort
-        return ids
+        last = db.execute("SELECT id, hash FROM events ORDER BY id DESC LIMIT 1").fetchone()
+        next_id, prev = (int(last["id"]) + 1, last["hash"]) if last is not None else (1, "")
+        for action, target, reason, detail in events:
+            text = json.dumps(detail, sort_keys=True, default=str)
+            digest = event_hash(prev, next_id, ts, who, action, target, reason, text)
+            db.execute(
+                "INSERT INTO events (id, ts, actor, action, target, reason, detail, prev_hash, hash) "
+                "VALUES (?,?,?,?,?,?,?,?,?)", (next_id, ts, who, action, target, reason, text, prev, digest))
+            ids.append(next_id)
+            next_id, prev = next_id + 1, digest
+        return ids, ts, who
+
+    def copy_to_audit_log(self, events: list[tuple[str, str, str, dict[str, Any]]], ids: list[int], ts: float,
+                          who: str) -> None:
+        """The JSON-lines copy of committed events (store.audit_log), in one append; best effort."""
+        if not self.audit_log or not events:
+            return
+        lines = "".join(
+            json.dumps({"id": event_id, "ts": ts, "actor": who, "action": action, "target": target,
+                        "reason": reason, "detail": detail}, sort_keys=True, default=str) + "\n"
+            for event_id, (action, target, reason, detail) in zip(ids, events)
+        )
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(self.audit_log)), exist_ok=True)
+            with open(self.audit_log, "a", encoding="utf-8") as fh:
+                fh.write(lines)
+        except OSError:
+            pass  # the store rows are the record; the JSON-lines copy is best effort
 
     def update_events(self, ids: list[int], **detail: Any) -> None:
         """Follow events already written (an intent recorded before a change, marked done or

@@ -175,20 +175,49 @@ def history(r: Reader, *, node: str | None = None, check_id: str | None = None, 
 
 # ------------------------------------------------------------------------------ hooks that cannot run
 
+# node_state keys health/hookerror.py writes: the last hook error (JSON) and a count per reason
+STATE_KEY = "health.hook-error"
+COUNT_PREFIX = "health.hook-errors."
+
+
+def counts(rows: list[dict]) -> dict[tuple[str, str], int]:
+    """(node, reason) -> count, from node_state rows (node, key, value)."""
+    out: dict[tuple[str, str], int] = {}
+    for r in rows:
+        if str(r["key"]).startswith(COUNT_PREFIX) and str(r["value"]).isdigit():
+            out[(str(r["node"]), str(r["key"])[len(COUNT_PREFIX):])] = int(r["value"])
+    return out
+
+
+def current(last_errors: list[dict], newest_result: dict[str, float]) -> list[dict]:
+    """The hook errors still in force: a node's last hook error with no check result recorded
+    for it since. `last_errors`: node_state rows (node, value) of STATE_KEY; `newest_result`:
+    node -> the newest check_results ts."""
+    out = []
+    for r in last_errors:
+        try:
+            e = json.loads(r["value"])
+            ts = float(e["ts"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if ts > newest_result.get(str(r["node"]), 0.0):
+            out.append({"node": str(r["node"]), "ts": ts, "context": str(e.get("context", "")),
+                        "reason": str(e.get("reason", "")), "error": str(e.get("error", ""))})
+    return sorted(out, key=lambda e: e["node"])
+
+
 def hook_errors(r: Reader, nodes: set[str] | None = None) -> list[dict[str, Any]]:
     """Nodes whose last health hook run could not load the site, with no check result since
     (health enforcement is off there): node, ts, context, reason, error, count (health/hookerror.py)."""
-    from ..health import hookerror
-
     rows = r.query("SELECT node, `key`, value FROM node_state WHERE `key` LIKE 'health.hook-error%'")
     if not rows:
         return []
     newest = {row["node"]: float(row["ts"] or 0.0)
               for row in r.query("SELECT node, MAX(ts) AS ts FROM check_results GROUP BY node")}
-    counts = hookerror.counts(rows)
-    out = hookerror.current([row for row in rows if row["key"] == hookerror.STATE_KEY], newest)
+    per_reason = counts(rows)
+    out = current([row for row in rows if row["key"] == STATE_KEY], newest)
     for e in out:
-        e["count"] = sum(n for (node, _), n in counts.items() if node == e["node"])
+        e["count"] = sum(n for (node, _), n in per_reason.items() if node == e["node"])
     return [e for e in out if nodes is None or e["node"] in nodes]
 
 

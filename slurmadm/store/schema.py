@@ -237,6 +237,131 @@ CREATE TABLE IF NOT EXISTS event_anchors (
     PRIMARY KEY (origin, store_id)
 );
 """, since=4, where="central"),
+    # ---- repair (slurmadm/repair/, issue 34), version 5: incidents kept by node and part ----
+    # One row per fault of one part, from its first signal to its end; changed as the ladder
+    # moves it (shipped again and replaced centrally: keyed by its id, made by the head).
+    Table("incidents", """
+CREATE TABLE IF NOT EXISTS incidents (
+    id         TEXT PRIMARY KEY,    -- r<10 hex>: made once, from node, part, class and open time
+    node       TEXT NOT NULL,
+    part_kind  TEXT NOT NULL,       -- gpu | hca | board | psu | fan | node | leaf
+    part_key   TEXT NOT NULL,       -- GPU serial (else uuid, else slot:<i>); hca dev/port; FRU serial; sensor
+    slot       TEXT NOT NULL DEFAULT '',
+    serial     TEXT NOT NULL DEFAULT '',
+    uuid       TEXT NOT NULL DEFAULT '',
+    class      TEXT NOT NULL,       -- repair/data/classes.toml
+    state      TEXT NOT NULL,       -- open | resetting | rebooting | qualifying | rma | lemon | closed
+    step       TEXT NOT NULL DEFAULT '',
+    outcome    TEXT NOT NULL DEFAULT '',  -- of the last step: '' | running | ok | failed
+    rung       INTEGER NOT NULL DEFAULT 0,
+    opened_ts  REAL NOT NULL,
+    updated_ts REAL NOT NULL,
+    closed_ts  REAL,
+    count      INTEGER NOT NULL DEFAULT 1,  -- signals seen (the first and its repeats)
+    evidence   TEXT NOT NULL DEFAULT '[]',  -- JSON list
+    source     TEXT NOT NULL DEFAULT '',    -- health | bmc | burnin | bmc-recover | webhook | admin
+    why        TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS incidents_node ON incidents(node, opened_ts);
+CREATE INDEX IF NOT EXISTS incidents_part ON incidents(part_key, class, opened_ts);
+CREATE INDEX IF NOT EXISTS incidents_state ON incidents(state);
+""", since=5, key=("id",)),
+    # What happened to an incident, in order (opened, extended, each step, cleared); `ref` names
+    # the source record an ingested signal came from, so a second ingest adds nothing.
+    Table("incident_events", """
+CREATE TABLE IF NOT EXISTS incident_events (
+    id          INTEGER PRIMARY KEY,
+    incident_id TEXT NOT NULL,
+    ts          REAL NOT NULL,
+    kind        TEXT NOT NULL,      -- opened | extended | step | cleared
+    state       TEXT NOT NULL,
+    step        TEXT NOT NULL DEFAULT '',
+    why         TEXT NOT NULL DEFAULT '',
+    detail      TEXT NOT NULL DEFAULT '{}',
+    ref         TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS incident_events_incident ON incident_events(incident_id, id);
+CREATE INDEX IF NOT EXISTS incident_events_ref ON incident_events(ref);
+""", since=5),
+    # Qualification runs (the gate before a node returns; written by `repair run`).
+    Table("qualifications", """
+CREATE TABLE IF NOT EXISTS qualifications (
+    id          TEXT PRIMARY KEY,   -- <incident id>-q<n>
+    incident_id TEXT NOT NULL,
+    node        TEXT NOT NULL,
+    job_id      TEXT NOT NULL DEFAULT '',
+    started     REAL NOT NULL,
+    finished    REAL,
+    status      TEXT NOT NULL,      -- running | passed | failed
+    evidence    TEXT NOT NULL DEFAULT '[]'
+);
+CREATE INDEX IF NOT EXISTS qualifications_node ON qualifications(node, started);
+""", since=5, key=("id",)),
+    # Local: how far ingest has read each source (audit events by id locally, by seq centrally).
+    Table("repair_cursor", """
+CREATE TABLE IF NOT EXISTS repair_cursor (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    ts    REAL NOT NULL
+);
+""", since=5, where="local"),
+    # ---- end of repair (v5); v6 (parts) and v7 (cost) append below ----
+    # ---- version 6: parts and RMA cases (slurmadm/repair/parts.py, rma.py) ----
+    # Which part sat in which slot of which node, and when: one row per stay. Derived on the head
+    # from what health runs (node_state health.gpus / health.hcas), `bmc inventory`
+    # (node_state bmc.inventory) and fleet facts recorded; a changed serial in a slot closes
+    # the row (removed) and opens another (an audited `repair.part.swapped`).
+    Table("parts", """
+CREATE TABLE IF NOT EXISTS parts (
+    id        INTEGER PRIMARY KEY,
+    node      TEXT NOT NULL,
+    kind      TEXT NOT NULL,        -- gpu | hca | board | psu | fan
+    slot      TEXT NOT NULL,        -- gpu: index; hca: device (mlx5_0); board: board; psu/fan: FRU/Redfish name
+    part_key  TEXT NOT NULL,        -- GPU NVML serial (else UUID); HCA node GUID; board/psu/fan serial (else node:slot)
+    attrs     TEXT NOT NULL DEFAULT '{}',  -- JSON: uuid, bus_id, board_part, vbios, firmware, psid, model, ...
+    source    TEXT NOT NULL,        -- health | bmc | fleet
+    installed REAL NOT NULL,        -- first seen in this slot
+    seen      REAL NOT NULL,        -- last seen there
+    removed   REAL                  -- when another part was seen in its place (NULL: still there)
+);
+CREATE INDEX IF NOT EXISTS parts_slot ON parts(node, kind, slot, removed);
+CREATE INDEX IF NOT EXISTS parts_key ON parts(part_key);
+""", since=6, key=("node", "kind", "slot", "installed")),
+    # One vendor RMA case per part (`repair rma open`): its state and when it entered each.
+    Table("rma_cases", """
+CREATE TABLE IF NOT EXISTS rma_cases (
+    ticket    TEXT PRIMARY KEY,     -- the vendor's case id
+    node      TEXT NOT NULL,
+    kind      TEXT NOT NULL,        -- gpu | hca | board | psu | fan
+    slot      TEXT NOT NULL,
+    part_key  TEXT NOT NULL,        -- the failed part
+    model     TEXT NOT NULL DEFAULT '',   -- e.g. NVIDIA B200 (board part number when known)
+    class     TEXT NOT NULL DEFAULT '',   -- the incident class that sent it (RMA, ECC, ...)
+    state     TEXT NOT NULL,        -- open | shipped | replaced | qualifying | closed
+    fault_ts  REAL,                 -- the part's first incident (or first failing check)
+    opened    REAL NOT NULL,
+    updated   REAL NOT NULL,
+    closed    REAL,
+    new_key   TEXT NOT NULL DEFAULT '',   -- the replacement part
+    bundle    TEXT NOT NULL DEFAULT '',   -- evidence bundle path
+    times     TEXT NOT NULL DEFAULT '{}', -- JSON: state -> [entered ts, left ts or null]
+    note      TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS rma_cases_part ON rma_cases(part_key, state);
+""", since=6, key=("ticket",)),
+    # ---- cost (issue 36), version 7: which GPUs each job held on each node (the prolog's GPU ->
+    # job map, kept past the job's end), so `jobs failures` blames a run only for its own GPUs ----
+    Table("job_gpus", """
+CREATE TABLE IF NOT EXISTS job_gpus (
+    node   TEXT NOT NULL,
+    job_id TEXT NOT NULL,
+    gpus   TEXT NOT NULL,   -- JSON list of GPU indexes (SLURM_JOB_GPUS)
+    ts     REAL NOT NULL,   -- when the prolog recorded it
+    PRIMARY KEY (node, job_id)
+);
+CREATE INDEX IF NOT EXISTS job_gpus_ts ON job_gpus(ts);
+""", since=7, key=("node", "job_id"), retain="ts"),
+    # ---- end of cost (v7) ----
 ]
 
 

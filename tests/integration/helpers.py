@@ -125,3 +125,54 @@ def prom(stack, expr: str) -> list:
     from slurmadm.monitor.stack import prom_query
 
     return prom_query(stack.urls()["prometheus"], expr)
+
+
+class RepairSlate:
+    """A repair module's clean slate on the session's shared dev cluster (issues 34-36): what
+    earlier modules left on `nodes` (their drains as incidents, their XID lines, their failed
+    qualifications counted towards a lemon) is not this module's, and what this module leaves is
+    not the next one's. Enter: ingest once (earlier drains are consumed by the cursor), then forget
+    those nodes' incidents; resume a node an earlier module left drained. Exit: clear the
+    stand-in faults, forget the incidents again, roll the nodes' kernel logs back to where they
+    were (only when they grew: a node boot empties one), resume what is still drained."""
+
+    def __init__(self, dev_cluster, env: dict[str, str], nodes: tuple[str, ...]):
+        self.dc, self.env, self.nodes = dev_cluster, env, nodes
+        self.kmsg = {n: dev_cluster.p("gpus") / f"{n}.kmsg" for n in nodes}
+        self.sizes: dict[str, int] = {}
+
+    def _forget(self) -> None:
+        from slurmadm.store import Store
+
+        marks = ",".join("?" * len(self.nodes))
+        with Store(self.dc.site().store.path) as store, store.transaction() as db:
+            ids = [r[0] for r in db.execute(f"SELECT id FROM incidents WHERE node IN ({marks})", self.nodes)]
+            for i in ids:
+                db.execute("DELETE FROM incident_events WHERE incident_id=?", (i,))
+                db.execute("DELETE FROM qualifications WHERE incident_id=?", (i,))
+            db.execute(f"DELETE FROM incidents WHERE node IN ({marks})", self.nodes)
+
+    def _resume(self) -> None:
+        for n in self.nodes:
+            run_slurmadm(self.env, "dev-cluster", "gpu-fault", n, "--clear")
+            info = slurm_node(self.env, n)
+            if info.drained or info.state == "DOWN":
+                sh(self.env, "scontrol", "update", f"nodename={n}", "state=resume", check=False)
+
+    def __enter__(self) -> "RepairSlate":
+        run_slurmadm(self.env, "repair", "status", "--json")  # ingest: earlier drains are read and done with
+        self._forget()
+        self._resume()
+        self.sizes = {n: p.stat().st_size if p.exists() else 0 for n, p in self.kmsg.items()}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for n in self.nodes:
+            run_slurmadm(self.env, "repair", "clear", n, "--reason", "test clean-up")
+        for n, p in self.kmsg.items():
+            if p.exists() and p.stat().st_size > self.sizes[n]:
+                with open(p, "r+b") as fh:
+                    fh.truncate(self.sizes[n])
+        run_slurmadm(self.env, "repair", "status", "--json")
+        self._forget()
+        self._resume()

@@ -73,6 +73,9 @@ def ipmi_sim(tmp_path_factory):
     (sensors / "2").write_text("60\n")  # Fan 1, x 100 RPM
     (d / "sim.emu").write_text((src / "slurmadm.emu.in").read_text()
                                .replace("@FRU@", (src / "fru.hex").read_text().strip())
+                               .replace("@FRU_PS1@", (src / "fru-ps1.hex").read_text().strip())
+                               .replace("@FRU_PS2@", (src / "fru-ps2.hex").read_text().strip())
+                               .replace("@FRU_FAN1@", (src / "fru-fan1.hex").read_text().strip())
                                .replace("@SENSORS@", str(sensors)))
     state = d / "state" / "ipmi_sim" / "slurmadm-sim"
     state.mkdir(parents=True)

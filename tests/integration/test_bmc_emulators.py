@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import functools
 import http.server
-import json
 import os
 import secrets
 import shutil
-import struct
 import subprocess
 import sys
 import threading
-import time
-from pathlib import Path
 
 import pytest
 

@@ -490,3 +490,52 @@ def test_sensors_json_agrees_with_dmtf_client(dmtf_site):
         unit = {"Cel": "temperature", "RPM": "fan", "V": "voltage", "W": "power"}.get(d.get("ReadingUnits"))
         if unit:
             assert mine[name]["type"] in (unit, "psu" if unit == "power" else unit), (name, mine[name])
+
+
+# ---------------------------------------------------------------------- parts: PSUs and fans (issue 35)
+def test_ipmi_sim_psu_and_fan_frus_fill_the_parts_inventory(ipmi_sim, tmp_path):
+    """OpenIPMI's ipmi_sim names FRU devices 1-3 PS1, PS2 and FAN1 in its SDR (FRU device
+    locators, tests/fixtures/bmc/ipmi_sim/slurmadm.sdrs): inventory() reads them as ipmitool's
+    `fru print` does, and what `bmc inventory` records fills `repair parts`."""
+    from slurmadm.bmc.fanout import Row
+    from slurmadm.bmc.ops import record_inventory
+    from slurmadm.repair import parts
+    from slurmadm.store import Store
+
+    c = ipmi_client(ipmi_sim)
+    try:
+        inv = c.inventory()
+    finally:
+        c.close()
+    # ipmitool prints a 6-bit packed locator name as raw bytes (`fru print` copies the id string
+    # as it is), so its view is asked per FRU device id: 1-3 are PS1, PS2, FAN1 (slurmadm.sdrs)
+    theirs = {}
+    for device, name in ((1, "PS1"), (2, "PS2"), (3, "FAN1")):
+        fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in
+                                                       ipmitool(ipmi_sim, "fru", "print", str(device)).splitlines())}
+        theirs[name] = fields.get("Product Serial")
+    assert [p["name"] for p in inv["psus"]] == ["PS1", "PS2"] and [p["name"] for p in inv["fans"]] == ["FAN1"]
+    for p in inv["psus"] + inv["fans"]:
+        assert p["serial"] == theirs[p["name"]], (p, theirs)
+    with Store(tmp_path / "s.db") as store:
+        record_inventory(store, [Row("b200-001", True, inv)])
+        parts.refresh(store)
+        got = {(r["kind"], r["slot"]): r["part_key"] for r in parts.inventory(store, "b200-001")}
+    assert got[("psu", "PS1")] == "P3K04GA10001" and got[("psu", "PS2")] == "P3K04GA10002"
+    assert got[("fan", "FAN1")] == "FAN0206L40001" and got[("board", "board")] == inv.get("board_serial", inv.get("serial"))
+
+
+def test_redfish_mockup_psus_and_fans_as_curl_shows_them(sushy_static):
+    sushy_static = {**sushy_static, "redfish_port": sushy_static["port"]}
+    c = redfish_client(sushy_static)
+    try:
+        inv = c.inventory()
+    finally:
+        c.close()
+    power = curl(sushy_static, "/redfish/v1/Chassis/1U/Power")
+    assert [(p["name"], p["serial"]) for p in inv["psus"]] == \
+        [(p["Name"], p["SerialNumber"]) for p in power["PowerSupplies"]]
+    fans = [curl(sushy_static, m["@odata.id"]) for m in
+            curl(sushy_static, "/redfish/v1/Chassis/1U/ThermalSubsystem/Fans")["Members"]]
+    assert [f["id"] for f in inv["fans"]] == [f["Id"] for f in fans]
+    assert {f["model"] for f in inv["fans"]} == {f["Model"] for f in fans}

@@ -17,7 +17,6 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 import tomllib
 from pathlib import Path
 

@@ -24,8 +24,11 @@ def test_four_idle_b200_nodes_with_gpus(cluster_env):
     out = sh(cluster_env, "sinfo", "-N", "-h", "-o", "%N|%T|%G")
     rows = {line.split("|")[0]: line.split("|")[1:] for line in out.splitlines()}
     assert sorted(rows) == ["b200-001", "b200-002", "b200-003", "b200-004"]
-    # "gpu:b200:8(S:0)": gres.conf's Cores= binds the GPUs to a socket
-    assert all(state == "idle" and gres.split("(")[0] == "gpu:b200:8" for state, gres in rows.values()), rows
+    # "gpu:b200:8(S:0)": gres.conf's Cores= binds the GPUs to a socket. "planned" is IDLE with
+    # slurm.h's NODE_STATE_PLANNED: the backfill scheduler holds the idle node for a pending job
+    # (an earlier module's, on this shared cluster)
+    assert all(state in ("idle", "planned") and gres.split("(")[0] == "gpu:b200:8"
+               for state, gres in rows.values()), (rows, sh(cluster_env, "squeue", "-h", "-o", "%i %u %T %j %R"))
 
 
 def test_accounting_knows_the_cluster(cluster_env, dev_cluster):

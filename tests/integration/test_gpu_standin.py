@@ -151,7 +151,8 @@ for i in range(N.nvmlDeviceGetCount()):
         "cpus": list(N.nvmlDeviceGetCpuAffinity(h, 4)),
         "numa": list(N.nvmlDeviceGetMemoryAffinity(h, 1, N.NVML_AFFINITY_SCOPE_NODE)),
         "util": [util.gpu, util.memory],
-        "absent": error(N.nvmlDeviceGetBoardPartNumber, h),
+        "absent": error(N.nvmlDeviceGetInforomImageVersion, h),
+        "board_part": N.nvmlDeviceGetBoardPartNumber(h),
     })
 N.nvmlShutdown()
 print(json.dumps(out))
@@ -198,7 +199,7 @@ def test_healthy_b200_node(state_dir, fake_nvml_lib):
         assert cpu_bits(x["cpus"]) == set(range(56 * socket_, 56 * socket_ + 56)) | set(
             range(112 + 56 * socket_, 112 + 56 * socket_ + 56))
         assert x["numa"] == [1 << socket_] and x["util"] == [0, 0]
-        assert x["absent"] == "NVMLError_FunctionNotFound"
+        assert x["absent"] == "NVMLError_FunctionNotFound" and x["board_part"] == "692-2G525-0225-001"
 
 
 # state key -> the pynvml call that must return it (on GPU 0)
@@ -358,8 +359,10 @@ def test_healthy_fabric_and_recovery_action(healthy_snapshot):
 
 
 def test_every_fault_kind_is_tested():
-    # "slow" is no NVML fault: the burn-in's stress and all-reduce read it (test_burnin_straggler.py)
-    assert {k for k, _, _ in FAULTS} | {"missing-gpu", "hang", "slow"} == set(gpus.FAULT_KINDS)
+    # "slow" is no NVML fault: the burn-in's stress and all-reduce read it (test_burnin_straggler.py);
+    # reset-fail, corrupt, replace and after-reset: tests/unit/devcluster/test_gpu_reset.py
+    assert {k for k, _, _ in FAULTS} | {"missing-gpu", "hang", "slow", "reset-fail", "corrupt", "replace",
+                                        "after-reset"} == set(gpus.FAULT_KINDS)
 
 
 @pytest.mark.parametrize("kind,value,changed", FAULTS, ids=[k for k, _, _ in FAULTS])
@@ -552,3 +555,70 @@ def test_two_processes_can_build_at_once(tmp_path, child_processes):
     assert sorted(f.name for f in out.iterdir()) == ["libnvidia-ml.so", "libnvidia-ml.so.1", "libnvidia-ml.so.1.sha256"]
     d = write_nodes(tmp_path / "gpus")
     assert pynvml_json(child_env(d, out, "node-a"), INIT_ERROR) == "initialised"
+
+
+# ------------------------------------------------------------------------------ on the dev cluster (issue 34)
+
+
+def test_gpu_reset_through_the_fake_nodes_ssh_and_a_batch_job(dev_cluster, cluster_env, tmp_path):
+    """`nvidia-smi --gpu-reset` as repair runs it: over the fleet's SSH and inside a Slurm job on
+    the node (its namespace's /usr/local/bin/nvidia-smi), with persistence mode handled first."""
+    from slurmadm.fleet.ssh import ParamikoRemote
+
+    from .helpers import run_slurmadm, sh
+
+    node, gdir = "b200-004", dev_cluster.p("gpus")
+    try:
+        r = run_slurmadm(cluster_env, "dev-cluster", "gpu-fault", node, "--gpu", "2", "--kind", "ecc-uncorrected",
+                         "--value", "4")
+        assert r.returncode == 0, r.stderr
+        run_slurmadm(cluster_env, "dev-cluster", "gpu-fault", node, "--gpu", "5", "--kind", "reset-fail")
+        bus2 = gpus.read_state(gdir, node)["gpus"][2]["pci_bus_id"]
+        with ParamikoRemote(dev_cluster.site().fleet, processes=1) as remote:
+            refused, = remote.run([node], "nvidia-smi --gpu-reset -i 2", timeout=60)
+            assert refused.exit == 255 and f"GPU {bus2}: In use by another client" in refused.output
+            done, = remote.run([node], "nvidia-smi -pm 0 -i 2 && nvidia-smi --gpu-reset -i 2; echo rc=$?", timeout=60)
+        assert f"GPU {bus2} was successfully reset." in done.output and "rc=0" in done.output, done.output
+        effective = gpus.effective_gpus(gpus.read_state(gdir, node))
+        assert effective[2]["ecc_dbe_vol"] == 0 and effective[2]["ecc_dbe_agg"] == 4
+        assert gpus.reset_counts(gdir, node)[2]["ok"] == 1
+
+        out = tmp_path / "reset.out"
+        script = "nvidia-smi -pm 0 -i 5 >/dev/null; nvidia-smi --gpu-reset -i 5; echo rc=$?; nvidia-smi -pm 1 -i 5"
+        sh(cluster_env, "sbatch", "--wait", "-w", node, "-t", "2", "-o", str(out), "--wrap", script, timeout=180)
+        text = out.read_text()
+        assert "could not be reset:" in text and "Unknown Error" in text and "rc=255" in text, text
+        assert gpus.reset_counts(gdir, node)[5] == {**gpus.reset_counts(gdir, node)[5], "ok": 0, "failed": 1}
+        assert not [f for f in gpus.list_faults(gdir, node) if f["kind"] == "reset-fail"]  # used up
+    finally:
+        gpus.clear(gdir, node)
+        gpus.set_persistence(gdir, node, list(range(8)), True)
+
+
+def test_a_slurm_reboot_clears_the_stand_in_gpus_volatile_and_reboot_class_faults(dev_cluster, cluster_env):
+    """`scontrol reboot` runs the node's RebootProgram; the booted node's stand-in GPUs are as a
+    reboot leaves them (an XID 79's recovery action gone, hardware faults kept)."""
+    from .helpers import sh, wait_until
+
+    node, gdir = "b200-004", dev_cluster.p("gpus")
+    boot = gdir / f"{node}.boot"
+    before = float(boot.read_text()) if boot.exists() else 0.0
+    kmsg = gpus.kmsg_path(gdir, node)
+    size = kmsg.stat().st_size if kmsg.exists() else 0
+    try:
+        gpus.inject(gdir, node, 0, "xid", 79)
+        gpus.inject(gdir, node, 1, "row-remap-failed")
+        sh(cluster_env, "scontrol", "reboot", node)
+        wait_until(lambda: boot.exists() and float(boot.read_text()) > before, 180, f"{node} rebooted")
+        assert {(f["gpu"], f["kind"]) for f in gpus.list_faults(gdir, node)} == {(1, "row-remap-failed")}
+        wait_until(lambda: sh(cluster_env, "sinfo", "-h", "-n", node, "-o", "%T", check=False).strip() == "idle",
+                   180, f"{node} idle again")
+    finally:
+        gpus.clear(gdir, node)
+        # the XID 79 line is this test's: later modules' health runs on this node must not see it
+        if kmsg.exists() and kmsg.stat().st_size > size:
+            with open(kmsg, "r+b") as fh:
+                fh.truncate(size)
+        # a periodic run may have drained it for that line before it was rolled back
+        if "slurmadm: xid:" in sh(cluster_env, "sinfo", "-h", "-n", node, "-o", "%E", check=False):
+            sh(cluster_env, "scontrol", "update", f"nodename={node}", "state=resume", check=False)

@@ -119,7 +119,8 @@ def test_a_down_node_is_never_drained_re_reasoned_or_resumed(dev_cluster, env):
 def test_health_run_on_a_healthy_node_drains_nothing_for_a_missing_tool(dev_cluster, env):
     """The dev cluster has no all_reduce_perf and no CUDA torch: nccl-allreduce cannot run. That
     is the site's configuration, reported, not the node's fault."""
-    name = "b200-004"
+    # a node no earlier module left drained (the shared dev cluster's nodes carry their history)
+    name = next(n for n in reversed(dev_cluster.nodes()) if not node(env, n).drained)
     p = run_slurmadm(env, "health", "run", "--node", name, "--json", timeout=300)
     assert "Traceback" not in p.stderr
     report = json.loads(p.stdout)

@@ -53,7 +53,8 @@ def test_dcgm_exporter_series_are_scraped_and_slurmadm_keeps_only_what_dcgm_lack
 
 def test_every_dcgm_rule_evaluates_and_every_dashboard_query_answers(stack):
     site = stack.site()
-    names = {r.name for r in __import__("slurmadm.monitor.rules", fromlist=["build"]).build(site)}
+    build = __import__("slurmadm.monitor.rules", fromlist=["build"]).build
+    names = {r.name for r in build(site, stack.release(site))}
 
     def loaded() -> dict:
         _c, body = http_get(stack.urls()["prometheus"] + "/api/v1/rules")
@@ -66,12 +67,12 @@ def test_every_dcgm_rule_evaluates_and_every_dashboard_query_answers(stack):
     assert not bad, bad
     import re
 
-    for rule in (r for r in __import__("slurmadm.monitor.rules", fromlist=["build"]).build(site) if "DCGM_" in r.expr):
+    for rule in (r for r in build(site, stack.release(site)) if "DCGM_" in r.expr):
         for name in set(re.findall(r"DCGM_FI_[A-Z_]+", rule.expr)):
             assert prom(stack, name), f"{rule.name}: {name} has no series"
 
     def panels_answer() -> list[str]:
-        return [t for t, expr in dashboard.panel_queries(site) if not prom(stack, expr)]
+        return [t for t, expr in dashboard.panel_queries(site, stack.release(site)) if not prom(stack, expr)]
     assert wait_for(lambda: not panels_answer(), 60, interval=1), f"dashboard panels without series: {panels_answer()}"
 
 

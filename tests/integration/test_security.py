@@ -57,7 +57,7 @@ def test_nodes_ship_as_their_own_accounts_which_can_do_nothing_else(dev_cluster,
     with as_node(dev_cluster) as c:
         grants = [next(iter(r.values())) for r in c.query("SHOW GRANTS")]
         assert not any("DELETE" in g or "ALL PRIVILEGES" in g or "GRANT OPTION" in g for g in grants), grants
-        for sql in ("DELETE FROM events", "DELETE FROM check_results", f"UPDATE events SET reason = 'nothing'",
+        for sql in ("DELETE FROM events", "DELETE FROM check_results", "UPDATE events SET reason = 'nothing'",
                     f"UPDATE check_results SET status = 'pass' WHERE node = '{VICTIM}'",
                     "DROP TABLE events", "TRUNCATE TABLE events", "SELECT count(*) FROM events"):
             with pytest.raises(UnreachableError, match="denied"):

@@ -117,7 +117,7 @@ def test_the_health_records_are_built_without_exec():
         "    x: int",
         "seen = sorted(set(methods) - {'__create_fn__'})",
         "methods.clear()",
-        "import slurmadm.health.engine, slurmadm.health.hook, slurmadm.store, slurmadm.exporter.jobmap",
+        "import slurmadm.health.engine, slurmadm.health.hook, slurmadm.store, slurmadm.jobmap",
         "print(json.dumps([seen, sorted(set(methods) - {'__create_fn__'})]))",
     ])
     p = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=60, cwd="/")

@@ -64,7 +64,7 @@ struct proc {
 
 struct gpu {
     unsigned present, hang;
-    char name[96], uuid[96], serial[32], pci_bus_id[32], vbios[32];
+    char name[96], uuid[96], serial[32], pci_bus_id[32], vbios[32], board_part_number[32];
     unsigned minor, pci_device_id, pci_subsystem_id, arch, brand, cc_major, cc_minor;
     unsigned long long mem_total, mem_used, mem_reserved;
     unsigned temp_gpu, temp_mem, temp_shutdown, temp_slowdown, temp_mem_max, temp_gpu_max;
@@ -124,6 +124,7 @@ struct field {
 
 static const struct field GPU_FIELDS[] = {
     U32(present), U32(hang), STR(name), STR(uuid), STR(serial), STR(pci_bus_id), STR(vbios),
+    STR(board_part_number),
     U32(minor), U32(pci_device_id), U32(pci_subsystem_id), U32(arch), U32(brand),
     U32(cc_major), U32(cc_minor), U64(mem_total), U64(mem_used), U64(mem_reserved),
     U32(temp_gpu), U32(temp_mem), U32(temp_shutdown), U32(temp_slowdown), U32(temp_mem_max),
@@ -541,6 +542,8 @@ STRING_GETTER(nvmlDeviceGetName, name)
 STRING_GETTER(nvmlDeviceGetUUID, uuid)
 STRING_GETTER(nvmlDeviceGetSerial, serial)
 STRING_GETTER(nvmlDeviceGetVbiosVersion, vbios)
+/* nvidia-smi -q "Board Part Number"; a swapped GPU (gpu-fault --kind replace) brings its own */
+STRING_GETTER(nvmlDeviceGetBoardPartNumber, board_part_number)
 GETTER(nvmlDeviceGetIndex, unsigned int, nvml_index(g))
 GETTER(nvmlDeviceGetMinorNumber, unsigned int, g->minor)
 GETTER(nvmlDeviceGetArchitecture, unsigned int, g->arch)

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.unit
 def test_help_kinds_needs_no_node():
     result = CliRunner().invoke(cli, ["dev-cluster", "gpu-fault", "--help-kinds"])
     assert result.exit_code == 0, result.output
-    assert all(kind in result.output for kind in ("xid", "ecc-uncorrected", "recovery-action"))
+    assert all(kind in result.output for kind in ("xid", "ecc-uncorrected", "recovery-action", "reset-fail", "corrupt",
+                                                  "replace", "after-reset"))
     assert len(gpus.FAULT_KINDS) > 10
 
 

@@ -184,7 +184,7 @@ def test_facts_merge_the_bmc_firmware_and_say_which_bmc_did_not_answer(tmp_path,
 
     class Nodes:
         def run(self, nodes, command, *, timeout, stdin=None, on_reply=None):
-            return [Reply(n, 0, f"@@libs\nlibnccl.so.2.25.1\n@@end\n") for n in nodes]
+            return [Reply(n, 0, "@@libs\nlibnccl.so.2.25.1\n@@end\n") for n in nodes]
 
         def close(self):
             pass

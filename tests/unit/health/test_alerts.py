@@ -19,11 +19,12 @@ MAINT = "not draining (slurmadm: nvlink: GPU1 2/18 NVLinks inactive (links 0,1))
 
 
 def periodic_run(store, reason, minutes=60, context="periodic"):
-    """What one run does about an alert: fresh NodeState, alert, flush (engine.run's order)."""
+    """What one run does about an alert: fresh NodeState, alert, one record (engine.execute's order)."""
     state = NodeState(store, NODE)
     rec = Recorder(node=NODE, context=context, run_id="r", results_log="", store=store, use_syslog=False)
+    rec.state = state
     engine._alert(cfg(alert_repeat_minutes=minutes), rec, state, reason, check_id="nvlink")
-    state.flush()
+    rec.commit()
 
 
 def alerts(store):

@@ -74,3 +74,40 @@ def test_missing_log_file_and_kmsg_errors_surface(tmp_path):
         xid.read_events(str(tmp_path / "none.log"), "n", NOW)
     with pytest.raises(OSError):
         xid.events_from_kmsg(str(tmp_path / "no-kmsg"))
+
+
+def test_an_admins_resume_acknowledges_only_what_was_logged_before_it():
+    """`ack` (the last time a run saw the node still drained) covers a microsecond-stamped XID
+    logged before it; a whole-second stamp in that same second may be later, so it still fails."""
+    fine = xid.parse_line("NVRM: Xid (PCI:0000:1b:00): 46, pid=1", NOW - 0.25)
+    coarse = xid.parse_line("NVRM: Xid (PCI:0000:9a:00): 46, pid=1", NOW - 1.0)
+
+    def failing(ack):
+        return sorted(f.pci for f in xid.summarize([fine, coarse], now=NOW, window_s=3600, ack=ack)
+                      if f.verdict == "fail")
+
+    assert failing(0.0) == ["0000:1b:00", "0000:9a:00"]
+    assert failing(NOW - 0.1) == ["0000:9a:00"]  # the whole-second line may be from NOW - 0.05
+    assert failing(NOW) == []
+
+
+def test_a_log_kept_across_boots_dates_the_last_boot_by_the_kernel_banner(tmp_path):
+    """A persistent kern.log (or a log shipped from the node) holds each boot's first line,
+    `kernel: Linux version ...`: its wall-clock stamp is when the node last booted, and a
+    reboot-class XID logged before it was cleared by that boot."""
+    log = tmp_path / "b200-003.kmsg"
+    log.write_text("\n".join([
+        "Nov 29 09:00:00 b200-003 kernel: [    0.000000] Linux version 6.1.0-28-amd64 (debian-kernel@lists.debian.org)",
+        f"{iso(90)} b200-003 kernel: NVRM: Xid (PCI:0000:1b:00): 79, pid=1, name=python, GPU has fallen off the bus.",
+        f"{iso(60)} b200-003 kernel: Linux version 6.1.0-28-amd64 (debian-kernel@lists.debian.org) #1 SMP",
+        "[    0.000000] Linux version 6.1.0-28-amd64 (seconds since a boot: dates nothing)",
+        f"{iso(30)} b200-003 kernel: NVRM: Xid (PCI:0000:9a:00): 79, pid=1, name=python, GPU has fallen off the bus.",
+    ]) + "\n")
+    source = str(tmp_path / "{node}.kmsg")
+    booted = xid.boot_in_log(source, "b200-003", NOW)
+    assert booted == pytest.approx(NOW - 60 * 60)
+    events = xid.read_events(source, "b200-003", NOW)
+    found = xid.summarize(events, now=NOW, window_s=600, boot=booted)
+    assert [(f.pci, f.verdict) for f in found] == [("0000:9a:00", "fail")]  # the one after the boot
+    assert xid.boot_in_log("kmsg", "b200-003", NOW) is None
+    assert xid.boot_in_log(str(tmp_path / "nope-{node}"), "b200-003", NOW) is None

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from slurmadm import jobmap
 from slurmadm.devcluster import gpus
-from slurmadm.exporter import jobmap
 from slurmadm.health.nodechecks import process_running
 from tests.unit.hooks.test_wrappers import NODE, hooks, run_hook  # noqa: F401  (the fixture)
 

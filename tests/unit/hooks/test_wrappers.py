@@ -168,7 +168,7 @@ def test_python_that_crashes_lets_the_job_run(hooks, tmp_path):
 def test_any_exception_while_loading_lets_the_job_run(monkeypatch, capsys):
     from slurmadm.health import config, hook
 
-    def boom(node, site):
+    def boom(node, site, **_):
         raise RuntimeError("something nobody foresaw")
 
     monkeypatch.setattr(config, "load", boom)

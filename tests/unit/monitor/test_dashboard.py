@@ -50,7 +50,7 @@ def test_variables_and_the_drill_down_rows(site):
     by = {v["name"]: v for v in d["templating"]["list"]}
     assert "$cluster" in by["partition"]["query"] and "$partition" in by["node"]["query"]
     rows = [p["title"] for p in d["panels"] if p["type"] == "row"]
-    assert rows == ["Fleet", "Partition $partition", "Node $node"]
+    assert rows == ["Fleet", "Repair", "Fault cost", "Partition $partition", "Node $node"]
 
 
 def test_every_panel_has_a_unit_and_thresholds_and_no_heatmap_format(site):

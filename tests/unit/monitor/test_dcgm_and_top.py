@@ -17,8 +17,9 @@ import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
+from slurmadm import jobmap
 from slurmadm.devcluster import dcgmfake
-from slurmadm.exporter import dcgm, jobmap
+from slurmadm.exporter import dcgm
 from slurmadm.exporter.head import Snapshot
 from slurmadm.jobs import find
 from slurmadm.site import parse_site

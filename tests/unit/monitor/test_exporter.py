@@ -19,9 +19,9 @@ import pytest
 import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
+from slurmadm import jobmap
 from slurmadm.devcluster import gpus
 from slurmadm.devcluster.daemons import wait_for
-from slurmadm.exporter import jobmap
 from slurmadm.exporter.cache import CachedRead
 from slurmadm.exporter.head import Snapshot, aggregate, parse_squeue
 from slurmadm.exporter.sources import SysfsInfiniband

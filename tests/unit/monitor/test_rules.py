@@ -177,6 +177,23 @@ CASES["HealthEnforcementOff"] = (
     "0m")
 
 
+# issue 34: b200-001's oldest open incident opened 300000 s before the epoch (> 72 h at 2m);
+# b200-002's at 0 (300 s in repair at 5m: quiet)
+CASES["RepairTooLong"] = (
+    {sel("slurmadm_repair_node_since_timestamp_seconds", node="b200-001"): "_ -300000 -300000",
+     sel("slurmadm_repair_node_since_timestamp_seconds", node="b200-002"): "0 0 0"},
+    "2m", {"node": "b200-001", "severity": "warning"},
+    "b200-001: in repair for over 72 h (`slurmadm repair history b200-001`)", "0m")
+
+# issue 36: one open LEAF incident (slurmadm/repair/leaf.py); a GPU incident alone is quiet
+CASES["SuspectLeafSwitch"] = (
+    {sel("slurmadm_repair_incidents", **{"class": "LEAF", "state": "open"}): "0 1 1",
+     sel("slurmadm_repair_incidents", **{"class": "RESET_GPU", "state": "open"}): "1 1 1"},
+    "2m", {"severity": "warning"},
+    "1 suspect leaf switch(es): InfiniBand port faults on several nodes under one leaf "
+    "(`slurmadm repair status`, `slurmadm report leaves`)", "0m")
+
+
 # The dcgm GPU source (monitor.gpu_source = "dcgm"): the rules that read dcgm-exporter's names and
 # labels, on series shaped as tests/fixtures/dcgm's real capture (gpu, UUID, Hostname, modelName;
 # hpc_job from --hpc-job-mapping-dir). Every other rule is the same expression in both modes.
@@ -292,7 +309,7 @@ def test_a_saturated_error_counter_keeps_infiniband_errors_firing(rules_file, tm
 
 
 def test_every_alert_has_a_runbook_with_its_sections_and_url():
-    names = {r.name for site in (_site(), _dcgm_site()) for r in rules.build(site)}
+    names = {r.name for site in (_site(), _dcgm_site()) for rel in (None, (26, 5)) for r in rules.build(site, rel)}
     for name in sorted(names):
         page = REPO / "docs" / "runbooks" / f"{name}.md"
         assert page.is_file(), f"{name}: no docs/runbooks/{name}.md"

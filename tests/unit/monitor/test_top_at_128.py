@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 from rich.screen import Screen
 
-from slurmadm.exporter.head import Snapshot
+from slurmadm.exporter.head import Job, Snapshot
 from slurmadm.hostlist import expand
 from slurmadm.site import parse_site
 from slurmadm.slurm.model import NodeInfo
@@ -121,3 +121,64 @@ def test_compact_rows_and_the_utilisation_digit():
     label_w, rows = compact_rows(odd, 80)
     assert sum(len(r) for _, r in rows) == len(odd) and all(label_w + 1 + 3 * len(r) <= 76 for _, r in rows)
     assert set(STATE_CHAR.values()) & {"-", *"0123456789"} == set()  # a letter never reads as a digit
+
+
+REPAIR = "slurmadm: repair: reset: GPU3 XID 79 (reset-class)"
+
+
+def busy_fleet(site) -> tuple[list[NodeInfo], list[Job], dict[str, float]]:
+    """fleet() with a node in repair, a queue (running and four pending reasons) and every
+    project with a quota at it."""
+    nodes, util, _ = fleet()
+    nodes[9] = NodeInfo(NAMES[9], "IDLE", frozenset({"DRAIN"}), REPAIR, partitions=("gpu",), gres="gpu:b200:8")
+    util.pop(NAMES[9], None)  # drained: Prometheus has nothing for it
+    jobs = [Job(str(i), "PENDING", reason, "bob", "ml-llm", "gpu", True, 8, "", "x")
+            for i, reason in enumerate(["QOSGrpGRES", "Priority", "Resources", "Dependency"])]
+    jobs += [Job(f"9{i}", "RUNNING", "None", "bob", p.name, "gpu", True, p.gpu_quota, "b200-002", "t")
+             for i, p in enumerate(site.projects) if p.gpu_quota]
+    return nodes, jobs, util
+
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (100, 30), (200, 60)])
+def test_the_whole_frame_fits_the_terminal_with_queue_projects_and_repair(width, height):
+    """Issue 34: in 80x24 at 128 nodes the queue and project sections used to fall off the
+    bottom. Every line of the frame fits the terminal, the grid, the drains, the queue and the
+    projects are all on it, cut rows are counted, and a node in repair has its own letter."""
+    site = parse_site((REPO / "site.example.toml").read_text(), source="site.example.toml")
+    nodes, jobs, util = busy_fleet(site)
+    console = Console(width=width, height=height, record=True, color_system=None)
+    console.print(build_frame(site, Frame(Snapshot(nodes, jobs, {}), util, "", 0), width=width, height=height))
+    lines = console.export_text().rstrip("\n").split("\n")
+    assert len(lines) <= height, "\n".join(lines)
+    assert max(len(ln) for ln in lines) <= width
+    text = "\n".join(lines)
+    rows = grid_rows(lines)
+    assert sum(len(cells) for _, cells in rows) == 128
+    assert rows[0][1][9] == "F-" and "F in repair" in " ".join(lines).replace("  ", " ")
+    assert "in repair 1" in lines[1]  # the summary counts it apart
+    assert any(REPAIR[:30] in ln and "in repair" in ln for ln in lines)  # its drain row says so
+    if width < 150:  # stacked: each section's title heads its first column
+        for title in ("drains", "queue", "projects near quota"):
+            assert any(ln.startswith(title) for ln in lines), title
+    for title in ("drains", "queue", "projects near quota"):
+        assert any(ln.lstrip().startswith(title) or f" {title} " in ln for ln in lines), (title, text)
+    assert "running" in text and any(p.name in text for p in site.projects if p.gpu_quota)  # a row of each
+    if height == 24:
+        assert "more" in text  # the rest is counted, not dropped silently
+
+
+def test_empty_sections_are_one_line_each():
+    site = parse_site((REPO / "site.example.toml").read_text(), source="site.example.toml")
+    nodes = [NodeInfo(n, "IDLE", partitions=("gpu",), gres="gpu:b200:8") for n in NAMES]
+    console = Console(width=80, height=24, record=True, color_system=None)
+    console.print(build_frame(site, Frame(Snapshot(nodes, [], {}), {}, "", 0), width=80, height=24))
+    lines = console.export_text().rstrip("\n").split("\n")
+    assert lines[-3:] == ["drains: none", "queue: none", "projects near quota: none"]
+
+
+def test_in_repair_is_told_by_the_reasons_check_id():
+    from slurmadm.top import in_repair
+
+    assert in_repair(REPAIR) and in_repair("slurmadm: repair: lemon: 3 incidents in 28 days")
+    assert in_repair("slurmadm: repair: rma T-123: GPU3 serial 1650924060123")
+    assert not in_repair("slurmadm: xid: GPU2 XID 79 [prolog]") and not in_repair("repair: cable [alice]")

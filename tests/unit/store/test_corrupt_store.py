@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 import tomllib
 from pathlib import Path
 

@@ -4,13 +4,12 @@ them. tests/integration/test_security.py runs the grants and triggers on the dev
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from types import SimpleNamespace
 
 import pytest
 
-from slurmadm.errors import UnreachableError, UsageError
+from slurmadm.errors import UsageError
 from slurmadm.site.store import StoreSection
 from slurmadm.store import Store, central, chain, grants, read, schema
 from slurmadm.store.ship import ship

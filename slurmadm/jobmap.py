@@ -3,7 +3,8 @@
 One small JSON file per job in `<job_map_dir>/<node>/<jobid>.json` (the node directory lets one
 shared directory serve the dev cluster's fake nodes). Written atomically; a hook never fails a
 job because the map could not be written (the caller ignores errors). This module imports only
-the standard library: the prolog loads it.
+the standard library (and slurmadm.record): the prolog writes it (health/hook.py), the node
+exporter reads it (exporter/node.py); it sits below both.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ import os
 import re
 import time
 
-from ..record import record
-
+from .record import record
 
 _JOBID = re.compile(r"^[0-9]+(_[0-9]+)?$")
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -91,6 +91,15 @@ def record_from_env(env: dict[str, str], node: str, directory: str, context: str
             pass
         raise
     return f"recorded job {job} GPUs {list(gpus)}"
+
+
+def held(env: dict[str, str]) -> tuple[str, list[int]] | None:
+    """The job this prolog runs for and the GPUs it holds (SLURM_JOB_GPUS, else
+    CUDA_VISIBLE_DEVICES), validated; None when the environment names no job."""
+    job = env.get("SLURM_JOB_ID", "")
+    if not _JOBID.match(job):
+        return None
+    return job, list(parse_gpu_list(env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES") or ""))
 
 
 def _unsafe(*dirs: str) -> str:
