@@ -71,10 +71,13 @@ class Signal:
                 "incident": self.incident, "class": self.cls}
 
 
+VERDICTS = ("infrastructure", "user", "unknown")  # what a failed run is put down to
+
+
 @record
 class Attributed:
     run: JobRun
-    verdict: str      # infrastructure | user | unknown
+    verdict: str      # one of VERDICTS
     why: str          # the verdict line's detail
     signals: list[Signal]
     held_gpus: dict[str, list[int]]

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..hostlist import expand
-from ..jobs.failures import Attributed
+from ..jobs.failures import VERDICTS, Attributed
 from ..slurm.sacct import JobRun
 
 DAY = 86400.0
@@ -311,7 +311,8 @@ def build(site, runs: list[JobRun], attributed: list[Attributed], store, since: 
 
 
 def _verdict_counts(attributed: list[Attributed]) -> dict[str, int]:
-    out: dict[str, int] = defaultdict(int)
+    """Failed runs per verdict, every verdict present (a quiet day counts 0, not "no data")."""
+    out: dict[str, int] = dict.fromkeys(VERDICTS, 0)
     for a in attributed:
         out[a.verdict] += 1
     return dict(sorted(out.items()))

@@ -157,3 +157,17 @@ def test_the_exporter_carries_the_days_figures():
     assert got["slurmadm_ettr_today"].samples[0].value == 0.8
     assert got["slurmadm_failed_job_runs_today"].samples[0].labels == {"verdict": "infrastructure"}
     assert list(cost_metrics(Reading(None, 0.0, True, "sacct: no answer", 0.0))) == []
+
+
+def test_a_day_without_failures_counts_every_verdict_as_zero():
+    """The dashboard's "failed job runs by verdict" and its alerts read 0 on a quiet day, not "no data"."""
+    from slurmadm.exporter.cache import Reading
+    from slurmadm.exporter.head import cost_metrics
+    from slurmadm.report.reliability import _verdict_counts
+
+    counts = _verdict_counts([])
+    assert counts == {"infrastructure": 0, "unknown": 0, "user": 0}
+    day = {"day": "2026-12-01", "gpu_hours": {"idle": 100.0}, "ettr": None, "failed_runs": counts}
+    got = {m.name: m for m in cost_metrics(Reading(day, time.time(), False, "", 0.1))}
+    assert {s.labels["verdict"]: s.value for s in got["slurmadm_failed_job_runs_today"].samples} == counts
+    assert "slurmadm_ettr_today" not in got  # no GPU job ran: no ratio to give
