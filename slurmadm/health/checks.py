@@ -183,6 +183,10 @@ def row_remap(ctx: Ctx) -> Outcome:
 
 
 XID_ACK_KEY = "xid-ack"  # node_state: when an admin resumed a node slurmadm held for a reset-class XID
+# node_state: the latest time a line the xid check has read can have been logged (xid.latest): a
+# run that sees the node drained has seen every line up to then, so an admin's resume after it
+# acknowledges them, a whole-second stamp of the very second of the drain included (engine.HELD)
+XID_READ_KEY = "xid-read"
 XID_KEPT_KEY = "xid-kept"  # node_state: reset-class XID events not yet cleared (JSON)
 NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
 
@@ -213,6 +217,9 @@ def xid(ctx: Ctx) -> Outcome:
             ack = float(ctx.state.get(XID_ACK_KEY) or 0)
         except ValueError:
             ack = 0.0
+        dated = [xidmod.latest(e) for e in events if not e.undated and e.ts <= ctx.now + 60]
+        if dated:
+            ctx.state.set(XID_READ_KEY, f"{max(dated):.3f}")
     gpu_of: dict[str, int] = {}
     recovery_none: set[str] = set()
     if ctx.nvml is not None:

@@ -16,7 +16,7 @@ import time
 from dataclasses import field
 
 from ..record import record
-from .checks import Ctx, select
+from .checks import XID_READ_KEY, Ctx, select
 from .config import HealthConfig
 from .record import NodeState, Recorder, last_pass, open_store
 from .runner import Plan, Result, first_drain, run_checks, stuck_threads
@@ -149,6 +149,19 @@ XID_HELD_KEY = HELD["xid"][0]
 HELD_SEEN_KEY = "held-seen"  # when a run last saw the node drained by slurmadm for one of HELD
 
 
+def _sighting(state: NodeState) -> str:
+    """`HELD_SEEN_KEY`'s value for a run that sees the node drained for a held fault: now, or the
+    latest time a kernel-log line it has read can have been logged, if later. Every line read
+    before the sighting was logged before the admin's resume; a whole-second stamp of this very
+    second (xid.latest: up to a second on) must not outlive the resume (the drain in the same
+    second as its XID line was never acknowledged, and the node went back to drained)."""
+    try:
+        read = float(state.get(XID_READ_KEY) or 0)
+    except ValueError:
+        read = 0.0
+    return f"{max(time.time(), read):.3f}"
+
+
 def _admin_resumed(results: list[Result], node, state: NodeState | None, rec: Recorder, recheck, act: bool) -> None:
     """A node slurmadm drained for a logged fault (a reset-class XID, link flaps) that is no
     longer drained was resumed by an admin: record that as the acknowledgement of what the log
@@ -157,7 +170,7 @@ def _admin_resumed(results: list[Result], node, state: NodeState | None, rec: Re
         return
     if node.drained:
         if any(state.get(held) == "1" for held, _ack in HELD.values()):
-            state.set(HELD_SEEN_KEY, f"{time.time():.3f}")
+            state.set(HELD_SEEN_KEY, _sighting(state))
         return
     # acknowledged: what was logged up to the last time the node was seen still drained (a fault
     # logged after the admin's resume is new, and counts)
@@ -174,7 +187,11 @@ def _admin_resumed(results: list[Result], node, state: NodeState | None, rec: Re
         if results[idx].status != "fail":  # resumed and clean: nothing to acknowledge
             state.set(held_key, "0")
             continue
-        state.set(ack_key, f"{seen:.3f}")
+        try:
+            before = float(state.get(ack_key) or 0)
+        except ValueError:
+            before = 0.0
+        state.set(ack_key, f"{max(seen, before):.3f}")  # an acknowledgement never moves back
         state.set(held_key, "0")
         rec.event("alert", f"an admin resumed {node.name}: {check_id} faults logged so far are acknowledged "
                   f"(was: {results[idx].detail})", check_id=check_id)
@@ -214,7 +231,7 @@ def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, 
                 for r in results:
                     if state is not None and r.check_id in HELD and r.action == "drain":
                         state.set(HELD[r.check_id][0], "1")
-                        state.set(HELD_SEEN_KEY, f"{time.time():.3f}")
+                        state.set(HELD_SEEN_KEY, _sighting(state))
                 if state is not None:
                     state.set(actions.DRAIN_REASON_KEY, plan.reason)
                 rec.event("drain", plan.reason, check_id=plan.check_id)

@@ -609,7 +609,7 @@ def read_events(source: str, node: str, now: float) -> list[XidEvent]:
     return events_from_file(source.replace("{node}", node), now)
 
 
-def _latest(ev: XidEvent) -> float:
+def latest(ev: XidEvent) -> float:
     """The latest time the event can have happened: a whole-second stamp (syslog, journalctl
     short-iso, `dmesg -T`) says only which second. An admin's resume acknowledges what was logged
     before it; a fault logged in the same second as the last drained sighting is not known to be
@@ -645,7 +645,7 @@ def summarize(events: list[XidEvent], *, now: float, window_s: float,
         if v.needs:
             if boot is not None and ev.ts < boot:
                 resolved = "reboot"
-            elif _latest(ev) <= ack:
+            elif latest(ev) <= ack:
                 resolved = "ack"
             elif v.needs == "reset" and reset_seen.get(ev.pci, 0.0) > ev.ts:
                 resolved = "reset"

@@ -279,3 +279,39 @@ def test_a_prolog_stuck_holding_the_gil_leaves_its_results_through_the_superviso
     store = str(tmp / "slurmadm.db")
     assert ("ecc-uncorrected", "fail") in rows(store, "SELECT check_id, status FROM check_results")
     assert [a for a, in rows(store, "SELECT action FROM events")] == ["health.alert"]
+
+
+def test_an_admins_resume_after_a_drain_in_the_xid_lines_own_second_sticks(tmp_path, monkeypatch):
+    """The real xid check over a kernel log whose reset-class line carries a whole-second stamp
+    not yet over when the run drains (here 30 s ahead: a node clock a little fast): an admin's
+    resume acknowledges it and the following runs leave the node in service. Before, the
+    acknowledgement stopped at the drain's own time, short of the line's second, and every later
+    run drained the node again for a line the admin had dealt with."""
+    import datetime as dt
+    import time
+
+    from slurmadm.health import checks
+
+    monkeypatch.setattr(checks.xidmod, "boot_time", lambda: 0.0)
+    stamp = dt.datetime.fromtimestamp(int(time.time()) + 30).isoformat(timespec="seconds")
+    log = tmp_path / "kern.log"
+    log.write_text(f"{stamp} {NODE} kernel: NVRM: Xid (PCI:0000:1b:00): 79, pid=1, name=python, "
+                   "GPU has fallen off the bus.\n")
+    store_path = str(tmp_path / "s.db")
+    c = cfg(node=NODE, store_path=store_path, xid_source=str(log),
+            timeouts={"prolog": 20, "epilog": 20, "periodic": 20, "run": 20})
+    backend = Backend(store_path)
+
+    def periodic():
+        return engine.execute(c, "periodic", only=["xid"], backend=backend, use_syslog=False)
+
+    first = periodic()
+    assert first.plan.action == "drain" and backend.state[NODE].drained, first
+    backend.resume([NODE])  # the admin, after a reboot the log does not show
+    second = periodic()
+    assert not backend.state[NODE].drained, second.plan
+    [(reason,)] = rows(store_path, "SELECT reason FROM events WHERE action='health.alert'")
+    assert reason.startswith(f"an admin resumed {NODE}: xid faults logged so far are acknowledged")
+    for _ in range(2):  # it sticks: the acknowledgement was kept with the run's record
+        later = periodic()
+        assert not backend.state[NODE].drained and later.plan.action != "drain", later.plan
