@@ -184,15 +184,17 @@ def _admin_resumed(results: list[Result], node, state: NodeState | None, rec: Re
         idx = next((i for i, r in enumerate(results) if r.check_id == check_id), None)
         if idx is None:
             continue
-        if results[idx].status != "fail":  # resumed and clean: nothing to acknowledge
-            state.set(held_key, "0")
-            continue
         try:
             before = float(state.get(ack_key) or 0)
         except ValueError:
             before = 0.0
+        # acknowledged also when this run finds it clean: an XID cleared by NVML's recovery action
+        # reading "none" comes back on a run that cannot read that field (NVML slow or broken),
+        # and the lines the admin resumed the node over must not drain it then
         state.set(ack_key, f"{max(seen, before):.3f}")  # an acknowledgement never moves back
         state.set(held_key, "0")
+        if results[idx].status != "fail":  # resumed and clean: nothing to tell
+            continue
         rec.event("alert", f"an admin resumed {node.name}: {check_id} faults logged so far are acknowledged "
                   f"(was: {results[idx].detail})", check_id=check_id)
         if recheck is not None:

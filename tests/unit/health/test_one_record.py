@@ -315,3 +315,37 @@ def test_an_admins_resume_after_a_drain_in_the_xid_lines_own_second_sticks(tmp_p
     for _ in range(2):  # it sticks: the acknowledgement was kept with the run's record
         later = periodic()
         assert not backend.state[NODE].drained and later.plan.action != "drain", later.plan
+
+
+def test_a_resume_the_first_run_finds_clean_still_acknowledges_the_lines(tmp_path, monkeypatch):
+    """The run after the admin's resume finds the XID cleared by something it reads each run (here
+    the boot time; on a node NVML's recovery action reading "none"): the lines are acknowledged all
+    the same, so a later run that cannot read that (NVML slow or broken) does not drain the node
+    for them."""
+    import datetime as dt
+    import time
+
+    from slurmadm.health import checks
+
+    now = time.time()
+    booted = {"at": 0.0}
+    monkeypatch.setattr(checks.xidmod, "boot_time", lambda: booted["at"])
+    stamp = dt.datetime.fromtimestamp(now - 120).isoformat(timespec="microseconds")
+    log = tmp_path / "kern.log"
+    log.write_text(f"{stamp} {NODE} kernel: NVRM: Xid (PCI:0000:1b:00): 79, pid=1, name=python, "
+                   "GPU has fallen off the bus.\n")
+    store_path = str(tmp_path / "s.db")
+    c = cfg(node=NODE, store_path=store_path, xid_source=str(log),
+            timeouts={"prolog": 20, "epilog": 20, "periodic": 20, "run": 20})
+    backend = Backend(store_path)
+
+    def periodic():
+        return engine.execute(c, "periodic", only=["xid"], backend=backend, use_syslog=False)
+
+    assert periodic().plan.action == "drain"
+    backend.resume([NODE])
+    booted["at"] = now - 60  # the run after the resume sees the line cleared
+    assert not backend.state[NODE].drained and periodic().plan.action != "drain"
+    booted["at"] = 0.0  # ...and a later run does not
+    later = periodic()
+    assert not backend.state[NODE].drained and later.plan.action != "drain", later.plan
