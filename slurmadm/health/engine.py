@@ -118,7 +118,7 @@ def execute(cfg: HealthConfig, context: str, *, only: list[str] | None = None, a
             rec.problems.append(f"store: {exc}")
     ctx = Ctx(cfg=cfg, context=context, now=time.time(), state=state, nccl_last_pass=last_nccl)
     results = run_checks(policies, ctx, deadline=check_deadline)
-    rec.results(results)  # the observations as observed (an admin-resume recheck below replaces none of them)
+    rec.results(results)  # the observations (an admin-resume recheck below revises its check's: rec.revise)
 
     def recheck(check_id: str) -> list[Result]:
         until = min(started + limit * 0.9, time.monotonic() + cfg.check_timeout_s)
@@ -201,6 +201,7 @@ def _admin_resumed(results: list[Result], node, state: NodeState | None, rec: Re
             again = recheck(check_id)
             if again:
                 results[idx] = again[0]
+                rec.revise(again[0])
 
 
 def _act(cfg: HealthConfig, context: str, results: list[Result], rec: Recorder, state: NodeState | None, *,

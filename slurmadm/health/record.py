@@ -122,6 +122,20 @@ class Recorder:
     def results(self, results: list[Result]) -> None:
         self._add({"ts": time.time(), "results": [r.to_dict() for r in results]})
 
+    def revise(self, result: Result) -> None:
+        """A check judged again within the run (an admin's resume acknowledged what it found):
+        the record keeps the judgement the run acted on, so what reads the run's results (repair's
+        ingest opens incidents from them) sees no acknowledged fault; the first finding stays in
+        the run's alert event."""
+        with self._lock:
+            if self._done:
+                return
+            for item in reversed(self.items):
+                if "results" in item:
+                    item["results"] = [result.to_dict() if r["check_id"] == result.check_id else r
+                                       for r in item["results"]]
+                    return
+
     def event(self, kind: str, reason: str, **detail: Any) -> None:
         """A drain, resume or alert: a JSON line, a syslog line and an audit event, at commit."""
         self._add({"ts": time.time(), "event": kind, "reason": reason, "detail": detail})

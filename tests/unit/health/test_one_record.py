@@ -349,3 +349,41 @@ def test_a_resume_the_first_run_finds_clean_still_acknowledges_the_lines(tmp_pat
     booted["at"] = 0.0  # ...and a later run does not
     later = periodic()
     assert not backend.state[NODE].drained and later.plan.action != "drain", later.plan
+
+
+def test_the_run_after_a_resume_records_the_judgement_it_acted_on(tmp_path, monkeypatch):
+    """Resumed over an XID on one GPU, the node's next run finds a new XID on another: it drains
+    for the new one only, and its recorded xid result (what repair's ingest opens incidents from)
+    names only the new one; the acknowledged one is in the run's alert."""
+    import datetime as dt
+    import time
+
+    from slurmadm.health import checks
+
+    monkeypatch.setattr(checks.xidmod, "boot_time", lambda: 0.0)
+
+    def xid_line(bus: str, ago: float) -> str:
+        stamp = dt.datetime.fromtimestamp(time.time() - ago).isoformat(timespec="microseconds")
+        return f"{stamp} {NODE} kernel: NVRM: Xid (PCI:0000:{bus}:00): 46, pid=1, name=python, Ch 00000008\n"
+
+    log = tmp_path / "kern.log"
+    log.write_text(xid_line("1b", 120))
+    store_path = str(tmp_path / "s.db")
+    c = cfg(node=NODE, store_path=store_path, xid_source=str(log),
+            timeouts={"prolog": 20, "epilog": 20, "periodic": 20, "run": 20})
+    backend = Backend(store_path)
+
+    def periodic():
+        return engine.execute(c, "periodic", only=["xid"], backend=backend, use_syslog=False)
+
+    assert periodic().plan.action == "drain"
+    backend.resume([NODE])
+    with open(log, "a") as fh:
+        fh.write(xid_line("9a", 0.0))
+    second = periodic()
+    assert second.plan.action == "drain" and "9a" in backend.state[NODE].reason, second.plan
+    assert "1b" not in backend.state[NODE].reason
+    [(status, detail)] = rows(store_path, f"SELECT status, detail FROM check_results WHERE run_id='{second.run_id}'")
+    assert status == "fail" and "0000:9a:00" in detail and "0000:1b:00" not in detail, detail
+    [(alert,)] = rows(store_path, "SELECT reason FROM events WHERE action='health.alert'")
+    assert "0000:1b:00" in alert and "acknowledged" in alert
