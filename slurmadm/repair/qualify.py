@@ -8,7 +8,9 @@ reservation, then one whole-node job in the burn-in partition, QOS and account:
 
     python -m slurmadm.repair.qualify --spec '{...}'    (on the node, by srun)
 
-which runs, in order, a short GPU stress (burnin/stress.py), the single-node all-reduce (the
+which first writes what repair's reset or reboot cleared into the node's own store as the XID
+check's acknowledgement (`acknowledge_xids`: the head's time travels in the spec), then runs, in
+order, a short GPU stress (burnin/stress.py), the single-node all-reduce (the
 burn-in's), the known-answer compute test (kat.py) and the full health suite (`slurmadm health
 run --dry-run --json`, as burn-in runs it), printing burn-in's JSON event lines. Afterwards the
 node is drained again with its old reason *before* the reservation goes, whatever the outcome:
@@ -36,6 +38,9 @@ from ..slurm.model import NodeInfo
 
 JOB_PREFIX = "slurmadm-repair"
 QUALIFY_KEY = "repair-qualify"  # node_state: the drain reason while the node is held for qualification
+# node_state (head's store): when repair's GPU reset or reboot cleared the node's XIDs; the job
+# writes it into the node's own store as the XID check's acknowledgement (`acknowledge_xids`)
+XID_ACK_KEY = "repair-xid-ack"
 QUALIFY_STRESS_MAX_S = 120  # a short stress: burnin.stress_seconds, at most this
 POLL_S = 0.5
 TESTS = ("stress", "allreduce-node", "kat", "health")
@@ -136,6 +141,12 @@ class Qualifier:
         stress_s = getattr(rep, "qualify_stress_seconds", None) or min(self.site.burnin.stress_seconds,
                                                                        QUALIFY_STRESS_MAX_S)
         spec.update(stress_seconds=stress_s, dcgm_level=0, kat=True)
+        try:
+            ack = float(self.store.get_node_state(node, XID_ACK_KEY) or 0)
+        except ValueError:
+            ack = 0.0
+        if ack > 0:
+            spec["xid_ack"] = round(ack, 3)
         return spec
 
     def request(self, node: str) -> sjobs.JobRequest:
@@ -244,6 +255,34 @@ def kat_test():
     return TestResult("kat", "pass" if verdict.ok else "fail", detail, data=verdict.as_dict())
 
 
+def acknowledge_xids(node: str, ack: float) -> dict[str, Any]:
+    """On the node: what repair's reset or reboot cleared is acknowledged where this node's
+    health reads it (its own store, `health.xid-ack`, never moved back; `health.xid-held` 0: the
+    drain is repair's now, and no admin's resume is to be read into its end). The event line."""
+    from ..health.checks import XID_ACK_KEY as HEALTH_ACK
+    from ..health.engine import XID_HELD_KEY
+    from ..health.record import NodeState
+    from ..site import load_site
+    from ..store import Store
+
+    try:
+        site = load_site()
+        with Store.for_site(site, node=node) as store:
+            state = NodeState(store, node)
+            try:
+                before = float(state.get(HEALTH_ACK) or 0)
+            except ValueError:
+                before = 0.0
+            state.set(HEALTH_ACK, f"{max(before, ack):.3f}")
+            state.set(XID_HELD_KEY, "0")
+            state.flush()
+            path = site.store.local_path(node)
+    except Exception as exc:  # noqa: BLE001 - the tests still run; the health test says what it finds
+        return {"event": "xid-ack", "ok": False, "ts": ack,
+                "detail": f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:300]}
+    return {"event": "xid-ack", "ok": True, "ts": ack, "detail": f"XID lines up to {ack:.3f} acknowledged in {path}"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from ..burnin import node as bnode
     from ..burnin import stress
@@ -255,6 +294,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = json.loads(ap.parse_args(argv).spec)
     node = local_node(None)
     bnode._emit({"event": "started", "node": node, "job_id": os.environ.get("SLURM_JOB_ID", ""), "pid": os.getpid()})
+    ack = acknowledge_xids(node, float(spec["xid_ack"])) if spec.get("xid_ack") else None
+    if ack is not None:
+        bnode._emit(ack)
     steps = [
         ("stress", lambda: stress.stress(spec["stress_seconds"], cpu_only=spec["collective"] == "gloo")),
         ("allreduce-node", lambda: bnode.single_node_allreduce(spec)),
@@ -269,6 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - an unexpected failure is this test's error
             result = TestResult(name, "error", f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:400])
         result.duration_s = result.duration_s or time.monotonic() - start
+        if name == "health" and ack is not None and not ack["ok"] and result.status != "pass":
+            result.detail = f"{result.detail} (repair's XID acknowledgement was not written: {ack['detail']})"
         tests.append(result)
         bnode._emit({"event": "test", **result.to_json()})
     bnode._emit({"event": "result", "node": node, "tests": [t.to_json() for t in tests]})

@@ -458,7 +458,7 @@ class Executor:
             self.incidents.ingest()
             self._leaves(dry_run=True)
             return Report(self.plan(), dry_run=True)
-        lock = Path(f"{self.site.store.path}.repair.lock")
+        lock = Path(f"{self.site.store.local_path()}.repair.lock")
         with exclusive_lock(lock, lambda holder: f"another `repair run` holds {lock} ({holder})"):
             self.backend.nodes()  # Slurm unreachable: exit 3 before the store changes
             if self.qualifier is not None:
@@ -565,13 +565,18 @@ class Executor:
                 "qualification": q.get("qualification")}
 
     def _acknowledge_reset(self, node: str, when: float | None = None) -> None:
-        """A reset (or our reboot) clears what the XID check holds up to then (health/checks.py
-        `xid-ack`): the lines logged before it are not held against the qualification."""
-        from ..health.checks import XID_ACK_KEY
-        from ..health.engine import XID_HELD_KEY
+        """A reset (or our reboot) clears what the XID check holds up to then: the lines logged
+        before it are not held against the qualification. Kept in the head's store
+        (`qualify.XID_ACK_KEY`, never moving back) and carried by the qualification job, which
+        writes it where the node's health reads it (its own store, `health.xid-ack`)."""
+        from .qualify import XID_ACK_KEY
 
         ts = self.clock() if when is None else when
-        self.store.set_node_states(node, {XID_ACK_KEY: f"{ts:.3f}", XID_HELD_KEY: "0"})
+        try:
+            before = float(self.store.get_node_state(node, XID_ACK_KEY) or 0)
+        except ValueError:
+            before = 0.0
+        self.store.set_node_state(node, XID_ACK_KEY, f"{max(ts, before):.3f}")
 
     def _do_reboot(self, a: Action) -> dict[str, Any]:
         from ..fleet.rollout import reboot_argv
