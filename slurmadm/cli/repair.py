@@ -177,6 +177,7 @@ def install_timer(site_file, as_json, dry_run, kind, interval, dest, log_file, r
 
 
 repair.add_command(repair_run.run)  # the executor (slurmadm/repair/run.py)
+repair.add_command(repair_run.qualify)  # the gate on an admin's word (slurmadm/repair/gate.py)
 
 
 # ---- parts inventory and RMA cases (issue 35): slurmadm/cli/repair_rma.py ----

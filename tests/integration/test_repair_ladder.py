@@ -6,6 +6,8 @@ reset, reset-fail and corrupt faults, the health hook's drains, real Slurm jobs 
 - b200-002: a reset that fails -> the ladder's reboot (scontrol reboot), back with a new BootTime.
 - b200-004: silent corruption (`--kind corrupt`): the reset works, the qualification's known-answer
   test fails; the reboot rung, the second qualification fails -> a lemon, never resumed.
+- b200-002 first, by hand (`repair qualify`, issue 45): in service -> drained, qualified, resumed;
+  with a corrupting GPU -> fails on the known-answer test and stays drained, repair's reason.
 The breaker (0.1 of the partition, at least one node) takes one node into repair at a time, so
 the scenarios run one after another. Waits poll with deadlines."""
 
@@ -101,6 +103,32 @@ def wait_back(env, node, before):
         return (not i.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED", "NOT_RESPONDING"}
                 and boot_time(env, node) != before)
     assert wait_for(back, 240, interval=1.0), slurm_node(env, node)
+
+
+def test_an_admin_qualifies_a_node_by_hand(dev_cluster, env):
+    """`slurmadm repair qualify NODE`: a node in service is drained for the job and resumed on a
+    pass; one whose stand-in GPU corrupts its answer fails and stays drained."""
+    node = FAILS
+    plan = json.loads(slurmadm(env, "repair", "qualify", node, "--dry-run", "--json"))
+    assert [(a["node"], a["step"]) for a in plan["plan"]] == [(node, "qualify")] and plan["done"] == [], plan
+    assert not slurm_node(env, node).drained  # shown, not done
+    done = json.loads(slurmadm(env, "repair", "qualify", node, "--json"))["done"]
+    assert [d["ok"] for d in done] == [True] and "resumed" in done[0]["detail"], done
+    tests = {t["test"]: t["status"] for t in done[0]["qualification"]["tests"]}
+    assert set(tests) == {"stress", "allreduce-node", "kat", "health"} and tests["kat"] == "pass", tests
+    info = slurm_node(env, node)
+    assert not info.drained and info.state == "IDLE", info
+
+    fault(env, node, "corrupt", 1)
+    done = json.loads(slurmadm(env, "repair", "qualify", node, "--json", code=1))["done"]
+    q = done[0]["qualification"]
+    assert q["failed_test"] == "kat" and f"gpu{GPU}" in q["detail"], q
+    info = slurm_node(env, node)
+    assert info.drained and info.reason.startswith("slurmadm: repair: qualify: failed: kat"), info
+    audit = json.loads(slurmadm(env, "audit", "log", "--json", "--target", node, "--limit", "20"))
+    assert "repair.qualify.result" in json.dumps(audit), audit
+    slurmadm(env, "dev-cluster", "gpu-fault", node, "--clear")
+    sh(env, "scontrol", "update", f"nodename={node}", "state=resume")
 
 
 def test_reset_qualify_resume_then_a_third_incident_is_an_rma_candidate(dev_cluster, env):
