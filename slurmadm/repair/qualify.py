@@ -137,9 +137,8 @@ class Qualifier:
 
         sweep = Sweep(self.site, backend=self.backend, store=self.store, site_file=self.site_file)
         spec = sweep.node_spec(node)
-        rep = getattr(self.site, "repair", None)
-        stress_s = getattr(rep, "qualify_stress_seconds", None) or min(self.site.burnin.stress_seconds,
-                                                                       QUALIFY_STRESS_MAX_S)
+        stress_s = self.site.repair.qualify_stress_seconds or min(self.site.burnin.stress_seconds,
+                                                                  QUALIFY_STRESS_MAX_S)
         spec.update(stress_seconds=stress_s, dcgm_level=0, kat=True)
         try:
             ack = float(self.store.get_node_state(node, XID_ACK_KEY) or 0)

@@ -416,7 +416,7 @@ class Executor:
         rep = getattr(site, "repair", None)
         self.fraction = float(getattr(rep, "breaker_fraction", 0.1))
         self.lemon_after = int(getattr(rep, "lemon_failed_qualifications", 2))
-        self.reboot_timeout_s = float(getattr(rep, "reboot_timeout_s", 0) or REBOOT_TIMEOUT_S)
+        self.reboot_timeout_s = float(getattr(rep, "reboot_timeout_s", None) or REBOOT_TIMEOUT_S)
 
     # ------------------------------------------------------------------ facts
     def facts(self, nodes: Iterable[str], now: float) -> Facts:

@@ -42,6 +42,11 @@ class RepairSection(Strict):
     interval_s: Annotated[int, Field(ge=60, le=86400)] = 300
     # the RepairTooLong alert: a node in repair (an incident not closed) longer than this, hours
     alert_after_h: Annotated[float, Field(gt=0, le=8760)] = 72.0
+    # how long a reboot `repair run` asked for may take before the BMC power cycle, seconds
+    # (HGX boards take tens of minutes to boot)
+    reboot_timeout_s: Annotated[float, Field(ge=60, le=86400)] = 1800.0
+    # the qualification job's GPU stress, seconds (unset: [burnin] stress_seconds, at most 120)
+    qualify_stress_seconds: Annotated[int, Field(ge=10, le=3600)] | None = None
     # RMA cases (`slurmadm repair rma`): where their evidence bundles go and how long the node's
     # nvidia-bug-report.sh may take
     rma: RmaSettings = RmaSettings()

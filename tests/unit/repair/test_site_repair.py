@@ -24,6 +24,26 @@ def test_defaults_and_an_override(tmp_path):
     site = load.load_site(str(f))
     assert site.repair.lemon_incidents == 4 and site.repair.classes["RESET_GPU"].window_days == 3
     assert site.repair.rma.bundle_dir == "/var/lib/slurmadm/rma"
+    assert site.repair.reboot_timeout_s == 1800 and site.repair.qualify_stress_seconds is None
+
+
+def test_the_reboot_timeout_and_the_qualification_stress_are_the_sites(tmp_path, monkeypatch):
+    from slurmadm.burnin import sweep
+    from slurmadm.repair import qualify
+    from slurmadm.repair import run as rr
+    from slurmadm.store import Store
+
+    f = tmp_path / "site.toml"
+    f.write_text(edited(put("store.path", str(tmp_path / "s.db")),
+                        put("repair", {"reboot_timeout_s": 900, "qualify_stress_seconds": 300})))
+    site = load.load_site(str(f))
+    store = Store(site.store.path)
+    assert rr.Executor(site, None, store).reboot_timeout_s == 900
+    monkeypatch.setattr(sweep.Sweep, "node_spec", lambda self, node: {"node": node})
+    assert qualify.Qualifier(site, None, store).spec(site.node_names[0])["stress_seconds"] == 300
+    f.write_text(edited(put("store.path", str(tmp_path / "s.db")), put("burnin.stress_seconds", 600)))
+    site = load.load_site(str(f))
+    assert qualify.Qualifier(site, None, store).spec(site.node_names[0])["stress_seconds"] == 120
 
 
 @pytest.mark.parametrize("section, needle", [
@@ -33,6 +53,9 @@ def test_defaults_and_an_override(tmp_path):
     ({"lemon_incidents": 0}, "repair.lemon_incidents"),
     ({"interval_s": 5}, "repair.interval_s"),
     ({"no_such_key": 1}, "repair.no_such_key"),
+    ({"reboot_timeout_s": 5}, "repair.reboot_timeout_s"),
+    ({"qualify_stress_seconds": 0}, "repair.qualify_stress_seconds"),
+    ({"qualify_stress_seconds": "ten"}, "repair.qualify_stress_seconds"),
 ])
 def test_bad_repair_sections_are_one_line_exit_2(tmp_path, section, needle):
     res = validate(tmp_path, put("repair", section))
