@@ -207,13 +207,31 @@ def rma_show(ticket, site_file, as_json) -> None:
             console.print(f"  missing {m['name']}: {m['why']}")
 
 
-def _move(fn_name: str, ticket: str, site_file, as_json, **kw) -> None:
+MOVE_TO = {"ship": "shipped", "replaced": "replaced", "qualifying": "qualifying"}
+
+
+def _move(fn_name: str, ticket: str, site_file, as_json, dry_run: bool = False, **kw) -> None:
     from ..repair import rma as rmamod
 
     site = get_site(site_file)
     with _stores(site) as (store, source):
         _sync(store, source)
-        case = getattr(rmamod, fn_name)(store, ticket, **kw)
+        if dry_run:
+            plan = rmamod.plan_move(store, ticket, MOVE_TO[fn_name], new_key=kw.get("new_key", ""))
+        else:
+            case = getattr(rmamod, fn_name)(store, ticket, **kw)
+    if dry_run:
+        if as_json:
+            print_json({"dry_run": True, **plan})
+            return
+        if not plan["changes"]:
+            console.print(f"RMA {ticket}: already {plan['to']}; nothing to do (dry run)")
+            return
+        then = (f"; incidents {', '.join(plan['incidents_to_qualify'])} would be qualified by the next "
+                "`repair run`" if plan["incidents_to_qualify"] else "")
+        console.print(f"would move RMA {ticket} ({plan['node']} {plan['part_key']}) from {plan['from']} to "
+                      f"{plan['to']}{then} (dry run: nothing changed)")
+        return
     if as_json:
         print_json(rmamod.to_json(case))
     else:
@@ -223,32 +241,35 @@ def _move(fn_name: str, ticket: str, site_file, as_json, **kw) -> None:
 @rma.command("ship")
 @click.argument("ticket")
 @click.option("--reason", default="", help="Why / shipping note: recorded in the audit event.")
+@dry_run_option
 @site_option
 @json_option
-def rma_ship(ticket, reason, site_file, as_json) -> None:
+def rma_ship(ticket, reason, site_file, as_json, dry_run) -> None:
     """The part went to the vendor."""
-    _move("ship", ticket, site_file, as_json, why=reason)
+    _move("ship", ticket, site_file, as_json, why=reason, dry_run=dry_run)
 
 
 @rma.command("replaced")
 @click.argument("ticket")
 @click.option("--new", "new_key", default="", metavar="SERIAL", help="The replacement's serial.")
 @click.option("--reason", default="", help="Recorded in the audit event.")
+@dry_run_option
 @site_option
 @json_option
-def rma_replaced(ticket, new_key, reason, site_file, as_json) -> None:
+def rma_replaced(ticket, new_key, reason, site_file, as_json, dry_run) -> None:
     """The replacement is in (set on its own when the next health run shows a new serial in the slot)."""
-    _move("replaced", ticket, site_file, as_json, new_key=new_key, why=reason)
+    _move("replaced", ticket, site_file, as_json, new_key=new_key, why=reason, dry_run=dry_run)
 
 
 @rma.command("qualify")
 @click.argument("ticket")
 @click.option("--reason", default="", help="Recorded in the audit event.")
+@dry_run_option
 @site_option
 @json_option
-def rma_qualify(ticket, reason, site_file, as_json) -> None:
+def rma_qualify(ticket, reason, site_file, as_json, dry_run) -> None:
     """The node's qualification started (set on its own from `repair run`'s qualification)."""
-    _move("qualifying", ticket, site_file, as_json, why=reason)
+    _move("qualifying", ticket, site_file, as_json, why=reason, dry_run=dry_run)
 
 
 @rma.command("close")

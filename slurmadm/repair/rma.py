@@ -111,14 +111,30 @@ def time_in_states(case: dict, now: float | None = None) -> dict[str, float]:
 # ------------------------------------------------------------------------------------ changing
 
 
+def check_move(case: dict, state: str) -> None:
+    """UsageError when the case cannot go to `state` from where it is (staying put is no move)."""
+    if state != case["state"] and state not in NEXT[case["state"]]:
+        raise UsageError(f"RMA {case['ticket']}: is {case['state']}; cannot go to {state} "
+                         f"(from {case['state']}: {', '.join(NEXT[case['state']]) or 'nothing'})")
+
+
+def plan_move(store, ticket: str, state: str, *, new_key: str = "") -> dict:
+    """What `rma ship|replaced|qualify --dry-run` shows: the move, refused as the real one would
+    be, and the incidents it would hand back to the ladder (at `replaced`). Changes nothing."""
+    case = get(store, ticket)
+    check_move(case, state)
+    moves = state != case["state"]
+    incs = [i.id for i in _part_incidents(store, case, ("rma",))] if moves and state == "replaced" else []
+    return {"ticket": ticket, "node": case["node"], "part_key": case["part_key"], "from": case["state"], "to": state,
+            "changes": moves, "new_key": new_key if state == "replaced" else "", "incidents_to_qualify": incs}
+
+
 def _move(store, case: dict, state: str, *, why: str, ts: float | None = None, **set_: Any) -> dict:
     """One state change, audited (`repair.rma.<state>`). Refused when the case cannot go there."""
     ts = time.time() if ts is None else ts
     if state == case["state"]:
         return case
-    if state not in NEXT[case["state"]]:
-        raise UsageError(f"RMA {case['ticket']}: is {case['state']}; cannot go to {state} "
-                         f"(from {case['state']}: {', '.join(NEXT[case['state']]) or 'nothing'})")
+    check_move(case, state)
     times = dict(case["times"])
     if case["state"] in times and times[case["state"]][1] is None:
         times[case["state"]] = [times[case["state"]][0], ts]

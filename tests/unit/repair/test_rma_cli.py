@@ -91,3 +91,36 @@ def test_parts_and_rma_round_trip(site, cli):
     assert got["cases"][0]["state"] == "shipped" and got["figures"]["cases"] == 1
     r = run(cli, "rma", "close", "NV-1", "--reason", "vendor refused", "--json")
     assert r.exit_code == 0 and json.loads(r.output)["state"] == "closed"
+
+
+def test_ship_replaced_and_qualify_show_their_move_with_dry_run_and_change_nothing(site, cli, tmp_path):
+    r = run(cli, "rma", "open", "b200-001", "--gpu", "0", "--ticket", "NV-7", "--no-bug-report", "--json")
+    assert r.exit_code == 0, r.output
+
+    def state_and_audit():
+        with Store(tmp_path / "s.db") as st:
+            case = st.query("SELECT state, updated FROM rma_cases WHERE ticket='NV-7'")[0]
+            return (case["state"], case["updated"], len(st.events(action="repair.rma.*")))
+
+    before = state_and_audit()
+    r = run(cli, "rma", "ship", "NV-7", "--dry-run", "--json")
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.output)
+    assert plan["dry_run"] and (plan["from"], plan["to"], plan["changes"]) == ("open", "shipped", True)
+    assert state_and_audit() == before
+    r = run(cli, "rma", "ship", "NV-7", "--dry-run")
+    assert "would move RMA NV-7" in r.output and "from open to shipped" in r.output
+    # refused as the real move would be, still nothing changed
+    r = run(cli, "rma", "qualify", "NV-7", "--dry-run")
+    assert r.exit_code == 2 and "cannot go to qualifying" in r.output and r.output.count("\n") == 1
+    assert state_and_audit() == before
+
+    assert run(cli, "rma", "ship", "NV-7").exit_code == 0
+    shipped = state_and_audit()
+    assert shipped[0] == "shipped" and shipped[2] == before[2] + 1
+    r = run(cli, "rma", "replaced", "NV-7", "--new", "1655000000099", "--dry-run", "--json")
+    plan = json.loads(r.output)
+    assert (plan["to"], plan["new_key"]) == ("replaced", "1655000000099") and state_and_audit() == shipped
+    assert run(cli, "rma", "ship", "NV-7", "--dry-run", "--json").exit_code == 0  # already there
+    r = run(cli, "rma", "ship", "NV-7", "--dry-run")
+    assert "already shipped; nothing to do" in r.output
