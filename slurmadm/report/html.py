@@ -34,6 +34,21 @@ def headline(rep: dict[str, Any]) -> str:
             f"{rep['failed_runs']} failed runs, ETTR {'-' if ettr is None else f'{ettr:.3f}'}")
 
 
+def rma_line(rep: dict[str, Any]) -> str:
+    """One line of the window's RMA cases ('' when there were none)."""
+    f = rep.get("rma") or {}
+    if not f.get("cases"):
+        return ""
+
+    def median(key: str) -> str:
+        s = f[key]
+        return "-" if not s["n"] else f"median {s['median_s'] / 3600:,.1f} h over {s['n']}"
+
+    models = ", ".join(f"{m} {n}" for m, n in f["per_gpu_model"].items()) or "-"
+    return (f"RMA: {f['cases']} case(s), {f['open']} open; fault to RMA {median('fault_to_rma')}; "
+            f"vendor turnaround {median('vendor_turnaround')}; GPUs per model: {models}")
+
+
 def chart(rep: dict[str, Any]) -> dict[str, Any]:
     days = rep["days"]
     width = LEFT + len(days) * (COL_W + GAP) + GAP
@@ -66,5 +81,5 @@ def render_html(rep: dict[str, Any]) -> str:
                              undefined=jinja2.StrictUndefined)
     causes = sorted({k for d in rep["days"] for k in d if k.startswith("out_") and k != "out_of_service"})
     return env.get_template("report/reliability.html.j2").render(
-        r=rep, title=headline(rep), chart=chart(rep), causes=causes, since=_when(rep["since"]),
+        r=rep, title=headline(rep), chart=chart(rep), causes=causes, rma=rma_line(rep), since=_when(rep["since"]),
         until=_when(rep["until"]))

@@ -307,7 +307,18 @@ def build(site, runs: list[JobRun], attributed: list[Attributed], store, since: 
             "totals": {k: round(v, 3) for k, v in sorted(totals.items())},
             "days": rows, "weeks": week_rows, "mtbf_hours": mtbf, "mttr_hours": mttr,
             "ettr": ettr(runs, attributed, until), "costliest_nodes": cost[:top],
-            "verdicts": _verdict_counts(attributed)}
+            "verdicts": _verdict_counts(attributed), "rma": rma_figures(store, since)}
+
+
+def rma_figures(store, since: float) -> dict[str, Any] | None:
+    """The RMA cases' figures over the window (repair/rma.py `figures`: fault to RMA, the
+    vendor's turnaround, per GPU model and class); None for a store before RMA cases."""
+    from ..repair import rma
+
+    try:
+        return rma.figures(store, since)
+    except Exception:  # noqa: BLE001 - a store before v-rma has no rma_cases table
+        return None
 
 
 def _verdict_counts(attributed: list[Attributed]) -> dict[str, int]:

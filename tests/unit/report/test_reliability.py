@@ -171,3 +171,29 @@ def test_a_day_without_failures_counts_every_verdict_as_zero():
     got = {m.name: m for m in cost_metrics(Reading(day, time.time(), False, "", 0.1))}
     assert {s.labels["verdict"]: s.value for s in got["slurmadm_failed_job_runs_today"].samples} == counts
     assert "slurmadm_ettr_today" not in got  # no GPU job ran: no ratio to give
+
+
+def test_the_windows_rma_cases_are_in_the_report(tmp_path, site):
+    """Issue 35: the time from fault to RMA, the vendor's turnaround and RMAs per GPU model, in the
+    report's JSON, its terminal line and its page; a window without cases says nothing of them."""
+    import json as _json
+
+    with Store(tmp_path / "s.db") as store:
+        empty = reliability.build(site, [], [], store, DAY0, DAY0 + 48 * H)
+        assert empty["rma"]["cases"] == 0 and html.rma_line(empty) == ""
+        times = {"open": [DAY0 + 20 * H, DAY0 + 22 * H], "shipped": [DAY0 + 22 * H, DAY0 + 40 * H],
+                 "replaced": [DAY0 + 40 * H, None]}
+        store.db.execute("INSERT INTO rma_cases (ticket, node, kind, slot, part_key, model, class, state, fault_ts, "
+                         "opened, updated, bundle, times, note) VALUES ('NV-1', 'b200-017', 'gpu', '3', 'SER3', "
+                         "'NVIDIA B200', 'RESTART_BM', 'replaced', ?, ?, ?, '', ?, '')",
+                         (DAY0 + 10 * H, DAY0 + 20 * H, DAY0 + 40 * H, _json.dumps(times)))
+        store.db.commit()
+        rep = reliability.build(site, [], [], store, DAY0, DAY0 + 48 * H)
+    f = rep["rma"]
+    assert (f["cases"], f["open"]) == (1, 1) and f["per_gpu_model"] == {"NVIDIA B200": 1}
+    assert f["fault_to_rma"]["median_s"] == 10 * H and f["vendor_turnaround"]["median_s"] == 18 * H
+    line = html.rma_line(rep)
+    assert line == ("RMA: 1 case(s), 1 open; fault to RMA median 10.0 h over 1; vendor turnaround median 18.0 h "
+                    "over 1; GPUs per model: NVIDIA B200 1")
+    assert f'<p id="rma">{line}</p>' in html.render_html(rep)
+    assert 'id="rma"' not in html.render_html(empty)
