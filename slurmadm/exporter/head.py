@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..errors import UnreachableError
 from ..slurm.model import NodeInfo
@@ -450,7 +450,12 @@ class HeadCollector:
                 since.add_metric([node], ts)
             n = GaugeMetricFamily("slurmadm_repair_nodes", "Nodes with an incident not closed")
             n.add_metric([], len(rep["since"]))
-            yield from (f, since, n)
+            steps = CounterMetricFamily("slurmadm_repair_steps", "Repair steps taken on incidents (reset, "
+                                        "reboot, qualify, resume, rma, lemon, ...), by how they ended",
+                                        labels=["step", "outcome"])
+            for (step, outcome), count in sorted(rep.get("steps", {}).items()):
+                steps.add_metric([step, outcome], count)
+            yield from (f, since, n, steps)
         if extra.get("rma") is not None:
             yield from rma_metrics(extra["rma"])
         if extra["arrivals"] is not None:

@@ -82,7 +82,24 @@ def repair_facts(r: read.Reader) -> dict[str, Any]:
         by[key] = by.get(key, 0) + 1
         node = str(row["node"])
         since[node] = min(since.get(node, float(row["opened_ts"])), float(row["opened_ts"]))
-    return {"open": by, "since": since}
+    return {"open": by, "since": since, "steps": repair_steps(r)}
+
+
+def repair_steps(r: read.Reader) -> dict[tuple[str, str], int]:
+    """(step, outcome) -> how many repair steps ended so (incident_events of kind `step`, the
+    ones that only mark a step started left out); the rows are never pruned, so a count only grows."""
+    out: dict[tuple[str, str], int] = {}
+    rows = r.query("SELECT step, detail, COUNT(*) AS n FROM incident_events WHERE kind = 'step' GROUP BY step, detail")
+    for row in rows:
+        try:
+            outcome = str(json.loads(row["detail"] or "{}").get("outcome") or "done")
+        except (ValueError, AttributeError):
+            outcome = "done"
+        if outcome == "running":
+            continue
+        key = (str(row["step"]) or "none", outcome)
+        out[key] = out.get(key, 0) + int(row["n"])
+    return out
 
 
 def burnin_fleet(r: read.Reader, newest: dict[str, str]) -> dict[str, dict[str, Any]]:

@@ -28,14 +28,22 @@ def test_open_incidents_and_time_in_repair(tmp_path):
         incidents.ingest(store, now=NOW + 10)
         done = incidents.list_incidents(store, node="b200-003")[0]
         incidents.advance(store, done.id, "closed", "resume", outcome="ok", now=NOW + 20)
+        reset = incidents.list_incidents(store, node="b200-001")[0]
+        incidents.advance(store, reset.id, "resetting", "reset", outcome="running", now=NOW + 30)
+        incidents.advance(store, reset.id, "qualifying", "reset", outcome="ok", now=NOW + 31)
+        incidents.advance(store, reset.id, "open", "qualify", outcome="failed", now=NOW + 32)
     facts = LocalStoreFacts(str(path)).read()
     assert facts["repair"] == {"open": {("RESET_GPU", "open"): 1, ("RMA", "open"): 1},
-                               "since": {"b200-001": NOW, "b200-002": NOW + 5}}
+                               "since": {"b200-001": NOW, "b200-002": NOW + 5},
+                               "steps": {("resume", "ok"): 1, ("reset", "ok"): 1, ("qualify", "failed"): 1}}
     col = HeadCollector.__new__(HeadCollector)
     metrics = {m.name: m for m in col._extra(facts)}
     got = {tuple(s.labels.values()): s.value for s in metrics["slurmadm_repair_incidents"].samples}
     assert got == {("RESET_GPU", "open"): 1, ("RMA", "open"): 1}
     assert [s.value for s in metrics["slurmadm_repair_nodes"].samples] == [2]
+    steps = {tuple(s.labels.values()): s.value for s in metrics["slurmadm_repair_steps"].samples
+             if s.name == "slurmadm_repair_steps_total"}
+    assert steps == {("reset", "ok"): 1, ("qualify", "failed"): 1, ("resume", "ok"): 1}  # a start is no step taken
 
 
 def test_an_old_store_without_the_tables_has_no_repair_series(tmp_path):
