@@ -455,7 +455,17 @@ class HeadCollector:
                                         labels=["step", "outcome"])
             for (step, outcome), count in sorted(rep.get("steps", {}).items()):
                 steps.add_metric([step, outcome], count)
-            yield from (f, since, n, steps)
+            lemons = GaugeMetricFamily("slurmadm_repair_lemons", "Lemons (slurmadm repair lemons): nodes and GPU "
+                                       "serials held as one or past the site's thresholds, by kind", labels=["kind"])
+            lemon = GaugeMetricFamily("slurmadm_repair_lemon", "1 per lemon (node or GPU serial); held: already "
+                                      "drained as one", labels=["kind", "name", "held"])
+            counts = {"node": 0, "gpu": 0}
+            for d in rep.get("lemons", []):
+                counts[d["kind"]] = counts.get(d["kind"], 0) + 1
+                lemon.add_metric([d["kind"], d["name"], "yes" if d["held"] else "no"], 1)
+            for kind, count in sorted(counts.items()):
+                lemons.add_metric([kind], count)
+            yield from (f, since, n, steps, lemons, lemon)
         if extra.get("rma") is not None:
             yield from rma_metrics(extra["rma"])
         if extra["arrivals"] is not None:

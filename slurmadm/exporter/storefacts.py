@@ -30,8 +30,14 @@ def empty() -> dict[str, Any]:
             "repair": None, "rma": None}
 
 
+def _lemon_settings(site):
+    from ..repair import ladder  # the lemon thresholds: [repair] of the site, else the defaults
+
+    return ladder.settings(getattr(site, "repair", None))
+
+
 def facts(r: read.Reader, site=None, now: float | None = None, *, repair: bool = True,
-          rma: bool = True) -> dict[str, Any]:
+          rma: bool = True, lemon_settings=None) -> dict[str, Any]:
     """burnin: node -> (ts, verdict) of its newest burn-in row; drift: nodes whose latest
     software-drift verdict is not a pass (None: no such check recorded); failing: node -> checks
     whose latest verdict is fail/error; last: node -> newest result time; checks: (check, status)
@@ -59,7 +65,7 @@ def facts(r: read.Reader, site=None, now: float | None = None, *, repair: bool =
             drift = (drift or 0) + (1 if status in ("fail", "warn") else 0)
     out["drift"] = drift
     if repair:
-        out["repair"] = repair_facts(r)
+        out["repair"] = repair_facts(r, lemon_settings if lemon_settings is not None else _lemon_settings(site), now)
     if rma:
         from ..repair.rma import figures  # RMA cases (slurmadm/repair/rma.py): states, turnaround, per model/class
 
@@ -72,9 +78,11 @@ def facts(r: read.Reader, site=None, now: float | None = None, *, repair: bool =
     return out
 
 
-def repair_facts(r: read.Reader) -> dict[str, Any]:
+def repair_facts(r: read.Reader, lemon_settings=None, now: float | None = None) -> dict[str, Any]:
     """Incidents not closed (slurmadm/repair/): counts by (class, state), and each node's oldest
-    one's open time (how long it has been in repair)."""
+    one's open time (how long it has been in repair); the steps taken; the lemons (`repair
+    lemons`: held as one, or past the site's thresholds, by count or failed qualifications)."""
+    from ..repair import views
     by: dict[tuple[str, str], int] = {}
     since: dict[str, float] = {}
     for row in r.query("SELECT node, class, state, opened_ts FROM incidents WHERE state != 'closed'"):
@@ -82,7 +90,10 @@ def repair_facts(r: read.Reader) -> dict[str, Any]:
         by[key] = by.get(key, 0) + 1
         node = str(row["node"])
         since[node] = min(since.get(node, float(row["opened_ts"])), float(row["opened_ts"]))
-    return {"open": by, "since": since, "steps": repair_steps(r)}
+    settings = lemon_settings if lemon_settings is not None else _lemon_settings(None)
+    lemons = [{"kind": d["kind"], "name": d["name"], "held": bool(d["held"])}
+              for d in views.lemons(r, settings, time.time() if now is None else now)]
+    return {"open": by, "since": since, "steps": repair_steps(r), "lemons": lemons}
 
 
 def repair_steps(r: read.Reader) -> dict[tuple[str, str], int]:
@@ -139,8 +150,9 @@ class _ReadOnlySqlite:
 class LocalStoreFacts:
     """This host's store file, read-only; a missing file or table means no records yet."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, lemon_settings=None):
         self.path = path
+        self.lemon_settings = lemon_settings  # repair/ladder.Settings: the site's lemon thresholds
 
     def read(self) -> dict[str, Any]:
         if not self.path or not os.path.exists(self.path):
@@ -153,7 +165,7 @@ class LocalStoreFacts:
             from ..store.ship import host_name
 
             return facts(read.Reader(src, central=False, host=host_name(None)), repair="incidents" in tables,
-                         rma="rma_cases" in tables)
+                         rma="rma_cases" in tables, lemon_settings=self.lemon_settings)
         finally:
             src.db.close()
 
@@ -176,4 +188,4 @@ class CentralStoreFacts:
 def for_site(site) -> StoreFacts:
     if site.store.url is not None:
         return CentralStoreFacts(site)
-    return LocalStoreFacts(site.store.local_path(None))
+    return LocalStoreFacts(site.store.local_path(None), _lemon_settings(site))
