@@ -125,28 +125,44 @@ def lemons(site_file, as_json) -> None:
 @repair.command("clear")
 @click.argument("node")
 @click.option("--reason", required=True, help="What was repaired (recorded in the audit event).")
+@click.option("--resume", is_flag=True, help="Also resume the node when its drain is slurmadm's (a lemon's too).")
 @site_option
 @json_option
 @dry_run_option
-def clear(node, reason, site_file, as_json, dry_run) -> None:
-    """Record an admin's manual repair of NODE: end its incidents (audited). The node's drain is
-    left as it is."""
+def clear(node, reason, resume, site_file, as_json, dry_run) -> None:
+    """Record an admin's manual repair of NODE: end its incidents (audited). Its drain stays
+    unless --resume: `slurmadm repair qualify NODE` then tests it and resumes it on a pass.
+    Someone else's drain always stays."""
     from ..repair import incidents, views
 
     site = get_site(site_file)
     with views.opened(site) as store:
         views.ingest(site, store)
         views.check_target(site, store, node, None)
+        backend = _backend() if resume else None
+        if backend is not None:
+            backend.nodes([node])  # Slurm unreachable: exit 3 before anything is cleared
         done = incidents.clear(store, node, reason, dry_run=dry_run)
+        resumed = views.resume_cleared(backend, store, node, reason, dry_run=dry_run) if backend else ""
     if as_json:
-        print_json({"node": node, "dry_run": dry_run, "cleared": [i.id for i in done]})
+        print_json({"node": node, "dry_run": dry_run, "cleared": [i.id for i in done], "resume": resumed or None})
         return
     if not done:
         console.print(f"{node}: no incident to clear")
-        return
     verb = "would clear" if dry_run else "cleared"
     for i in done:
         console.print(f"{node}: {verb} {i.id} ({i.cls}, {views.part_text(i)}, {i.state})")
+    if resumed:
+        console.print(f"{node}: {resumed}")
+    elif done:
+        console.print(f"{node}: its drain stays; `slurmadm repair qualify {node}` tests it and resumes it on a pass "
+                      "(or clear with --resume)")
+
+
+def _backend():
+    from ..slurm import get_backend
+
+    return get_backend()
 
 
 @repair.command("install-timer")

@@ -160,3 +160,25 @@ def lemons(store, s: ladder.Settings, now: float | None = None) -> list[dict[str
 
 def lemon_rows(items: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     return [(d["kind"], d["name"], str(d["incidents"]), "yes" if d["held"] else "no", d["why"]) for d in items]
+
+
+def resume_cleared(backend, store, node: str, why: str, *, dry_run: bool = False) -> str:
+    """`repair clear NODE --resume`: the node back in service when its drain is slurmadm's (a
+    repair drain, a lemon's or an RMA's included, or health's); someone else's drain, or a node
+    in a state someone else handles, stays. Re-reads Slurm first; audited. What was done, in words."""
+    from ..slurm.ownership import foreign_state, is_ours
+
+    n = backend.nodes([node])[0]  # Slurm unreachable: UnreachableError (exit 3)
+    if not n.drained:
+        return "not drained: nothing to resume"
+    if not is_ours(n):
+        return f"drained by {n.reason_user or 'someone else'} ({n.reason!r}): left to them"
+    foreign = foreign_state(n)
+    if foreign:
+        return f"{foreign}: left to whoever handles that"
+    if dry_run:
+        return f"would resume (drain {n.reason!r})"
+    backend.resume([node])
+    store.audit("repair.clear.resume", node, why, was=n.reason)
+    return f"resumed (was {n.reason!r})"
+

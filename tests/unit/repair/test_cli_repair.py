@@ -86,3 +86,44 @@ def test_install_timer_dry_run(site, tmp_path):
     assert "repair run --site" in res.output and "OnUnitActiveSec=5min" in res.output
     cron = run("install-timer", "--site", site, "--cron", "--dest", tmp_path / "cron", "--interval", "10m")
     assert cron.exit_code == 0 and (tmp_path / "cron" / "slurmadm-repair").read_text().count("*/10 * * * *") == 1
+
+
+def test_clear_with_resume_brings_back_only_slurmadms_drain(site, tmp_path, monkeypatch):
+    """Issue 44: a lemon is never resumed automatically; `repair clear --resume` brings it back
+    (after its --dry-run shows it), audited. Someone else's drain stays; without --resume the
+    drain stays and the output says how to qualify it."""
+    from slurmadm.slurm.model import NodeInfo
+
+    lemon, theirs = nodes(site)[:2]
+
+    class Slurm:
+        def __init__(self):
+            self.by = {lemon: NodeInfo(lemon, "IDLE", flags=frozenset({"DRAIN"}), reason_user="root",
+                                       reason="slurmadm: repair: lemon: RESET_GPU GPU2: 3 incidents [repair]"),
+                       theirs: NodeInfo(theirs, "IDLE", flags=frozenset({"DRAIN"}), reason="riser swap",
+                                        reason_user="alice")}
+            self.resumed = []
+
+        def nodes(self, names=None):
+            return [self.by[n] for n in names]
+
+        def resume(self, names):
+            self.resumed += names
+
+    slurm = Slurm()
+    monkeypatch.setattr("slurmadm.cli.repair._backend", lambda: slurm)
+    with Store(tmp_path / "store.db") as store:
+        health_drain(store, lemon, [("xid", RESET)], ts=1_800_000_000, run_id="r")
+    dry = json.loads(run("clear", lemon, "--reason", "GPU2 swapped", "--resume", "--dry-run", "--json",
+                         "--site", site).output)
+    assert dry["resume"].startswith("would resume") and slurm.resumed == []
+    res = json.loads(run("clear", lemon, "--reason", "GPU2 swapped", "--resume", "--json", "--site", site).output)
+    assert len(res["cleared"]) == 1 and res["resume"].startswith("resumed") and slurm.resumed == [lemon]
+    with Store(tmp_path / "store.db") as store:
+        assert [e.reason for e in store.events(action="repair.clear.resume")] == ["GPU2 swapped"]
+    other = run("clear", theirs, "--reason", "checked", "--resume", "--site", site)
+    assert other.exit_code == 0 and "left to them" in other.output and slurm.resumed == [lemon]
+    with Store(tmp_path / "store.db") as store:
+        health_drain(store, lemon, [("xid", RESET)], ts=1_800_000_100, run_id="r2")
+    kept = run("clear", lemon, "--reason", "reseated", "--site", site)
+    assert "repair qualify" in kept.output and slurm.resumed == [lemon]
