@@ -9,8 +9,9 @@ The node grid: a named cell per node (name in its state's colour, GPU %) while t
 NAMED_ROWS rows; past that (the reference site's 128 nodes in 80x24 or 200x60) two characters a
 node, a state letter and the GPU % in tens, rows of up to COMPACT_MAX nodes labelled by the
 hostlist they cover, so the whole fleet stays on the first screen. Drains that agree (state,
-owner, reason) are one row with their hostlist. Nodes in repair (drained by `slurmadm repair`:
-reason `slurmadm: repair: ...`) have their own letter and style in the grid and the legend.
+owner, reason) are one row with their hostlist. Nodes in repair (with a hardware incident not
+closed in the store, or drained by `slurmadm repair`: reason `slurmadm: repair: ...`) have their
+own letter and style in the grid and the legend.
 
 The sections below the grid (drains, queue, projects near quota) carry their title in their
 header row, an empty one is one line (`queue: none`), and given the terminal's height the frame
@@ -43,6 +44,8 @@ class Frame:
     util: dict[str, float]  # node -> mean GPU utilisation %, when Prometheus answered
     error: str = ""
     at: float = 0.0
+    # nodes with a hardware incident not closed (slurmadm repair), read from the store each frame
+    incidents: frozenset[str] = frozenset()
 
 
 # Utilisation is coloured only where jobs hold the node: an idle or drained node at 0 % is as it
@@ -56,6 +59,9 @@ STATE_STYLE[REPAIR] = "bold black on yellow"
 LEGEND = ("node name: state colour (idle green, mixed cyan, allocated blue, draining/drained yellow, down red, "
           "reserved magenta, in repair black on yellow); GPU %: on allocated nodes red < 15, yellow < 50, green; "
           "dim elsewhere")
+
+
+INCIDENT_OPEN = "incident open: slurmadm repair status"  # a node in repair that nobody drained (yet)
 
 
 def in_repair(reason: str) -> bool:
@@ -219,7 +225,7 @@ def build_frame(site, frame: Frame, width: int = 120, height: int | None = None)
                           f"  {time.strftime('%H:%M:%S', time.localtime(frame.at or time.time()))}",
                           "  q quits")
     by_node = {n.name: n for n in frame.snap.nodes}
-    states = {name: REPAIR if owner and in_repair(by_node[name].reason) else st
+    states = {name: REPAIR if (owner and in_repair(by_node[name].reason)) or name in frame.incidents else st
               for name, (st, owner, _r) in agg.node_state.items()}
     counts: dict[str, int] = {}
     for st in states.values():
@@ -240,8 +246,9 @@ def build_frame(site, frame: Frame, width: int = 120, height: int | None = None)
                                 ("owner", {"min_width": 8}), ("reason", {"overflow": "fold", "min_width": 24})])
     # drained nodes that agree (state, owner, reason with the node's own name as <node>): one row
     for g in fold((name, (states[name] if states[name] == REPAIR else st, owner,
-                          neutral(by_node[name].reason[:90], name)))
-                  for name, (st, owner, _r) in sorted(agg.node_state.items()) if owner):
+                          neutral(by_node[name].reason[:90] or (INCIDENT_OPEN if states[name] == REPAIR else ""),
+                                  name)))
+                  for name, (st, owner, _r) in sorted(agg.node_state.items()) if owner or states[name] == REPAIR):
         state = Text("in repair", style=STATE_STYLE[REPAIR]) if g.key[0] == REPAIR else g.key[0]
         drains.rows.append((escape(g.hostlist), state, g.key[1], escape(g.named(g.key[2]))))
     if height is not None and drains.rows:
@@ -316,4 +323,17 @@ def read_frame(site, source, prometheus_url: str | None) -> Frame:
                 util[r["metric"].get(label, "")] = float(r["value"][1])
         except SlurmadmError as exc:
             error = f"no GPU utilisation ({exc})"
-    return Frame(snap, util, error, time.time())
+    return Frame(snap, util, error, time.time(), incident_nodes(site))
+
+
+def incident_nodes(site) -> frozenset[str]:
+    """Nodes with an incident not closed (a leaf switch's are not a node's); none when the store
+    cannot be read (top still shows Slurm's view: repair's own drains are marked from their reason)."""
+    from ..store import read
+
+    try:
+        with read.trusted(site) as r:
+            rows = r.query("SELECT DISTINCT node FROM incidents WHERE state != 'closed' AND part_kind != 'leaf'")
+    except Exception:  # noqa: BLE001 - no store yet, an old schema, the central store away
+        return frozenset()
+    return frozenset(str(row["node"]) for row in rows)

@@ -182,3 +182,36 @@ def test_in_repair_is_told_by_the_reasons_check_id():
     assert in_repair(REPAIR) and in_repair("slurmadm: repair: lemon: 3 incidents in 28 days")
     assert in_repair("slurmadm: repair: rma T-123: GPU3 serial 1650924060123")
     assert not in_repair("slurmadm: xid: GPU2 XID 79 [prolog]") and not in_repair("repair: cable [alice]")
+
+
+def test_nodes_with_an_open_incident_are_marked_in_repair(tmp_path):
+    """Issue 44: `top` marks a node with a hardware incident not closed, whoever drained it (here
+    health, for the XID; another still running its job), read from the store each frame."""
+    from slurmadm.repair import incidents
+    from slurmadm.top import incident_nodes
+    from tests.unit.repair.helpers import health_drain, inventory, xid_line
+    from tests.unit.siteedit import edited, put
+
+    site = parse_site(edited(put("store.path", str(tmp_path / "s.db"))), source="site.toml")
+    from slurmadm.store import Store
+
+    with Store(site.store.path) as store:
+        inventory(store, "b200-005", [f"s{i}" for i in range(8)])
+        health_drain(store, "b200-005", [("xid", xid_line(2, 46, "ROBUST_CHANNEL_GPU_TIMEOUT_ERROR", "RESET_GPU"))],
+                     ts=1_800_000_000, run_id="a")
+        incidents.ingest(store, now=1_800_000_001)
+    assert incident_nodes(site) == {"b200-005"}
+    nodes, util, _ = fleet()
+    frame = Frame(Snapshot(nodes, [], {}), util, "", 0, frozenset({"b200-005", "b200-007"}))
+    console = Console(width=80, height=24, record=True, color_system=None)
+    console.print(build_frame(site, frame, width=80, height=24))
+    text = console.export_text()
+    summary = next(ln for ln in text.split("\n") if ln.startswith("allocated"))
+    assert "in repair 2" in summary and "drained 1" in summary, text
+    assert "b200-007  in repair" in text and "incident open: slurmadm repair status" in text
+    plain = Console(width=80, height=24, record=True, color_system=None)
+    plain.print(build_frame(site, Frame(Snapshot(nodes, [], {}), util, "", 0), width=80, height=24))
+    summary = next(ln for ln in plain.export_text().split("\n") if ln.startswith("allocated"))
+    assert "in repair" not in summary and "drained 2" in summary  # without incidents: health's drains
+    broken = parse_site(edited(put("store.path", "/nonexistent/dir/s.db")), source="site.toml")
+    assert incident_nodes(broken) == frozenset()  # no store: Slurm's view alone
