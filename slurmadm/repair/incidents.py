@@ -454,12 +454,18 @@ def replaced_at(evidence: list[dict[str, Any]]) -> float | None:
     return when
 
 
+# SQL over `qualifications q JOIN incidents i`: the qualification started after the last `repair
+# clear` of its node (an admin's manual repair is a fresh start for what failed before it)
+SINCE_CLEAR_SQL = ("q.started >= COALESCE((SELECT MAX(c.closed_ts) FROM incidents c WHERE c.node = i.node "
+                   "AND c.step = 'clear'), 0)")
+
+
 def failed_qualifications(store, *, node: str | None = None, part_key: str | None = None) -> int:
     """Failed qualifications (of `node`'s or `part_key`'s incidents, any window) that still speak
     against it: not those of a part replaced under an RMA after them (they were the old part's,
-    now at the vendor)."""
+    now at the vendor), nor those before the node's last `repair clear`."""
     sql = ("SELECT q.started AS started, i.evidence AS evidence FROM qualifications q "
-           "JOIN incidents i ON q.incident_id = i.id WHERE q.status = 'failed'")
+           f"JOIN incidents i ON q.incident_id = i.id WHERE q.status = 'failed' AND {SINCE_CLEAR_SQL}")
     args: list[Any] = []
     if node is not None:
         sql += " AND i.node = ?"

@@ -116,11 +116,21 @@ def _since_replacement(inc: Incident) -> list[dict]:
     return inc.evidence[cut + 1:]
 
 
+def cleared_at(node: str, items: list[Incident]) -> float:
+    """When an admin last cleared `node` (`repair clear`: its incidents closed at step `clear`),
+    0 when never: what failed on the node before it no longer makes it a lemon."""
+    return max((float(i.closed_ts) for i in items if i.node == node and i.step == "clear" and i.closed_ts),
+               default=0.0)
+
+
 def failed_qualifications(inc: Incident, history: list[Incident]) -> int:
     """Failed qualification steps recorded in the evidence of this incident and its history (any
-    window, `[lemon] failed_qualifications`), since each one's part was replaced (if it was)."""
+    window, `[lemon] failed_qualifications`), since each one's part was replaced (if it was) and
+    since the node was last cleared by an admin."""
+    cut = cleared_at(inc.node, [inc, *history])
     return sum(1 for i in [inc, *history] for e in _since_replacement(i)
-               if e.get("kind") == "step" and e.get("step") == "qualify" and e.get("outcome") == "failed")
+               if e.get("kind") == "step" and e.get("step") == "qualify" and e.get("outcome") == "failed"
+               and float(e.get("ts") or 0) >= cut)
 
 
 def faults(items, *, keep: str = "", node_rule: bool = False) -> int:
@@ -137,7 +147,9 @@ def lemon_why(inc: Incident, history: list[Incident], s: Settings, now: float) -
     """'' unless the incident's node or GPU serial is a lemon; else why."""
     since = now - s.lemon_window_days * DAY
     everyone = [i for i in {i.id: i for i in [*history, inc]}.values() if i.opened_ts >= since]
-    on_node = faults([i for i in everyone if i.node == inc.node], keep=inc.id, node_rule=True)
+    cut = cleared_at(inc.node, [*history, inc])  # an admin's clear starts the node's count again
+    on_node = faults([i for i in everyone if i.node == inc.node and (i.id == inc.id or i.opened_ts >= cut)],
+                     keep=inc.id, node_rule=True)
     if on_node >= s.lemon_incidents:
         return f"{on_node} incidents on {inc.node} in {s.lemon_window_days} days"
     if inc.part_kind == "gpu" and inc.serial:

@@ -137,7 +137,10 @@ def lemons(store, s: ladder.Settings, now: float | None = None) -> list[dict[str
     for i in incidents.list_incidents(store, states=["lemon"]):
         out[("node", i.node)] = {"kind": "node", "name": i.node, "why": i.why, "held": True,
                                  "incidents": len(by_node.get(i.node, []))}
+    cleared = {str(r["node"]): float(r["t"] or 0) for r in
+               store.query("SELECT node, MAX(closed_ts) AS t FROM incidents WHERE step = 'clear' GROUP BY node")}
     for node, items in by_node.items():
+        items = [i for i in items if i.opened_ts >= cleared.get(node, 0.0)]  # counted again from a clear
         if ladder.faults(items, node_rule=True) >= s.lemon_incidents and ("node", node) not in out:
             out[("node", node)] = {"kind": "node", "name": node, "held": any(x.state in HELD for x in items),
                                    "why": f"{len(items)} incidents in {s.lemon_window_days} days",
@@ -149,7 +152,8 @@ def lemons(store, s: ladder.Settings, now: float | None = None) -> list[dict[str
                                            f"{', '.join(sorted({x.node for x in items}))}",
                                     "incidents": len(items)}
     failed = store.query("SELECT i.node AS node, count(*) AS n FROM qualifications q JOIN incidents i "
-                         "ON q.incident_id = i.id WHERE q.status = 'failed' GROUP BY i.node")
+                         f"ON q.incident_id = i.id WHERE q.status = 'failed' AND {incidents.SINCE_CLEAR_SQL} "
+                         "GROUP BY i.node")
     for row in failed:
         if int(row["n"]) >= s.lemon_failed_qualifications and ("node", row["node"]) not in out:
             out[("node", row["node"])] = {"kind": "node", "name": row["node"], "held": False,
