@@ -9,6 +9,9 @@ compares their SHA-256 digests:
 - without one, the digest most devices agree on is the reference when more than half of them
   agree; the others fail. With no such majority every device fails (nothing says which is right),
   and a single device passes only on its own evidence (`basis` "single": run it with `expected`).
+A device that disagrees is named with the size of its difference from the reference's answer
+(`difference`: how many values differ, the largest distance in units in the last place, the
+largest absolute difference), where the reference's bytes are at hand (a device produced them).
 
 Devices sit behind the `ComputeDevice` protocol, so the comparison is the same everywhere:
 - `TorchDevice` (real GPUs, "cuda:N"; or "cpu"): torch with TF32 off and deterministic algorithms;
@@ -31,7 +34,7 @@ import struct
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from ..errors import UsageError
@@ -78,6 +81,8 @@ def reference_bytes(seed: int, n: int = PY_N, steps: int = PY_STEPS) -> bytes:
 class PythonDevice:
     """The reference computation on the CPU, no dependency."""
 
+    fmt = "d"  # its answer's elements (struct format): doubles
+
     def __init__(self, name: str = "python", n: int = PY_N, steps: int = PY_STEPS):
         self.name, self.n, self.steps = name, n, steps
 
@@ -89,6 +94,8 @@ class TorchDevice:
     """The chain in float32 with torch on `device` ("cuda:N" or "cpu"). Inputs are drawn on the
     CPU from the seed, so every device gets the same bits; TF32 and reduced-precision reductions
     are off so a GEMM's result depends only on the hardware model, driver and library."""
+
+    fmt = "f"  # float32
 
     def __init__(self, device: str, n: int = TORCH_N, steps: int = TORCH_STEPS):
         self.name, self.n, self.steps = device, n, steps
@@ -155,6 +162,48 @@ class DeviceResult:
     digest: str | None  # None: the device failed to run
     error: str = ""
     seconds: float = 0.0
+    # how far a disagreeing answer is from the reference's (`difference`), when both are at hand
+    diff: dict | None = None
+
+
+def _ordered(bits: int, width: int) -> int:
+    """An IEEE-754 value's bits as an integer in the order of the values (-0 and +0 both 0), so
+    the distance of two values in units in the last place is the difference of theirs."""
+    sign = 1 << (width - 1)
+    return -(bits & (sign - 1)) if bits & sign else bits
+
+
+def difference(raw: bytes, ref: bytes, fmt: str = "d") -> dict:
+    """The size of the difference of two answers: how many values differ, the largest distance
+    in units in the last place, the largest absolute difference, and where (the first such index)."""
+    from array import array
+
+    width = struct.calcsize(fmt) * 8
+    if len(raw) != len(ref) or len(raw) % (width // 8):
+        return {"values": None, "detail": f"answer of {len(raw)} bytes, the reference's {len(ref)}"}
+    ints = "Q" if width == 64 else "I"
+    va, vb = array(fmt, raw), array(fmt, ref)
+    ia, ib = array(ints, raw), array(ints, ref)
+    differ, max_ulp, max_abs, at = 0, 0, 0.0, -1
+    for k in range(len(ia)):
+        if ia[k] == ib[k]:
+            continue
+        differ += 1
+        ulp = abs(_ordered(ia[k], width) - _ordered(ib[k], width))
+        delta = abs(va[k] - vb[k])
+        if ulp > max_ulp:
+            max_ulp, at = ulp, k
+        if delta == delta and delta > max_abs:  # NaN never counts as larger
+            max_abs = delta
+    return {"values": differ, "of": len(ia), "max_ulp": max_ulp, "max_abs": max_abs, "at": at}
+
+
+def describe_difference(d: dict | None) -> str:
+    if not d:
+        return ""
+    if d.get("values") is None:
+        return d.get("detail", "")
+    return f"{d['values']} of {d['of']} values, max {d['max_ulp']} ulp, max |diff| {d['max_abs']:.3g} (index {d['at']})"
 
 
 @dataclass(frozen=True)
@@ -171,17 +220,24 @@ class KatVerdict:
         return {"ok": self.ok, "basis": self.basis, "reference": self.reference, "seed": self.seed,
                 "bad": list(self.bad), "detail": self.detail,
                 "results": [{"device": r.device, "digest": r.digest, "error": r.error,
-                             "seconds": round(r.seconds, 3)} for r in self.results]}
+                             "seconds": round(r.seconds, 3), **({"diff": r.diff} if r.diff else {})}
+                            for r in self.results]}
 
 
-def run_devices(devices: Sequence[ComputeDevice], seed: int = DEFAULT_SEED) -> list[DeviceResult]:
-    """Run the computation on each device in turn; a device that raises is a result with an error."""
+def run_devices(devices: Sequence[ComputeDevice], seed: int = DEFAULT_SEED,
+                answers: dict[str, tuple[bytes, str]] | None = None) -> list[DeviceResult]:
+    """Run the computation on each device in turn; a device that raises is a result with an error.
+    `answers`: filled with digest -> (raw bytes, element format) of the first device with each
+    answer (a good node keeps one answer, not one per device)."""
     out = []
     for dev in devices:
         t0 = time.monotonic()
         try:
             raw = dev.run(seed)
-            out.append(DeviceResult(dev.name, digest(raw), seconds=time.monotonic() - t0))
+            d = digest(raw)
+            if answers is not None and d not in answers:
+                answers[d] = (raw, getattr(dev, "fmt", "d"))
+            out.append(DeviceResult(dev.name, d, seconds=time.monotonic() - t0))
         except Exception as e:  # noqa: BLE001 - any failure of a device is that device's verdict
             out.append(DeviceResult(dev.name, None, f"{type(e).__name__}: {e}", time.monotonic() - t0))
     return out
@@ -212,11 +268,27 @@ def judge(results: Sequence[DeviceResult], expected: str | None = None, seed: in
 
 def _detail(bad: tuple[str, ...], results: tuple[DeviceResult, ...], differs: str) -> str:
     errors = {r.device: r.error for r in results if r.error}
-    return "; ".join(f"{d}: {errors[d]}" if d in errors else f"{d}: {differs}" for d in bad)
+    diffs = {r.device: describe_difference(r.diff) for r in results if r.diff}
+    return "; ".join(f"{d}: {errors[d]}" if d in errors else
+                     f"{d}: {differs}" + (f" ({diffs[d]})" if diffs.get(d) else "") for d in bad)
+
+
+def with_differences(verdict: KatVerdict, answers: Mapping[str, tuple[bytes, str]]) -> KatVerdict:
+    """The verdict with the size of each disagreeing answer's difference from the reference's,
+    where both answers are at hand (an `expected` digest no device reproduced has no bytes here)."""
+    ref = answers.get(verdict.reference or "")
+    if ref is None or not verdict.bad:
+        return verdict
+    results = tuple(replace(r, diff=difference(answers[r.digest][0], ref[0], ref[1]))
+                    if r.device in verdict.bad and r.digest in answers else r for r in verdict.results)
+    differs = "differs from the expected answer" if verdict.basis == "expected" else "differs from the majority"
+    return replace(verdict, results=results, detail=_detail(verdict.bad, results, differs))
 
 
 def known_answer(devices: Sequence[ComputeDevice] | None = None, *, seed: int = DEFAULT_SEED,
                  expected: str | None = None) -> KatVerdict:
-    """Run the known-answer test on `devices` (default: `select_devices()`) and judge it."""
+    """Run the known-answer test on `devices` (default: `select_devices()`) and judge it; a device
+    that disagrees is named with the size of its difference."""
     devs = select_devices() if devices is None else list(devices)
-    return judge(run_devices(devs, seed), expected, seed)
+    answers: dict[str, tuple[bytes, str]] = {}
+    return with_differences(judge(run_devices(devs, seed, answers), expected, seed), answers)
