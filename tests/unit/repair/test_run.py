@@ -538,3 +538,23 @@ def test_a_passed_qualification_closes_the_other_incidents_the_same_fault_opened
     assert {i.state for i in opened} == {"closed"}, [(i.cls, i.state) for i in opened]
     calls = len(slurm.calls)
     assert ex.run().done == [] and len(slurm.calls) == calls  # nothing left to drain the node for
+
+
+def test_a_run_killed_mid_reset_is_carried_on_by_the_next(site):
+    """Issue 46: `repair run` SIGKILLed after it took the drain and marked the incident
+    `resetting` (before the reset's result): the next run re-reads Slurm, sees its own reset
+    drain, resets again (idempotent), qualifies and resumes; a third run does nothing."""
+    name = site.node_names[0]
+    taken = "slurmadm: repair: reset: RESET_GPU GPU2: ladder: reset [repair]"
+    slurm = FakeSlurm([node(name, reason=taken)] + [idle(n) for n in site.node_names[1:]])
+    incs = FakeIncidents([Inc("r1", name, state="resetting")])
+    remote = FakeRemote()
+    ex, store = _executor(site, slurm, incs, remote=remote)
+    plan = ex.run(dry_run=True)
+    assert [(a.do, a.why) for a in plan.actions] == [("reset", "reset interrupted; again")]
+    report = ex.run()
+    assert report.exit_code == 0 and [d["step"] for d in report.done] == ["reset"]
+    assert sum("--gpu-reset -i 2" in c for c in remote.commands) == 1
+    assert incs.incs["r1"].state == "closed" and slurm.calls[-1] == ("resume", (name,))
+    assert float(store.get_node_state(name, qualify.XID_ACK_KEY)) > 0
+    assert ex.run().done == []
