@@ -98,10 +98,6 @@ def plan(names: Sequence[str], site_nodes: Sequence[str], nodes: Sequence[NodeIn
 def run(ex, names: Sequence[str], *, dry_run: bool = False) -> Report:
     """Qualify `names` through the executor `ex` (run.Executor: its Slurm, store, incidents and
     qualifier), under the same lock as `repair run`."""
-    from pathlib import Path
-
-    from ..files import exclusive_lock
-
     known(names, ex.site.node_names)
 
     def planned() -> list[Action]:
@@ -114,12 +110,7 @@ def run(ex, names: Sequence[str], *, dry_run: bool = False) -> Report:
         return Report(planned(), dry_run=True)
     if ex.qualifier is None:
         raise UsageError("repair qualify: no qualifier")
-    lock = Path(f"{ex.site.store.local_path()}.repair.lock")
-    with exclusive_lock(lock, lambda holder: f"another `repair run` or `repair qualify` holds {lock} ({holder})"):
-        ex.backend.nodes()
-        for node in ex.qualifier.recover(ex.site.node_names):
-            ex.progress(f"{node}: an interrupted qualification undone")
-        ex.incidents.ingest()
+    with ex.begun():
         actions = planned()  # every node checked before the first job is submitted
         report = Report(actions)
         for a in actions:
@@ -133,10 +124,13 @@ def run(ex, names: Sequence[str], *, dry_run: bool = False) -> Report:
 
 
 def _qualify(ex, a: Action) -> dict[str, Any]:
-    n = ex._node(a.node)  # re-read: a repair step acts on Slurm as it is now
-    if a.incident and not (n.drained and not is_ours(n)):
-        return ex._do_qualify(a)  # the ladder's own step: incident, resume, lemon
+    n = ex._node(a.node)  # re-read: an earlier node's qualification took minutes; act on Slurm as it is now
+    changed = _busy(n) or foreign_state(n)
+    if changed:  # a job started on it meanwhile (it was in service), or someone else's state
+        return {"ok": False, "detail": f"not qualified: {changed} since the plan; nothing done"}
     foreign = n.drained and not is_ours(n)
+    if a.incident and not foreign:
+        return ex._do_qualify(a)  # the ladder's own step: incident, resume, lemon
     drained_here = not n.drained
     if drained_here:
         ex.backend.drain([a.node], a.reason)

@@ -449,22 +449,12 @@ class Executor:
 
     # ------------------------------------------------------------------ one run
     def run(self, *, dry_run: bool = False) -> Report:
-        from pathlib import Path
-
-        from ..files import exclusive_lock
-
         if dry_run:  # ingest is bookkeeping (as `repair status` does it); Slurm, SSH, nodes untouched
             self.backend.nodes()  # Slurm must answer (exit 3 otherwise)
             self.incidents.ingest()
             self._leaves(dry_run=True)
             return Report(self.plan(), dry_run=True)
-        lock = Path(f"{self.site.store.local_path()}.repair.lock")
-        with exclusive_lock(lock, lambda holder: f"another `repair run` holds {lock} ({holder})"):
-            self.backend.nodes()  # Slurm unreachable: exit 3 before the store changes
-            if self.qualifier is not None:
-                for node in self.qualifier.recover(self.site.node_names):
-                    self.progress(f"{node}: an interrupted qualification undone")
-            self.incidents.ingest()
+        with self.begun():
             self._leaves(dry_run=False)
             actions = self.plan()
             self._probe([a for a in actions if a.do == "reset"])
@@ -475,6 +465,29 @@ class Executor:
                 self.progress(f"{a.node}: {a.do}: {a.why}")
                 report.done.append(self._act(a))
             return report
+
+    def begun(self):
+        """What every acting run (`repair run`, `repair qualify`) starts with, under the one lock
+        beside the head's store: Slurm must answer (exit 3 before the store changes), an
+        interrupted qualification is undone, new signals are ingested."""
+        from contextlib import contextmanager
+        from pathlib import Path
+
+        from ..files import exclusive_lock
+
+        @contextmanager
+        def cm():
+            lock = Path(f"{self.site.store.local_path()}.repair.lock")
+            with exclusive_lock(lock, lambda holder: f"another `repair run` or `repair qualify` holds {lock} "
+                                                     f"({holder})"):
+                self.backend.nodes()
+                if self.qualifier is not None:
+                    for node in self.qualifier.recover(self.site.node_names):
+                        self.progress(f"{node}: an interrupted qualification undone")
+                self.incidents.ingest()
+                yield
+
+        return cm()
 
     def _leaves(self, *, dry_run: bool) -> None:
         """InfiniBand port faults on k+ nodes under one leaf become one incident on the leaf

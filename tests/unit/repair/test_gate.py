@@ -174,3 +174,21 @@ def test_the_command_names_a_node_the_site_lacks_in_one_line(tmp_path):
     bad = CliRunner().invoke(__import__("slurmadm.cli", fromlist=["cli"]).cli,
                              ["repair", "qualify", "n[01-", "--site", str(f)])
     assert bad.exit_code == 2 and "not a valid hostlist" in bad.output
+
+
+def test_a_job_that_started_while_an_earlier_node_qualified_leaves_the_node_alone(site):
+    """Two nodes in service: the first one's qualification takes minutes, and a job lands on the
+    second meanwhile. The second is re-read before it is drained, and left as it is."""
+    a, b = site.node_names[:2]
+    slurm = FakeSlurm([idle(n) for n in site.node_names])
+
+    class Slow(FakeQualifier):
+        def qualify(self, n, on_error="fail"):
+            slurm._set(b, state="ALLOCATED")  # a job started on b while a was being qualified
+            return super().qualify(n, on_error)
+
+    ex = rr.Executor(site, slurm, Store(site.store.path), incidents=FakeIncidents([]), qualifier=Slow(["pass"]))
+    report = gate.run(ex, [a, b])
+    assert report.done[0]["ok"] is True
+    assert report.done[1]["ok"] is False and "jobs still on the node" in report.done[1]["detail"]
+    assert not any(c[1] == (b,) for c in slurm.calls) and report.exit_code == 1
