@@ -58,8 +58,9 @@ def reliability(site_file: str | None, as_json: bool, since: str, html_file: str
     mrows += [(f"class {c}", f"{v:,.1f}", f"{rep['mttr_hours'][c]:,.2f}" if c in rep["mttr_hours"] else "-")
               for c, v in mt["class"].items()]
     console.print(table("MTBF / MTTR, hours", ["what", "MTBF", "MTTR"], mrows))
-    if html.rma_line(rep):
-        console.print(html.rma_line(rep), highlight=False)
+    rma = html.rma_line(rep)
+    if rma:
+        console.print(rma, highlight=False)
     e = rep["ettr"]
     console.print(f"ETTR {'-' if e['value'] is None else format(e['value'], '.3f')} over {e['jobs']} jobs; "
                   f"assumptions: {'; '.join(e['assumptions'])}", highlight=False)
