@@ -67,10 +67,24 @@ def reservations(env) -> str:
     return sh(env, "scontrol", "show", "reservation", "-o")
 
 
+UNFINISHED = {"PENDING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED"}
+
+
 def accounted(env, job_ids) -> dict[str, dict[str, str]]:
+    """sacct's rows for `job_ids`, once slurmdbd has every one in a final state: slurmctld sends a
+    job's end to slurmdbd asynchronously, so squeue can be empty while sacct still says RUNNING."""
     fields = ["JobID", "State", "QOS", "Account", "NNodes", "NodeList", "Reservation"]
-    out = sh(env, "sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", ",".join(fields))
-    return {row["JobID"]: row for row in (dict(zip(fields, line.split("|"), strict=True)) for line in out.splitlines())}
+
+    def rows():
+        out = sh(env, "sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", ",".join(fields))
+        return {r["JobID"]: r for r in (dict(zip(fields, line.split("|"), strict=True)) for line in out.splitlines())}
+
+    def final():
+        got = rows()
+        return set(got) >= set(job_ids) and not any(r["State"] in UNFINISHED for r in got.values())
+
+    wait_for(final, 60, interval=0.5)  # the asserts below say what was left if it never got there
+    return rows()
 
 
 def clean(env):
@@ -102,8 +116,10 @@ def test_sweep_runs_real_jobs_and_a_real_allreduce_across_nodes(burnin_env, dev_
     assert {(p["a"], p["b"]) for p in pairs} == {("b200-001", "b200-002"), ("b200-003", "b200-004")}
     assert all(p["status"] == "pass" and p["busbw_gbps"] > 0 and "gloo" in p["detail"] for p in pairs)
     acct = accounted(burnin_env, [n["job_id"] for n in s["nodes"]] + [p["job_id"] for p in pairs])
-    assert all(r["State"] == "COMPLETED" and r["QOS"] == "burnin" and r["Account"] == "ops-burnin"
-               for r in acct.values()), acct
+    assert sorted(acct) == sorted(map(str, [n["job_id"] for n in s["nodes"]] + [p["job_id"] for p in pairs])), acct
+    odd = {j: r for j, r in acct.items()
+           if (r["State"], r["QOS"], r["Account"]) != ("COMPLETED", "burnin", "ops-burnin")}
+    assert not odd, odd
     for p in pairs:
         assert acct[p["job_id"]]["NNodes"] == "2"
     # parallel, not serial: four node jobs overlapped in time

@@ -54,11 +54,16 @@ def fault(env, node, kind, value=None):
              *(["--value", str(value)] if value is not None else []))
 
 
-def drained_by_health(dc, env, node):
-    # the hook leaves a node Slurm flags NOT_RESPONDING alone (someone else's state): a node just
-    # resumed or rebooted answers slurmctld's next ping first
+def responding(env, node):
+    """Wait for slurmctld's next ping to reach `node`: one just resumed, rebooted, or loaded by a
+    qualification job on a 2-core host is flagged NOT_RESPONDING until then, and both the health
+    hook and `repair qualify` leave such a node alone (someone else's state)."""
     assert wait_for(lambda: "NOT_RESPONDING" not in slurm_node(env, node).flags, 120, interval=1.0), \
         slurm_node(env, node)
+
+
+def drained_by_health(dc, env, node):
+    responding(env, node)
     p, _ = hook(dc, "healthcheck.sh", node)
     assert p.returncode == 0, p.stderr
     info = slurm_node(env, node)
@@ -109,6 +114,7 @@ def test_an_admin_qualifies_a_node_by_hand(dev_cluster, env):
     """`slurmadm repair qualify NODE`: a node in service is drained for the job and resumed on a
     pass; one whose stand-in GPU corrupts its answer fails and stays drained."""
     node = FAILS
+    responding(env, node)
     plan = json.loads(slurmadm(env, "repair", "qualify", node, "--dry-run", "--json"))
     assert [(a["node"], a["step"]) for a in plan["plan"]] == [(node, "qualify")] and plan["done"] == [], plan
     assert not slurm_node(env, node).drained  # shown, not done
@@ -120,6 +126,7 @@ def test_an_admin_qualifies_a_node_by_hand(dev_cluster, env):
     assert not info.drained and info.state == "IDLE", info
 
     fault(env, node, "corrupt", 1)
+    responding(env, node)
     done = json.loads(slurmadm(env, "repair", "qualify", node, "--json", code=1))["done"]
     q = done[0]["qualification"]
     assert q["failed_test"] == "kat" and f"gpu{GPU}" in q["detail"], q
