@@ -25,7 +25,9 @@ What a node's step may be:
 Never acted on: a node drained by someone else or whose reason an admin edited, a node in a
 MAINT reservation or another state someone else handles (reboot, power, DOWN) unless it is our
 own reboot, a node running jobs (wait), and past `[repair] breaker_fraction` of any partition in
-repair at once (hold). Slurm unreachable, or SSH to a node that needs a reset: exit 3 before
+repair at once (hold). The run plans every node, then acts node after node: each step re-reads
+its node first (`changed_since`), and one that changed since the plan (a job, someone else's
+drain or state, resumed under us) is left for the next run (`ok: null`). Slurm unreachable, or SSH to a node that needs a reset: exit 3 before
 anything changes.
 """
 
@@ -235,6 +237,12 @@ def _decide(inc, n: NodeInfo, *, next_step, now, facts: Facts, lemon_after: int,
     return Action(do="none" if action == "none" else "wait", why=why, **base)
 
 
+def _ours_reboot(act: Action, n: NodeInfo) -> bool:
+    """Our own reboot: its flags, and the DOWN it leaves (nextstate=DOWN with our reason), are ours."""
+    return act.state == "rebooting" and (n.reason.startswith("slurmadm: repair:") or not n.reason
+                                         or "REBOOT_REQUESTED" in n.flags or "REBOOT_ISSUED" in n.flags)
+
+
 def _guard(act: Action, n: NodeInfo, everyone: Sequence[NodeInfo], in_repair: set[str], fraction: float,
            drain_fraction: float, breaker) -> Action:
     """The safety rules: ownership, foreign states, jobs, the breakers."""
@@ -245,9 +253,7 @@ def _guard(act: Action, n: NodeInfo, everyone: Sequence[NodeInfo], in_repair: se
                        "left to them")
     if "MAINTENANCE" in n.flags:
         return replace(act, do="skip", why="in a MAINT reservation; left to whoever owns it")
-    # our own reboot: its flags, and the DOWN it leaves (nextstate=DOWN with our reason), are ours
-    ours_reboot = act.state == "rebooting" and (n.reason.startswith("slurmadm: repair:") or not n.reason
-                                                or "REBOOT_REQUESTED" in n.flags or "REBOOT_ISSUED" in n.flags)
+    ours_reboot = _ours_reboot(act, n)
     foreign = foreign_state(n)
     if foreign and not (ours_reboot and (act.do in ("power-cycle", "rma", "qualify"))):
         return replace(act, do="skip", why=f"node is {foreign}; left to whoever owns that")
@@ -274,6 +280,32 @@ def _guard(act: Action, n: NodeInfo, everyone: Sequence[NodeInfo], in_repair: se
     if why:
         return replace(act, do="hold", why=f"breaker: {why}")
     return act
+
+
+def changed_since(act: Action, n: NodeInfo) -> str:
+    """'' when the planned step `act` may still be taken on `n` as Slurm reports it now; else what
+    changed in the meantime (the run acts node after node, and a qualification takes minutes):
+    someone else's drain or state, a MAINT reservation, a node resumed under us, or a job on a
+    node a reset, reboot or qualification needs idle. The step is then left for the next run."""
+    if not act.acts:
+        return ""
+    if act.state == "rebooting" and n.reason.startswith("slurmadm: repair: "):
+        n = replace(n, reason=without_reboot_notes(n.reason))  # our reason, as Slurm rebooted it (as in plan)
+    if n.drained and not is_ours(n):
+        return f"drained by {n.reason_user or 'someone else'} ({n.reason!r})"
+    if "MAINTENANCE" in n.flags:
+        return "in a MAINT reservation"
+    ours_reboot = _ours_reboot(act, n)
+    foreign = foreign_state(n)
+    if foreign and not (ours_reboot and act.do in ("power-cycle", "rma", "qualify")):
+        return f"{foreign}"
+    if act.do in ("reset", "reboot", "qualify"):
+        if not n.drained and not (ours_reboot and act.do == "qualify"):
+            return f"no longer drained ({n.state_text})"
+        busy = _busy(n)
+        if busy:
+            return busy
+    return ""
 
 
 # ---------------------------------------------------------------------- the world, behind protocols
@@ -461,6 +493,14 @@ class Executor:
             report = Report(actions)
             for a in actions:
                 if not a.acts:
+                    continue
+                # re-read first: an earlier node's step took minutes, and Slurm is as it is now
+                changed = changed_since(a, self._node(a.node))
+                if changed:
+                    detail = f"not done: {changed} since the plan; left for the next run"
+                    self.progress(f"{a.node}: {a.do}: {detail}")
+                    report.done.append({"node": a.node, "step": a.do, "incident": a.incident, "ok": None,
+                                        "detail": detail})
                     continue
                 self.progress(f"{a.node}: {a.do}: {a.why}")
                 report.done.append(self._act(a))

@@ -558,3 +558,42 @@ def test_a_run_killed_mid_reset_is_carried_on_by_the_next(site):
     assert incs.incs["r1"].state == "closed" and slurm.calls[-1] == ("resume", (name,))
     assert float(store.get_node_state(name, qualify.XID_ACK_KEY)) > 0
     assert ex.run().done == []
+
+
+class MeanwhileQualifier(FakeQualifier):
+    """Qualifies the first node, and meanwhile Slurm changes under the second (`change`)."""
+
+    def __init__(self, slurm, other, change):
+        super().__init__(["pass", "pass"])
+        self.slurm, self.other, self.change = slurm, other, change
+
+    def qualify(self, n, on_error="fail"):
+        if n.name != self.other:
+            self.slurm._set(self.other, **self.change)
+        return super().qualify(n, on_error)
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"state": "MIXED", "flags": frozenset(), "reason": "", "reason_user": ""}, "no longer drained"),
+    ({"state": "MIXED"}, "jobs still on the node"),
+    ({"reason": "reseating the riser", "reason_user": "alice"}, "drained by alice"),
+    ({"state": "DOWN"}, "DOWN"),
+])
+def test_each_step_re_reads_its_node_and_leaves_one_that_changed_since_the_plan(site, change, said):
+    first, second = site.node_names[:2]
+    reason = "slurmadm: repair: qualify: RESET_GPU GPU2: after reset [repair]"
+    slurm = FakeSlurm([node(first, reason=reason), node(second, reason=reason)]
+                      + [idle(n) for n in site.node_names[2:]])
+    incs = FakeIncidents([Inc("r1", first, state="qualifying"), Inc("r2", second, state="qualifying")])
+    qualifier = MeanwhileQualifier(slurm, second, change)
+    ex, store = _executor(site, slurm, incs, qualifier=qualifier)
+    report = ex.run()
+    assert [a.do for a in report.actions] == ["qualify", "qualify"]  # both planned
+    assert qualifier.ran == [first]  # only the first taken
+    done = {d["node"]: d for d in report.done}
+    assert done[first]["ok"] is True
+    assert done[second]["ok"] is None and said in done[second]["detail"] and "since the plan" in done[second]["detail"]
+    assert report.exit_code == 0
+    assert incs.incs["r2"].state == "qualifying" and incs.incs["r2"].steps == []  # left for the next run
+    assert not [c for c in slurm.calls if second in c[1]]  # nothing done to it
+    assert not [e for e in store.events(target=second) if e.action.startswith("repair.act.")]
