@@ -13,6 +13,12 @@ to do, beside a plain store query on the same file (issue 34: each under a secon
   its in-process part alone. run-idle: `slurmadm repair run --json` with nothing to do (the CLI).
 - Peer: a plain query of the open incidents on the same file (sqlite3, no slurmadm), and
   `python -c pass` (the interpreter's own start), so the CLI's share is visible.
+- Slurm: no slurmctld is needed. `repair run` asks Slurm (sinfo/scontrol) for the nodes, so the
+  CLI rows run with a stub Slurm first on PATH (`stub_slurm`): shell scripts that print Slurm
+  22.05's own `sinfo --json` shape for the `--nodes` nodes, every node with an incident not closed
+  drained by health and still running a job (the ladder waits: nothing to do), the rest idle.
+  Each stub call is `cat` of a file; what the stub was asked is printed, and a command it does
+  not know fails the bench (a change in what `repair run` asks shows up here).
 """
 
 from __future__ import annotations
@@ -102,6 +108,79 @@ def fill(path: Path, nodes: int, n: int, now: float) -> float:
     return took
 
 
+STUB = """#!/bin/sh
+# stub Slurm for bench/repair_status.py: answers from files beside it, logs what it was asked
+echo "$(basename "$0") $*" >> "{log}"
+case "$(basename "$0") $*" in
+  "sinfo --version") echo "slurm 22.05.8" ;;
+  "sinfo --json") cat "{dir}/sinfo.json" ;;
+  "scontrol show reservation -o") echo "No reservations in the system" ;;
+  *) echo "stub slurm: not known: $(basename "$0") $*" >&2; exit 1 ;;
+esac
+"""
+
+
+class _Slurm:
+    """In-process stand-in for the stub's answers, to settle them (see `stub_slurm`)."""
+
+    def __init__(self, rows: list[dict]):
+        self.rows = rows
+
+    def nodes(self, names=None):
+        from slurmadm.slurm.parse import node_from_json
+
+        return [node_from_json(r) for r in self.rows if names is None or r["name"] in names]
+
+
+def settled(site, store_path: Path, rows: list[dict]) -> list[dict]:
+    """The nodes as Slurm shows them once earlier runs took their steps: a lemon's or an RMA
+    candidate's drain reason is repair's (the first runs set it), so the ladder has nothing to do."""
+    from slurmadm.repair import run as rr
+
+    by = {r["name"]: r for r in rows}
+    with Store(store_path) as store:
+        ex = rr.Executor(site, _Slurm(rows), store)
+        for _ in range(3):
+            acting = [x for x in ex.plan() if x.acts]
+            if not acting:
+                return rows
+            for x in acting:
+                if x.reason and x.do in ("lemon", "rma"):
+                    by[x.node].update(reason=x.reason, state_flags=["DRAIN"])
+    raise SystemExit(f"the stub's nodes do not settle: {[(x.node, x.do) for x in acting][:4]}")
+
+
+def stub_slurm(tmp: Path, site, nodes: int) -> tuple[Path, Path]:
+    """A directory of stub `sinfo`/`scontrol` and the file they log to (see the docstring)."""
+    import sqlite3
+
+    d = tmp / "slurm-bin"
+    d.mkdir()
+    log = tmp / "slurm-asked.log"
+    store_path = tmp / "store.db"
+    db = sqlite3.connect(store_path)
+    busy = {r[0] for r in db.execute("SELECT DISTINCT node FROM incidents WHERE state != 'closed'")}
+    db.close()
+    out = []
+    for i in range(nodes):
+        name = f"b200-{i + 1:03d}"
+        drained = name in busy
+        out.append({"name": name, "hostname": name, "address": name, "state": "mixed" if drained else "idle",
+                    "state_flags": ["DRAIN"] if drained else [], "partitions": ["gpu"], "gres": "gpu:b200:8",
+                    "gres_used": "gpu:b200:4(IDX:0-3)" if drained else "gpu:b200:0(IDX:N/A)", "cpus": 224,
+                    "alloc_cpus": 64 if drained else 0, "real_memory": 2_000_000, "features": "b200,ib400",
+                    "reason": "slurmadm: xid: GPU1 XID 46 ROBUST_CHANNEL_GPU_TIMEOUT_ERROR (RESET_GPU) [prolog]"
+                    if drained else "", "reason_set_by_user": "root" if drained else None,
+                    "boot_time": 1795974915, "slurmd_version": "22.05.8"})
+    out = settled(site, store_path, out)
+    (d / "sinfo.json").write_text(json.dumps({"meta": {}, "errors": [], "nodes": out}))
+    for cmd in ("sinfo", "scontrol"):
+        f = d / cmd
+        f.write_text(STUB.format(log=log, dir=d))
+        f.chmod(0o755)
+    return d, log
+
+
 def timed(fn, repeat: int) -> tuple[float, float]:
     """Median wall time and median CPU time (this process and its children) of `fn`."""
     import resource
@@ -130,7 +209,9 @@ def main() -> int:
         f = site_file(tmp)
         now = time.time()
         fill(tmp / "store.db", a.nodes, a.incidents, now)
-        env = {**os.environ, "SLURMADM_SITE": str(f)}
+        slurm_bin, asked = stub_slurm(tmp, load_site(str(f)), a.nodes)
+        env = {**os.environ, "SLURMADM_SITE": str(f), "SLURMADM_SLURM_BACKEND": "cli",
+               "PATH": f"{slurm_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
         cli = [sys.executable, "-m", "slurmadm"]
 
         def status_cli():
@@ -139,8 +220,14 @@ def main() -> int:
             return json.loads(p.stdout)
 
         def run_cli():
-            subprocess.run([*cli, "repair", "run", "--json"], env=env, capture_output=True, text=True, timeout=120,
-                           check=True)
+            p = subprocess.run([*cli, "repair", "run", "--json"], env=env, capture_output=True, text=True,
+                               timeout=120)
+            if p.returncode != 0:
+                raise SystemExit(f"repair run: exit {p.returncode}: {p.stderr.strip()[-400:]}")
+            report = json.loads(p.stdout)
+            acting = [x for x in report["plan"] if x["step"] not in ("wait", "hold", "skip", "none")]
+            if acting or report["done"]:
+                raise SystemExit(f"repair run was to have nothing to do; it planned {acting[:3]}")
 
         site = load_site(str(f))
 
@@ -163,12 +250,16 @@ def main() -> int:
             subprocess.run([sys.executable, "-c", "pass"], check=True)
 
         shown = len(status_cli())
+        asked.write_text("")
+        run_cli()
+        asked_once = ", ".join(dict.fromkeys(asked.read_text().splitlines()))
         rows = [("repair status --json (CLI)", timed(status_cli, a.repeat)),
                 ("repair status, in-process part", timed(status_inproc, a.repeat)),
                 ("repair run --json, nothing new (CLI)", timed(run_cli, a.repeat)),
                 ("peer: plain query of open incidents", timed(peer_query, a.repeat)),
                 ("peer: python -c pass", timed(python_start, a.repeat))]
     print(f"{a.nodes} nodes, {a.incidents} past incidents, {shown} shown by status; median of {a.repeat}")
+    print(f"stub Slurm asked (per idle run): {asked_once}")
     print(f"{'':40s} {'wall':>8s} {'cpu':>8s}")
     for name, (wall, busy) in rows:
         print(f"{name:40s} {wall:7.3f}s {busy:7.3f}s")
