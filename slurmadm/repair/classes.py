@@ -26,6 +26,8 @@ XID_RE = re.compile(r"(?:GPU(?P<gpu>\d+)|PCI (?P<pci>[0-9A-Fa-f:.]+))(?: \(MIG [
                     r"(?: x\d+)? (?P<name>.*?) \((?P<action>[A-Z0-9_/]+)\)")
 # a bare "XID 79" anywhere (an alert's summary)
 BARE_XID_RE = re.compile(r"\b[Xx][Ii][Dd][ =]?(\d{1,3})\b")
+# health's xid check naming NVML's own recovery verdict: "GPU3 NVML recovery action: Reset"
+NVML_RECOVERY_RE = re.compile(r"\bNVML recovery action\b")
 GPU_RE = re.compile(r"\bGPU ?(\d+)\b")
 HCA_RE = re.compile(r"\b(mlx\d_\d+|hfi\d_\d+|ib[a-z]*\d+)(?:(?::|/| port )(\d+))?")
 SENSOR_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9 _./#-]*?)(?::| is | reads | status| failed| critical)")
@@ -131,7 +133,7 @@ def classify(check_id: str, detail: str) -> list[Fault]:
     and auto-resume classes are included (their `opens_incident` is False): the caller drops
     them. An unknown check id gives no fault."""
     out: list[Fault] = []
-    pieces = [p.strip() for p in detail.split("; ") if p.strip()] or [detail]
+    pieces = findings(detail)
     if check_id == "xid" or check_id.startswith("alert-GpuXid"):
         for piece in pieces:
             m = XID_RE.search(piece)
@@ -147,7 +149,7 @@ def classify(check_id: str, detail: str) -> list[Fault]:
                 cls = xid_class(int(bare.group(1)), from_catalog, piece)
                 out.append(Fault(cls, classes()[cls].part, _slot("gpu", piece), "", int(bare.group(1)), piece,
                                  check_id))
-            elif check_id == "xid":
+            elif check_id == "xid" and NVML_RECOVERY_RE.search(piece):
                 # "GPU3 NVML recovery action: Reset" and the like: NVML's own verdict [nvml]
                 cls = "RESTART_BM" if re.search(r"(?i)reboot", piece) else "RESET_GPU"
                 out.append(Fault(cls, "gpu", _slot("gpu", piece), "", None, piece, check_id))
@@ -165,6 +167,23 @@ def classify(check_id: str, detail: str) -> list[Fault]:
                 out.append(Fault(c, classes()[c].part, _slot("gpu", piece), "", None, piece, check_id))
             return _unique(out)
     return [Fault(cls, info.part, _slot(info.part, detail), "", None, detail, check_id)]
+
+
+def findings(detail: str) -> list[str]:
+    """A check's detail cut into its findings at `; ` outside brackets: health joins findings
+    with `; `, and a finding's own note may hold one (`[logged at an unknown time: ... (not this
+    boot); treated as recent]`, tests/fixtures/health/xid-raw-dmesg.log)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(detail):
+        if ch in "[(":
+            depth += 1
+        elif ch in ")]":
+            depth = max(0, depth - 1)
+        elif ch == ";" and depth == 0 and detail.startswith("; ", i):
+            out.append(detail[start:i])
+            start = i + 2
+    out.append(detail[start:])
+    return [p.strip() for p in out if p.strip()] or [detail]
 
 
 def _unique(faults: list[Fault]) -> list[Fault]:

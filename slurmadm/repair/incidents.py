@@ -105,9 +105,12 @@ def _inventory(source, node: str, kind: str, cache: dict[tuple[str, str], list[d
 
 
 def _pci_tail(bus_id: str) -> str:
-    """`00000000:1B:00.0` / `0000:1b:00.0` -> `1b:00.0` (the part both spellings share)."""
-    parts = bus_id.lower().split(":")
-    return ":".join(parts[-2:]) if len(parts) >= 2 else bus_id.lower()
+    """`00000000:1B:00.0` (NVML) / `0000:1b:00.0` / `0000:1b:00` (the kernel's `NVRM: Xid
+    (PCI:0000:1b:00)`: domain, bus, device, no function) -> `1b:00`, the part every spelling
+    shares (a GPU is function 0 of its device)."""
+    parts = bus_id.strip().lower().split(":")
+    tail = ":".join(parts[-2:]) if len(parts) >= 2 else parts[0]
+    return tail.split(".", 1)[0]
 
 
 def gpu_identity(inventory: list[dict[str, Any]], slot: str, pci: str, *, lost: bool = False) -> dict[str, str]:
