@@ -23,6 +23,7 @@ from typing import Any
 from ..errors import SlurmadmError
 from ..proc import run
 from ..health.allreduce import import_torch
+from . import watch
 from .model import TestResult
 
 SLOW_FRACTION = 0.80
@@ -160,7 +161,37 @@ def cpu_stand_in(seconds: float, reason: str) -> TestResult:
 
 def stress(seconds: float, *, cpu_only: bool = False) -> TestResult:
     """`cpu_only`: the site runs burn-in on CPUs (burnin.collective = "gloo", the dev cluster),
-    so no GPU is expected whatever build of torch is installed."""
+    so no GPU is expected whatever build of torch is installed. Either way the GPUs' clocks,
+    temperatures and throttle reasons are watched through NVML while it runs (watch.py): a
+    hardware slowdown under the stress fails it."""
+    with watch.stand_in_load(seconds), watch.Watch(interval=watch_interval(seconds)) as w:
+        result = _stress(seconds, cpu_only=cpu_only)
+    return watched(result, w.summary())
+
+
+def watch_interval(seconds: float) -> float:
+    """About 20 samples a stress, one every 0.5 to 5 seconds."""
+    return min(5.0, max(0.5, seconds / 20))
+
+
+def watched(result: TestResult, summary: dict[str, Any]) -> TestResult:
+    """The stress result with what the GPUs did meanwhile: a hardware slowdown fails it, a SW
+    thermal slowdown makes a pass a warning; the samples go into its data."""
+    result.data["watch"] = summary
+    status, findings = watch.judge(summary)
+    if status == "fail":
+        result.status = "fail"
+        result.detail = "; ".join(findings) + "; " + result.detail
+    elif status == "warn":
+        if result.status == "pass" and any("slowdown" in f for f in findings):
+            result.status = "warn"
+        result.detail += "; " + "; ".join(findings)
+    elif status == "pass":
+        result.detail += "; " + watch.describe(summary)
+    return result
+
+
+def _stress(seconds: float, *, cpu_only: bool) -> TestResult:
     if cpu_only:
         return cpu_stand_in(seconds, "the site runs burn-in on the CPU (burnin.collective = gloo)")
     torch = import_torch()

@@ -383,6 +383,18 @@ def _apply_thermal(gpu: dict[str, Any], temp: int) -> None:
     _slow(gpu, SW_THERMAL | HW_THERMAL | HW_SLOWDOWN)
 
 
+LOADED = "loaded."  # `gpu.N.loaded.KEY`: what GPU N shows only under load (fakenvml.c, `<node>.load`)
+
+
+def _apply_thermal_under_load(gpu: dict[str, Any], temp: int) -> None:
+    """Cool and unthrottled at rest, so every health check passes; under a stress (the node's
+    `<node>.load` file, written by the burn-in's stress) over temperature with thermal and HW
+    slowdown, SM clock halved: a board with a failing cold plate or fan."""
+    gpu[LOADED + "temp_gpu"] = temp
+    gpu[LOADED + "clock_reasons"] = gpu["clock_reasons"] | SW_THERMAL | HW_THERMAL | HW_SLOWDOWN
+    gpu[LOADED + "clock_sm"] = min(gpu["clock_sm"], gpu["clock_sm_max"] // 2)
+
+
 def _apply_power(gpu: dict[str, Any], watts: int) -> None:
     gpu["power_mw"] = watts * 1000
     gpu["clock_reasons"] |= SW_POWER_CAP
@@ -563,6 +575,9 @@ _KINDS = [
               "error count", 100, reset="clear"),
     FaultKind("thermal", "GPU over temperature; thermal and HW slowdown active, SM clock halved", _apply_thermal,
               "degrees C", 95, 150),
+    FaultKind("thermal-under-load", "cool at rest (health passes); under the burn-in's stress over temperature, "
+              "thermal and HW slowdown active, SM clock halved (a failing cold plate or fan)",
+              _apply_thermal_under_load, "degrees C under load", 95, 150),
     FaultKind("memory-thermal", "HBM over temperature", _set_value("temp_mem"), "degrees C", 100, 150),
     FaultKind("power", "power draw over the enforced limit; SW power cap active", _apply_power, "watts",
               lambda g: g["power_enforced_mw"] * 5 // 4000, 10_000),

@@ -7,7 +7,8 @@ reset, reset-fail and corrupt faults, the health hook's drains, real Slurm jobs 
 - b200-004: silent corruption (`--kind corrupt`): the reset works, the qualification's known-answer
   test fails; the reboot rung, the second qualification fails -> a lemon, never resumed.
 - b200-002 first, by hand (`repair qualify`, issue 45): in service -> drained, qualified, resumed;
-  with a corrupting GPU -> fails on the known-answer test and stays drained, repair's reason.
+  with a corrupting GPU -> fails on the known-answer test and stays drained, repair's reason;
+  with a GPU that throttles only under load -> health passes, the gate's stress fails; cleared.
 The breaker (0.1 of the partition, at least one node) takes one node into repair at a time, so
 the scenarios run one after another. Waits poll with deadlines."""
 
@@ -136,6 +137,31 @@ def test_an_admin_qualifies_a_node_by_hand(dev_cluster, env):
     assert "repair.qualify.result" in json.dumps(audit), audit
     slurmadm(env, "dev-cluster", "gpu-fault", node, "--clear")
     sh(env, "scontrol", "update", f"nodename={node}", "state=resume")
+
+
+def test_a_gpu_that_throttles_only_under_load_passes_health_and_fails_the_gates_stress(dev_cluster, env):
+    """Issue 45: the stand-in's `thermal-under-load` GPU is cool at rest, so the health hook
+    passes it; the qualification's stress loads it, NVML shows HW thermal slowdown, and the gate
+    fails on the stress naming the GPU. Then `repair clear --resume`: the admin's fresh start."""
+    node = FAILS
+    responding(env, node)
+    fault(env, node, "thermal-under-load", 96)
+    p, _ = hook(dev_cluster, "healthcheck.sh", node)
+    assert p.returncode == 0 and not slurm_node(env, node).drained, (p.stderr, slurm_node(env, node))
+    done = json.loads(slurmadm(env, "repair", "qualify", node, "--json", code=1))["done"]
+    q = done[0]["qualification"]
+    assert q["failed_test"] == "stress" and f"stress: GPU{GPU} HW slowdown" in q["detail"], q
+    assert "HW thermal slowdown" in q["detail"], q
+    tests = {t["test"]: t for t in q["tests"]}
+    assert "peak 96 C" in tests["stress"]["detail"] and tests["health"]["status"] == "pass", tests
+    info = slurm_node(env, node)
+    assert info.drained and info.reason.startswith("slurmadm: repair: qualify: failed: stress"), info
+
+    slurmadm(env, "dev-cluster", "gpu-fault", node, "--clear")
+    slurmadm(env, "repair", "clear", node, "--resume", "--reason", "cold plate reseated")
+    assert not slurm_node(env, node).drained
+    assert json.loads(slurmadm(env, "repair", "lemons", "--json")) == [] or \
+        node not in json.dumps(json.loads(slurmadm(env, "repair", "lemons", "--json")))
 
 
 def test_reset_qualify_resume_then_a_third_incident_is_an_rma_candidate(dev_cluster, env):

@@ -210,14 +210,18 @@ static void set_gpu_field(struct gpu *g, const char *key, const char *val) {
     /* unknown keys are ignored: a newer writer may add some */
 }
 
-/* Parse the state file at `path` into *st. Returns 0 on success, -1 if missing or unreadable. */
-static int load_state(const char *path, struct state *st, struct stat *sb) {
+/* Parse the state file at `path` into *st. Returns 0 on success, -1 if missing or unreadable.
+ * `gpu.N.loaded.KEY=V` lines are what GPU N shows while it is under load (a fault that only a
+ * stress brings out): applied over the plain keys, in a second pass, only when `loaded`. */
+static int load_state(const char *path, struct state *st, struct stat *sb, int loaded) {
     FILE *f = fopen(path, "r");
     if (!f) return -1;
     if (fstat(fileno(f), sb) != 0) { fclose(f); return -1; }
     memset(st, 0, sizeof *st);
     char line[8192];
-    while (fgets(line, sizeof line, f)) {
+    for (int pass = 0; pass < (loaded ? 2 : 1); pass++) {
+      rewind(f);
+      while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\r\n")] = 0;
         char *eq = strchr(line, '=');
         if (line[0] == '#' || !eq) continue;
@@ -227,8 +231,12 @@ static int load_state(const char *path, struct state *st, struct stat *sb) {
             char *dot;
             unsigned long idx = strtoul(key + 4, &dot, 10);
             if (*dot != '.' || idx >= MAX_GPUS) continue;
+            int under_load = strncmp(dot + 1, "loaded.", 7) == 0;
+            if (under_load != pass) continue;
             if (idx + 1 > st->ngpus) st->ngpus = (unsigned)idx + 1;
-            set_gpu_field(&st->gpus[idx], dot + 1, val);
+            set_gpu_field(&st->gpus[idx], dot + 1 + (under_load ? 7 : 0), val);
+        } else if (pass == 1) {
+            continue;
         } else if (strcmp(key, "driver_version") == 0) {
             copy_str(st->driver_version, sizeof st->driver_version, val);
         } else if (strcmp(key, "nvml_version") == 0) {
@@ -236,9 +244,25 @@ static int load_state(const char *path, struct state *st, struct stat *sb) {
         } else if (strcmp(key, "cuda_driver_version") == 0) {
             st->cuda_driver_version = (int)strtol(val, NULL, 10);
         }
+      }
     }
     fclose(f);
     return 0;
+}
+
+/* Whether the node's GPUs are under load: `<node>.load` beside the state file holds the epoch
+ * second until which a stress runs (written by the burn-in's stress in the dev cluster), so a
+ * stress killed half-way stops loading them at its deadline. */
+static char g_load_path[4096];
+static int g_loaded;
+
+static int under_load(void) {
+    FILE *f = fopen(g_load_path, "r");
+    if (!f) return 0;
+    double until = 0;
+    int ok = fscanf(f, "%lf", &until) == 1;
+    fclose(f);
+    return ok && until > (double)time(NULL);
 }
 
 static int same_file(const struct stat *a, const struct stat *b) {
@@ -249,12 +273,14 @@ static int same_file(const struct stat *a, const struct stat *b) {
 /* Re-read the state file if it changed. Caller holds g_lock. A vanished file keeps the last state. */
 static void refresh(void) {
     struct stat sb;
-    if (stat(g_path, &sb) != 0 || same_file(&sb, &g_stat)) return;
+    int loaded = under_load();
+    if (stat(g_path, &sb) != 0 || (same_file(&sb, &g_stat) && loaded == g_loaded)) return;
     struct state *fresh = malloc(sizeof *fresh);
     if (!fresh) return;
-    if (load_state(g_path, fresh, &sb) == 0) {
+    if (load_state(g_path, fresh, &sb, loaded) == 0) {
         g_state = *fresh;
         g_stat = sb;
+        g_loaded = loaded;
     }
     free(fresh);
 }
@@ -285,7 +311,9 @@ static nvmlReturn_t do_init(void) {
             r = NVML_ERROR_DRIVER_NOT_LOADED;
         } else {
             snprintf(g_path, sizeof g_path, "%s/%s.state", dir, node);
-            if (load_state(g_path, fresh, &sb) != 0) {
+            snprintf(g_load_path, sizeof g_load_path, "%s/%s.load", dir, node);
+            g_loaded = under_load();
+            if (load_state(g_path, fresh, &sb, g_loaded) != 0) {
                 r = NVML_ERROR_DRIVER_NOT_LOADED;
             } else {
                 g_state = *fresh;
