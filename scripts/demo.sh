@@ -254,9 +254,17 @@ demo_repair() {
   slurmadm dev-cluster gpu-fault b200-003 --gpu 2 --kind xid --value 46 >/dev/null   # Xid 46: RESET_GPU
   slurmadm health run --node b200-003 --checks xid >/dev/null || true                  # the signal: drained
   sinfo -h -R -n b200-003 -o "%100E %N"
+  slurmadm repair status                              # the incident, by the GPU's serial, and its next step
   slurmadm repair run --dry-run                       # the plan first: reset (the ladder's first rung)
   slurmadm repair run                                 # nvidia-smi --gpu-reset, then the qualification job
   sinfo -h -p gpu -n b200-003 -o "%N %T"              # resumed: the gate passed
+  slurmadm repair history b200-003 | head -12         # the incident's story: signal, reset, qualification
+  step "repair qualify: an admin reseated b200-001's GPU tray and wants the gate passed before it takes jobs"
+  # a node answers slurmctld's ping before it is asked for (NOT_RESPONDING is someone else's state)
+  wait_until 60 "b200-001 to answer slurmctld" sh -c '! sinfo -h -n b200-001 -o %T | grep -q "[*]"' || true
+  slurmadm repair qualify b200-001 --dry-run          # in service: drained first, resumed on a pass
+  slurmadm repair qualify b200-001 || true            # stress, all-reduce, known-answer test, health suite
+  sinfo -h -p gpu -n b200-001 -o "%N %T"
   step "repair: b200-004 computes a wrong answer (silent corruption): two failed qualifications make a lemon"
   slurmadm dev-cluster gpu-fault b200-004 --gpu 2 --kind xid --value 46 >/dev/null
   slurmadm dev-cluster gpu-fault b200-004 --gpu 2 --kind corrupt --value 1 >/dev/null
@@ -266,6 +274,7 @@ demo_repair() {
   wait_until 300 "b200-004 to become a lemon" sh -c \
     "slurmadm repair run >/dev/null 2>&1; slurmadm repair lemons --json | grep -q b200-004" || true
   slurmadm repair lemons
+  slurmadm repair clear b200-004 --resume --reason "reseated GPU2" --dry-run || true  # an admin's word (shown only)
   slurmadm dev-cluster gpu-fault b200-004 --clear >/dev/null
 }
 if [ -n "${DEMO_REPAIR:-1}" ]; then demo_repair; fi
