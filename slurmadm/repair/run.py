@@ -171,7 +171,7 @@ def plan(incidents: Iterable, nodes: Sequence[NodeInfo], *, next_step: Callable[
     in_repair |= {n.name for n in nodes if repair_step_of(n) in WORKING}
     out: list[Action] = []
     for node_name in sorted(per_node):
-        incs = sorted(per_node[node_name], key=lambda i: (ORDER.get(i.state, 9), str(i.id)))
+        incs = _in_order(per_node[node_name], next_step)
         inc = incs[0]
         n = by_name.get(node_name)
         base = {"node": node_name, "incident": str(inc.id), "cls": inc.cls, "slots": _slots(inc), "state": inc.state}
@@ -182,11 +182,46 @@ def plan(incidents: Iterable, nodes: Sequence[NodeInfo], *, next_step: Callable[
             n = replace(n, reason=without_reboot_notes(n.reason))  # our reason, as Slurm rebooted it
         act = _decide(inc, n, next_step=next_step, now=now, facts=facts, lemon_after=lemon_after,
                       reboot_timeout_s=reboot_timeout_s, base=base)
+        if act.do == "reset":
+            act = _with_other_resets(act, incs[1:], next_step)
         act = _guard(act, n, nodes, in_repair, fraction, drain_fraction, breaker)
         if act.do in WORKING:
             in_repair.add(node_name)
         out.append(act)
     return out
+
+
+# of incidents merely open on one node, the one whose step goes first: a reboot resets every GPU
+STRENGTH = {"rma": 0, "lemon": 0, "reboot": 1, "reset": 2, "resume": 3, "qualify": 3}
+
+
+def _action_of(inc, next_step) -> str:
+    step = next_step(inc)
+    return getattr(step, "action", None) or str(step)
+
+
+def _in_order(incs: list, next_step) -> list:
+    """A node's incidents, the one its step is for first: one in progress (ORDER: an RMA or a
+    lemon, then rebooting, qualifying, resetting), else among those merely open the strongest
+    next step (RMA, reboot, reset, qualify), then the incident id."""
+    def key(i):
+        strength = STRENGTH.get(_action_of(i, next_step), 9) if i.state == "open" else 0
+        return (ORDER.get(i.state, 9), strength, str(i.id))
+
+    return sorted(incs, key=key)
+
+
+def _with_other_resets(act: Action, others: list, next_step) -> Action:
+    """A reset takes every GPU of the node an open incident wants reset, not only its own
+    incident's: the qualification after it judges the whole node, and the reset's XID
+    acknowledgement covers every line before it."""
+    more = [o for o in others if o.state == "open" and _slots(o) and _action_of(o, next_step) == "reset"
+            and set(_slots(o)) - set(act.slots)]
+    if not more:
+        return act
+    slots = tuple(sorted(set(act.slots).union(*(_slots(o) for o in more))))
+    also = ", ".join(f"GPU{','.join(map(str, _slots(o)))} ({o.cls} {o.id})" for o in more)
+    return replace(act, slots=slots, why=f"{act.why}; also {also}")
 
 
 def _decide(inc, n: NodeInfo, *, next_step, now, facts: Facts, lemon_after: int, reboot_timeout_s: float,
@@ -700,7 +735,10 @@ class Executor:
             return {"ok": True, "detail": f"qualified and resumed ({q.detail})", "qualification": q.to_json()}
         failed = self.incidents.failed_qualifications(a.node)
         if failed >= self.lemon_after:
-            why = f"{failed} failed qualifications (last: {q.detail})"
+            from . import blame
+
+            part = f"; {blame.describe(q.blamed)}" if q.blamed else ""
+            why = f"{failed} failed qualifications (last: {q.detail}{part})"
             self.backend.set_reason([a.node], reason("lemon", f"{a.cls}: {why}"))
             self.incidents.advance(a.incident, "lemon", "lemon", evidence={"qualification": q.to_json()}, why=why,
                                    outcome="failed")

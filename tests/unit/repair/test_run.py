@@ -597,3 +597,40 @@ def test_each_step_re_reads_its_node_and_leaves_one_that_changed_since_the_plan(
     assert incs.incs["r2"].state == "qualifying" and incs.incs["r2"].steps == []  # left for the next run
     assert not [c for c in slurm.calls if second in c[1]]  # nothing done to it
     assert not [e for e in store.events(target=second) if e.action.startswith("repair.act.")]
+
+
+def test_a_reset_takes_every_gpu_of_the_node_an_open_incident_wants_reset():
+    """The demo's b200-003: an ECC incident on GPU5 (reset) and a RESET_GPU incident on GPU2. The
+    run reset GPU5 only, and the passed qualification closed GPU2's incident with it, its XID
+    acknowledged by a reset it never had."""
+    incs = [Inc("r1", "n01", cls="ECC", slot="5"), Inc("r2", "n01", slot="2"), Inc("r3", "n01", slot="5")]
+    a = _plan(incs, fleet_with(node("n01")))["n01"]
+    assert (a.do, a.incident, a.slots) == ("reset", "r1", (2, 5)), a
+    assert "also GPU2 (RESET_GPU r2)" in a.why and "r3" not in a.why  # GPU5 is already in it
+    # an incident whose step is not a reset adds nothing
+    a = _plan(incs[:2], fleet_with(node("n01")), next_step=lambda i: Step("reset" if i.cls == "ECC" else "none"))["n01"]
+    assert a.slots == (5,)
+
+
+def test_of_incidents_merely_open_the_strongest_step_goes_first():
+    """A reboot resets every GPU: it goes before a reset whatever the incident ids say."""
+    incs = [Inc("r1", "n01", slot="2"), Inc("r9", "n01", cls="RESTART_BM", slot="")]
+    steps = {"RESET_GPU": "reset", "RESTART_BM": "reboot"}
+    a = _plan(incs, fleet_with(node("n01")), next_step=lambda i: Step(steps[i.cls]))["n01"]
+    assert (a.do, a.incident) == ("reboot", "r9")
+    # one in progress still goes first (a reset under way is finished, not overtaken)
+    incs[0].state = "resetting"
+    a = _plan(incs, fleet_with(node("n01")), next_step=lambda i: Step(steps[i.cls]))["n01"]
+    assert (a.do, a.incident) == ("reset", "r1")
+
+
+def test_the_gpus_of_several_incidents_are_reset_in_one_step(site):
+    name = site.node_names[0]
+    slurm = FakeSlurm([node(name)] + [idle(n) for n in site.node_names[1:]])
+    incs = FakeIncidents([Inc("r1", name, slot="2"), Inc("r2", name, slot="5")])
+    remote = FakeRemote()
+    ex, store = _executor(site, slurm, incs, remote=remote)
+    report = ex.run()
+    assert [d["step"] for d in report.done] == ["reset"] and report.exit_code == 0
+    script = remote.commands[-1]  # one SSH command resets each in turn
+    assert "--gpu-reset -i 2" in script and "--gpu-reset -i 5" in script, remote.commands
