@@ -104,6 +104,11 @@ def _inventory(source, node: str, kind: str, cache: dict[tuple[str, str], list[d
     return cache[(node, kind)]
 
 
+def gpu_inventory(source, node: str) -> list[dict[str, Any]]:
+    """The node's GPUs as its health runs last saw them (node_state `health.gpus`)."""
+    return _inventory(source, node, "gpu", {})
+
+
 def _pci_tail(bus_id: str) -> str:
     """`00000000:1B:00.0` (NVML) / `0000:1b:00.0` / `0000:1b:00` (the kernel's `NVRM: Xid
     (PCI:0000:1b:00)`: domain, bus, device, no function) -> `1b:00`, the part every spelling

@@ -59,6 +59,7 @@ class Qualification:
     job_id: str = ""
     tests: list[dict[str, Any]] = field(default_factory=list)
     duration_s: float = 0.0
+    blamed: list[dict[str, str]] = field(default_factory=list)  # the GPUs a failed one names (blame.py)
 
     @property
     def passed(self) -> bool:
@@ -71,7 +72,8 @@ class Qualification:
 
     def to_json(self) -> dict[str, Any]:
         return {"node": self.node, "status": self.status, "detail": self.detail, "failed_test": self.failed_test,
-                "job_id": self.job_id, "tests": self.tests, "duration_s": round(self.duration_s, 1)}
+                "job_id": self.job_id, "tests": self.tests, "duration_s": round(self.duration_s, 1),
+                **({"blamed": self.blamed} if self.blamed else {})}
 
 
 def events(stdout: str, kind: str) -> list[dict[str, Any]]:
@@ -234,6 +236,10 @@ class Qualifier:
                 self.store.audit("repair.reservation.delete", res, f"qualification of {name} ended")
                 self.store.delete_node_state(name, QUALIFY_KEY)
         verdict.duration_s = time.monotonic() - t0
+        if verdict.status != "pass":
+            from . import blame, incidents
+
+            verdict.blamed = blame.parts(verdict.tests, incidents.gpu_inventory(self.store, name))
         return verdict
 
 

@@ -3,6 +3,8 @@ and prints). Rows about many nodes fold the nodes that agree with `hostlist.fold
 
 from __future__ import annotations
 
+import json
+
 import time
 from contextlib import contextmanager
 from typing import Any
@@ -159,7 +161,37 @@ def lemons(store, s: ladder.Settings, now: float | None = None) -> list[dict[str
             out[("node", row["node"])] = {"kind": "node", "name": row["node"], "held": False,
                                           "why": f"{row['n']} failed qualifications", "incidents":
                                           len(by_node.get(row["node"], []))}
+    for serial, (n, where) in failed_by_gpu(store).items():
+        if n >= s.lemon_failed_qualifications and ("gpu", serial) not in out:
+            node = where.split(" ", 1)[0]
+            out[("gpu", serial)] = {"kind": "gpu", "name": serial, "held": ("node", node) in out and
+                                    bool(out[("node", node)]["held"]),
+                                    "why": f"{n} failed qualifications blame it ({where})",
+                                    "incidents": len(by_serial.get(serial, []))}
     return sorted(out.values(), key=lambda d: (d["kind"] != "node", d["name"]))
+
+
+def failed_by_gpu(store) -> dict[str, tuple[int, str]]:
+    """GPU serial -> (failed qualifications that blame it, where: `node GPUn`), since each
+    node's last `repair clear` (qualify.Qualification.blamed, in the qualification's evidence)."""
+    out: dict[str, tuple[int, str]] = {}
+    rows = store.query("SELECT q.evidence AS evidence, i.node AS node FROM qualifications q JOIN incidents i "
+                       f"ON q.incident_id = i.id WHERE q.status = 'failed' AND {incidents.SINCE_CLEAR_SQL} "
+                       "ORDER BY q.started")
+    for row in rows:
+        try:
+            evidence = json.loads(row["evidence"] or "[]")
+        except ValueError:
+            continue
+        seen = set()
+        for e in evidence if isinstance(evidence, list) else []:
+            for b in (e.get("blamed") or []) if isinstance(e, dict) else []:
+                serial = str(b.get("serial") or "") if isinstance(b, dict) else ""
+                if serial and serial not in seen:
+                    seen.add(serial)
+                    n, _ = out.get(serial, (0, ""))
+                    out[serial] = (n + 1, f"{row['node']} GPU{b.get('slot', '?')}")
+    return out
 
 
 def lemon_rows(items: list[dict[str, Any]]) -> list[tuple[str, ...]]:

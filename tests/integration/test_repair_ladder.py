@@ -227,6 +227,8 @@ def test_two_failed_qualifications_make_a_lemon(dev_cluster, env):
     q = first["qualification"]
     assert first["reset"]["ok"] and q["status"] == "fail" and q["failed_test"] == "kat", q
     assert f"gpu{GPU}" in q["detail"], q  # the stand-in GPU whose answer differs is named
+    serial = first["qualification"]["blamed"][0]["serial"]  # and blamed: the part, by its serial
+    assert first["qualification"]["blamed"][0]["slot"] == GPU and serial == incident(env, LEMON)["serial"], q
     before = boot_time(env, LEMON)
     second = step_of(run(env), LEMON)
     assert second["step"] == "reboot", second  # the ladder's next rung
@@ -235,6 +237,8 @@ def test_two_failed_qualifications_make_a_lemon(dev_cluster, env):
     assert third["qualification"]["failed_test"] == "kat" and "lemon" in third["detail"], third
     info = slurm_node(env, LEMON)
     assert info.drained and info.reason.startswith("slurmadm: repair: lemon: "), info
-    lemons = json.loads(slurmadm(env, "repair", "lemons", "--json"))
-    assert LEMON in json.dumps(lemons), lemons
+    assert f"GPU{GPU} (serial {serial})" in info.reason, info
+    lemons = {(d["kind"], d["name"]): d for d in json.loads(slurmadm(env, "repair", "lemons", "--json"))}
+    assert ("node", LEMON) in lemons and ("gpu", serial) in lemons, lemons  # the GPU itself, wherever it goes
+    assert lemons[("gpu", serial)]["why"] == f"2 failed qualifications blame it ({LEMON} GPU{GPU})", lemons
     assert run(env)["done"] == []  # never resumed
