@@ -199,6 +199,20 @@ def test_reset_qualify_resume_then_a_third_incident_is_an_rma_candidate(dev_clus
     assert info.drained and info.reason.startswith("slurmadm: repair: rma"), info
     assert run(env)["done"] == []  # held: nothing more until a person acts
 
+    # three incidents on one GPU in the window: the GPU, by its serial, is a lemon (issue 44); the
+    # clear after the second was the node's fresh start, not the part's
+    lemons = {(d["kind"], d["name"]): d for d in json.loads(slurmadm(env, "repair", "lemons", "--json"))}
+    assert ("gpu", inc["serial"]) in lemons and ("node", OK) not in lemons, lemons
+    assert lemons[("gpu", inc["serial"])]["why"].startswith("3 incidents"), lemons
+    p, _ = hook(dev_cluster, "healthcheck.sh", OK)  # health's own run leaves repair's drain alone
+    assert slurm_node(env, OK).reason.startswith("slurmadm: repair: rma"), (p.stderr, slurm_node(env, OK))
+    # an admin's word ends the incident (the drain stays: no --resume); the part keeps its count
+    slurmadm(env, "repair", "clear", OK, "--reason", "GPU2 sent back by hand")
+    assert [i for i in json.loads(slurmadm(env, "repair", "status", "--json")) if i["node"] == OK] == []
+    assert ("gpu", inc["serial"]) in {(d["kind"], d["name"])
+                                      for d in json.loads(slurmadm(env, "repair", "lemons", "--json"))}
+    assert slurm_node(env, OK).drained and run(env)["done"] == []
+
 
 def test_a_reset_that_fails_falls_back_to_a_reboot(dev_cluster, env):
     fault(env, FAILS, "xid", RESET_XID)
