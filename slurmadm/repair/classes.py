@@ -30,7 +30,7 @@ BARE_XID_RE = re.compile(r"\b[Xx][Ii][Dd][ =]?(\d{1,3})\b")
 NVML_RECOVERY_RE = re.compile(r"\bNVML recovery action\b")
 GPU_RE = re.compile(r"\bGPU ?(\d+)\b")
 HCA_RE = re.compile(r"\b(mlx\d_\d+|hfi\d_\d+|ib[a-z]*\d+)(?:(?::|/| port )(\d+))?")
-SENSOR_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9 _./#-]*?)(?::| is | reads | status| failed| critical)")
+SENSOR_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9 _./#-]*?)(?::|(?i: is | reads | status| failed| critical))")
 
 
 @record(frozen=True)

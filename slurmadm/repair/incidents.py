@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from typing import Any
 
@@ -31,6 +32,10 @@ from .model import STATES, Incident
 DRAIN_ACTIONS = ("node.drain", "bmc.recover.give-up", "bmc.recover.failed")
 GPU_INVENTORY_KEY = "health.gpus"  # node_state: [{"index", "bus_id", "serial", "uuid", "present"}] (gpu-count)
 HCA_INVENTORY_KEY = "health.hcas"  # node_state: "mlx5_0=<node_guid> ..." (the infiniband check)
+# node_state: what the node's BMC last answered to `bmc inventory` (bmc/ops.py record_inventory):
+# {"board_serial", "serial", "model", ..., "psus": [{"name", "serial", ...}], "fans": [...]}
+BMC_INVENTORY_KEY = "bmc.inventory"
+BMC_PARTS = ("board", "psu", "fan")
 BATCH = 2000
 LOOKBACK = 500  # central store: drains re-read behind the cursor (arrival order is not commit order)
 EVIDENCE_MAX = 60  # evidence entries kept per incident: the first 10 and the newest 50
@@ -89,11 +94,16 @@ def _inventory(source, node: str, kind: str, cache: dict[tuple[str, str], list[d
     """What the node's health runs keep of its parts' identity: GPUs (list of dicts) or HCAs
     ([{"hca", "guid"}])."""
     if (node, kind) not in cache:
-        key = GPU_INVENTORY_KEY if kind == "gpu" else HCA_INVENTORY_KEY
+        key = {"gpu": GPU_INVENTORY_KEY, "hca": HCA_INVENTORY_KEY, "bmc": BMC_INVENTORY_KEY}[kind]
         rows = source.query("SELECT value FROM node_state WHERE node=? AND `key`=? ORDER BY ts DESC LIMIT 1",
                             (node, key))
         text = rows[0]["value"] if rows else ""
-        if kind == "hca":
+        if kind == "bmc":
+            try:
+                inv = [json.loads(text)] if text else []
+            except ValueError:
+                inv = []
+        elif kind == "hca":
             inv: Any = [{"hca": h, "guid": g} for h, _, g in (w.partition("=") for w in text.split()) if g]
         else:
             try:
@@ -156,11 +166,35 @@ def part_of(node: str, fault: classes.Fault, inventory: list[dict[str, Any]]) ->
         if guid:
             return f"{guid}:{port or '1'}", fault.slot, {"hca": dev, "guid": guid, "port": port or "1"}
         return f"{node}/hca:{fault.slot or 'unknown'}", fault.slot, {}
+    bmc = inventory[0] if fault.part_kind in BMC_PARTS and inventory and isinstance(inventory[0], dict) else {}
     if fault.part_kind in ("psu", "fan"):
+        fru = _fru_named(bmc.get("psus" if fault.part_kind == "psu" else "fans"), fault.slot)
+        if fru.get("serial"):
+            return str(fru["serial"]), fault.slot, {k: str(v) for k, v in fru.items() if v not in (None, "")}
         return f"{node}/{fault.part_kind}:{fault.slot or 'unknown'}", fault.slot, {}
     if fault.part_kind == "board":
+        serial = str(bmc.get("board_serial") or bmc.get("serial") or "")
+        if serial:  # the board's FRU serial, as the parts inventory keys it (parts.parse_bmc)
+            return serial, "", {k: str(bmc[k]) for k in ("board_serial", "serial", "model", "board", "manufacturer")
+                                if bmc.get(k)}
         return f"{node}/board", "", {}
     return node, "", {}
+
+
+def _fru_named(frus: Any, slot: str) -> dict[str, Any]:
+    """The FRU among a BMC's PSUs or fans that a sensor name means: the same name (`PS1`), else the
+    only one with its number (`PSU2` the sensor, `PS2` or `Power Supply 2` the FRU); {} if none."""
+    frus = [f for f in frus or [] if isinstance(f, dict) and f.get("name")]
+    def norm(text: str) -> str:
+        return re.sub(r"[^a-z0-9]", "", text.lower())
+    for f in frus:
+        if norm(str(f["name"])) == norm(slot):
+            return f
+    number = re.findall(r"\d+", slot)
+    if not number:
+        return {}
+    same = [f for f in frus if re.findall(r"\d+", str(f["name"]))[-1:] == number[-1:]]
+    return same[0] if len(same) == 1 else {}
 
 
 def _signals(source, row: dict[str, Any]) -> list[tuple[str, str]]:
@@ -229,8 +263,8 @@ def ingest(store, source=None, *, now: float | None = None, settings=None, limit
                         if not fault.opens_incident:
                             out.ignored += 1
                             continue
-                        inv = _inventory(source, node, fault.part_kind, inventories) \
-                            if fault.part_kind in ("gpu", "hca") else []
+                        inv = _inventory(source, node, "bmc" if fault.part_kind in BMC_PARTS else fault.part_kind,
+                                         inventories) if fault.part_kind in ("gpu", "hca", *BMC_PARTS) else []
                         fref = f"{ref}/{fault.cls}/{fault.slot or fault.pci}"
                         if db.execute("SELECT 1 FROM incident_events WHERE ref=? LIMIT 1", (fref,)).fetchone():
                             out.skipped += 1

@@ -205,3 +205,35 @@ def test_an_hca_port_is_keyed_by_its_guid(store):
     (inc,) = incidents.list_incidents(store)
     assert (inc.cls, inc.part_kind, inc.part_key, inc.slot) == ("HCA", "hca", "0c42:a103:00f1:2b3d:1", "mlx5_1/1")
     assert inc.evidence[0]["hca"]["guid"] == "0c42:a103:00f1:2b3d"
+
+
+def test_a_board_psu_or_fan_is_keyed_by_its_fru_serial_from_the_bmc_inventory(store):
+    """`bmc inventory` keeps each BMC's FRUs (node_state bmc.inventory): a board, PSU or fan
+    incident is the part's, by its FRU serial, as the parts inventory keys it (issue 44); a node
+    whose BMC was never asked keeps the node-local key."""
+    store.set_node_state("b200-005", "bmc.inventory", json.dumps({
+        "board_serial": "1582624000123", "model": "DGX B200", "serial": "SYS-77",
+        "psus": [{"name": "PS1", "serial": "PSU-SN-A"}, {"name": "PS2", "serial": "PSU-SN-B"}],
+        "fans": [{"name": "FAN1", "serial": ""}]}))
+
+    def drain(node, reason, ts):
+        eid = store.audit("node.drain", node, reason)
+        store.db.execute("UPDATE events SET ts=? WHERE id=?", (ts, eid))
+
+    drain("b200-005", "slurmadm: bmc-psu: PSU2 Status: failure detected [bmc]", NOW)
+    drain("b200-005", "slurmadm: bmc-sel: Processor IERR asserted [bmc]", NOW + 1)
+    drain("b200-005", "slurmadm: bmc-fan: FAN1 reads 0 RPM [bmc]", NOW + 2)
+    drain("b200-006", "slurmadm: bmc-sel: Processor IERR asserted [bmc]", NOW + 3)
+    incidents.ingest(store, now=NOW + 10)
+    got = {(i.node, i.part_kind): i for i in incidents.list_incidents(store)}
+    assert got[("b200-005", "psu")].part_key == "PSU-SN-B" and got[("b200-005", "psu")].slot == "PSU2"
+    assert got[("b200-005", "board")].part_key == "1582624000123"
+    assert got[("b200-005", "board")].evidence[0]["board"]["model"] == "DGX B200"
+    assert got[("b200-005", "fan")].part_key == "b200-005/fan:FAN1"  # a FRU without a serial
+    assert got[("b200-006", "board")].part_key == "b200-006/board"  # no BMC inventory kept
+
+
+@pytest.mark.parametrize("slot, want", [("PS1", "A"), ("PSU2", "B"), ("Power Supply 2", "B"), ("PSU3", ""), ("", "")])
+def test_a_sensor_name_finds_its_fru(slot, want):
+    frus = [{"name": "PS1", "serial": "A"}, {"name": "Power Supply 2", "serial": "B"}]
+    assert incidents._fru_named(frus, slot).get("serial", "") == want
