@@ -360,9 +360,10 @@ def test_healthy_fabric_and_recovery_action(healthy_snapshot):
 
 def test_every_fault_kind_is_tested():
     # "slow" is no NVML fault: the burn-in's stress and all-reduce read it (test_burnin_straggler.py);
-    # reset-fail, corrupt, replace and after-reset: tests/unit/devcluster/test_gpu_reset.py
+    # reset-fail, corrupt, replace and after-reset: tests/unit/devcluster/test_gpu_reset.py;
+    # thermal-under-load (nothing at rest, throttled under a stress): tests/unit/burnin/test_watch.py
     assert {k for k, _, _ in FAULTS} | {"missing-gpu", "hang", "slow", "reset-fail", "corrupt", "replace",
-                                        "after-reset"} == set(gpus.FAULT_KINDS)
+                                        "after-reset", "thermal-under-load"} == set(gpus.FAULT_KINDS)
 
 
 @pytest.mark.parametrize("kind,value,changed", FAULTS, ids=[k for k, _, _ in FAULTS])

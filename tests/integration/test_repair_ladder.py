@@ -1,11 +1,13 @@
 """`slurmadm repair run` end to end on the session's dev cluster (issue 34): the stand-in GPUs'
 reset, reset-fail and corrupt faults, the health hook's drains, real Slurm jobs and reboots.
 
-- b200-003: a reset-class XID -> GPU reset over SSH -> qualification job -> resumed; then the same
-  GPU's third incident within the window -> an RMA candidate, left drained.
+- b200-003: a reset-class XID (119, GSP RPC timeout) -> GPU reset over SSH -> qualification job
+  -> resumed; then the same GPU's third incident within the window -> an RMA candidate, left
+  drained, its serial a lemon.
 - b200-002: a reset that fails -> the ladder's reboot (scontrol reboot), back with a new BootTime.
 - b200-004: silent corruption (`--kind corrupt`): the reset works, the qualification's known-answer
-  test fails; the reboot rung, the second qualification fails -> a lemon, never resumed.
+  test fails; the reboot rung, the second qualification fails -> a lemon, never resumed by
+  health's clean runs; `repair clear --resume` brings it back.
 - b200-002 first, by hand (`repair qualify`, issue 45): in service -> drained, qualified, resumed;
   with a corrupting GPU -> fails on the known-answer test and stays drained, repair's reason;
   with a GPU that throttles only under load -> health passes, the gate's stress fails; cleared.
@@ -17,10 +19,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 
 import pytest
 
 from slurmadm.devcluster.daemons import wait_for
+from slurmadm.store import Store
 from tests.integration.helpers import (
     RepairSlate,
     ensure_burnin_accounting,
@@ -34,6 +38,7 @@ pytestmark = pytest.mark.integration
 
 OK, FAILS, LEMON, GPU = "b200-003", "b200-002", "b200-004", "2"
 RESET_XID = "46"  # Xid 46 (GPU stopped processing): RESET_GPU in NVIDIA's catalog
+GSP_XID = "119"  # Xid 119 (GSP RPC timeout): RESET_GPU in NVIDIA's catalog, the B200 fleet's common one
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +170,7 @@ def test_a_gpu_that_throttles_only_under_load_passes_health_and_fails_the_gates_
 
 
 def test_reset_qualify_resume_then_a_third_incident_is_an_rma_candidate(dev_cluster, env):
-    fault(env, OK, "xid", RESET_XID)
+    fault(env, OK, "xid", GSP_XID)
     drained_by_health(dev_cluster, env, OK)
     first = incident(env, OK)  # `repair status` ingests: the incident, by the GPU's serial
     assert (first["class"], first["slot"], first["next"]) == ("RESET_GPU", GPU, "reset"), first
@@ -256,3 +261,23 @@ def test_two_failed_qualifications_make_a_lemon(dev_cluster, env):
     assert ("node", LEMON) in lemons and ("gpu", serial) in lemons, lemons  # the GPU itself, wherever it goes
     assert lemons[("gpu", serial)]["why"] == f"2 failed qualifications blame it ({LEMON} GPU{GPU})", lemons
     assert run(env)["done"] == []  # never resumed
+
+    # clean periodic runs do not bring a lemon back (issue 44); an admin's `repair clear` does
+    slurmadm(env, "dev-cluster", "gpu-fault", LEMON, "--clear")
+    responding(env, LEMON)
+    since = time.time()
+    for _ in range(3):  # past the dev site's [health] resume_after_clean_runs (2)
+        p, _ = hook(dev_cluster, "healthcheck.sh", LEMON)
+        assert p.returncode == 0, p.stderr
+    with Store(dev_cluster.site().store.local_path(LEMON)) as st:
+        statuses = {r["status"] for r in st.query("SELECT status FROM check_results WHERE node=? AND ts>=?",
+                                                  (LEMON, since))}
+    assert statuses and "fail" not in statuses and "error" not in statuses, statuses  # clean runs
+    info = slurm_node(env, LEMON)
+    assert info.drained and info.reason.startswith("slurmadm: repair: lemon: "), info
+    slurmadm(env, "repair", "clear", LEMON, "--resume", "--reason", "GPU2 replaced by hand")
+    info = slurm_node(env, LEMON)
+    assert not info.drained, info
+    assert ("node", LEMON) not in {(d["kind"], d["name"]) for d in
+                                   json.loads(slurmadm(env, "repair", "lemons", "--json"))}
+    assert run(env)["done"] == []
