@@ -25,6 +25,17 @@ bits 10b; what OpenIPMI's sdrcomp writes for an all-upper-case name such as a FR
 `PS1`) made pyghmi 1.6's SDREntry.tlv_decode loop for ever (it never consumes the bytes it
 decodes), so a BMC with such a record hung every SDR read. tlv_decode here takes 3 bytes (4
 characters) at a time, and the last 1-2 bytes as the characters they hold.
+
+And a deadlock between its two session locks (what made a second BMC sweep in one process fail
+one run in two, every BMC at once or half of them: bench/RESULTS.md): `wait_for_rsp` and
+`awaitresponse` hold WAITING_SESSIONS while they call a timed-out session's `_timedout`, which
+sends again (or gives up) and so takes KEEPALIVE_SESSIONS; every other send holds
+KEEPALIVE_SESSIONS in `send_payload` and takes WAITING_SESSIONS in `_xmit_packet`. One login
+retry (a dead BMC, a lost packet) while other sessions send, and both threads wait for ever, then
+every thread of the process that sends. `_timedout` here runs with WAITING_SESSIONS let go (as a
+Condition lets its lock go in wait) and takes it back after: both callers call it last in their
+locked block, on a session already taken off the waiting table. (Making the two locks one also
+ends the deadlock, but cost a 64-BMC sweep 30-70% of its time.)
 """
 
 from __future__ import annotations
@@ -134,6 +145,17 @@ def _tlv_decode(self, tlv, data):
 _apply_lock = threading.Lock()
 
 
+def _timedout(self):
+    """Session._timedout without WAITING_SESSIONS held (see the module's text)."""
+    lock = _session.WAITING_SESSIONS
+    saved = lock._release_save() if lock._is_owned() else None
+    try:
+        return _session.Session._slurmadm_timedout_orig(self)
+    finally:
+        if saved is not None:
+            lock._acquire_restore(saved)
+
+
 def apply() -> None:
     with _apply_lock:
         _apply()
@@ -151,6 +173,9 @@ def _apply() -> None:
             _sdr.SDREntry._slurmadm_tlv_decode_orig = _sdr.SDREntry.tlv_decode
             _sdr.SDREntry.tlv_decode = _tlv_decode
 
+        if not hasattr(_session.Session, "_slurmadm_timedout_orig"):
+            _session.Session._slurmadm_timedout_orig = _session.Session._timedout
+            _session.Session._timedout = _timedout
         _session._io_recvfrom = _recvfrom
         _session._io_sendto = _sendto
         _session._io_wait = _io_wait
