@@ -17,6 +17,7 @@ data counters past 32 bits as a kernel with PortCountersExtended shows them.
 from __future__ import annotations
 
 import shutil
+import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -59,7 +60,13 @@ def write_healthy(state_dir: str | Path, node: str, profile) -> list[str]:
     hcas = expand(nics.hcas, what="nics.hcas") if nics.hcas and nics.count else []
     base = root_of(state_dir, node) / "class" / "infiniband"
     if base.exists():
-        shutil.rmtree(base)
+        # moved aside first: the monitoring stack's traffic process (`tick`, every second) writes
+        # counters into the tree, and a counter it wrote while rmtree emptied that directory made
+        # rmtree fail half-way (ENOTEMPTY), leaving the node's HCAs missing for good (`ib-fault
+        # --clear` in the full suite). tick finds the tree by this path, so it leaves the moved one.
+        old = base.with_name(f".infiniband-old-{uuid.uuid4().hex}")
+        base.rename(old)
+        shutil.rmtree(old, ignore_errors=True)
     for hca in hcas:
         port = base / hca / "ports" / str(nics.port)
         (port / "counters").mkdir(parents=True, exist_ok=True)
