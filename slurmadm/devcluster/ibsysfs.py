@@ -54,19 +54,24 @@ def identity(node: str, hca: str) -> dict[str, str]:
     return {"fw_ver": "28.43.1014", "board_id": "MT_0000000838"}
 
 
+def _remove(state_dir: str | Path, node: str, tree: Path) -> None:
+    """Remove a part of a node's tree that the monitoring stack's traffic process (`tick`, every
+    second) may be writing counters into. A counter it wrote while rmtree emptied a directory made
+    rmtree fail half-way (ENOTEMPTY), leaving the node's HCAs missing for good (`ib-fault --clear`
+    in the full suite). Moved out of class/infiniband first (tick finds ports by that path; what a
+    late write leaves behind is never read as an HCA), then removed."""
+    old = root_of(state_dir, node) / f".removed-{uuid.uuid4().hex}"
+    tree.rename(old)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def write_healthy(state_dir: str | Path, node: str, profile) -> list[str]:
     """Every compute HCA of the profile ACTIVE at its rate, zero error counters. Returns the HCAs."""
     nics = profile.nics
     hcas = expand(nics.hcas, what="nics.hcas") if nics.hcas and nics.count else []
     base = root_of(state_dir, node) / "class" / "infiniband"
     if base.exists():
-        # moved aside first: the monitoring stack's traffic process (`tick`, every second) writes
-        # counters into the tree, and a counter it wrote while rmtree emptied that directory made
-        # rmtree fail half-way (ENOTEMPTY), leaving the node's HCAs missing for good (`ib-fault
-        # --clear` in the full suite). tick finds the tree by this path, so it leaves the moved one.
-        old = base.with_name(f".infiniband-old-{uuid.uuid4().hex}")
-        base.rename(old)
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(state_dir, node, base)
     for hca in hcas:
         port = base / hca / "ports" / str(nics.port)
         (port / "counters").mkdir(parents=True, exist_ok=True)
@@ -146,7 +151,7 @@ def ib_fault(state_dir: str | Path, node: str, hca: str, kind: str, *, port: int
             f = pdir / "counters" / c
             write_atomic(f, f"{min(int(f.read_text()) + n, 65535 if c == 'symbol_error' else 255)}\n")
     elif kind == "missing":
-        shutil.rmtree(base)
+        _remove(state_dir, node, base)
     elif kind == "flap":
         if kmsg is None:
             raise UsageError("fault flap needs the node's kernel log")
