@@ -8,7 +8,8 @@ JSON lines from stdout:
     python -m slurmadm.burnin.node --spec '{"stress_seconds": 600, ...}'
 
 Tests, in order: the GPU stress, DCGM's diagnostic where installed, the single-node all-reduce,
-then the health suite (`slurmadm health run --dry-run --json`) on the node that has just been
+the known-answer compute test (`kat`, burnin.known_answer: repair/kat.py, a disagreeing GPU named
+`GPU<index>` so that its drain opens an incident on that GPU), then the health suite (`slurmadm health run --dry-run --json`) on the node that has just been
 under load (Slurm's prolog checked it idle before the job began).
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -204,6 +206,40 @@ def fabric_rates(spec: dict[str, Any], before: dict[str, dict[str, int]] | None 
     return TestResult("fabric", "pass", detail, value=low, unit="Gb/s", data=data)
 
 
+# kat.py's device names that carry NVML's index: "cuda:5" on a real node, "standin:<node>:gpu5"
+DEVICE_INDEX_RE = re.compile(r"(?:\bgpu|^cuda:)(\d+)$")
+
+
+def name_gpus(detail: str, bad: Sequence[str]) -> str:
+    """kat.py's "<device>: differs ..." findings with the GPU's index in front, the way health and
+    burn-in name a GPU ("GPU5 (cuda:5): differs from the majority (...)"): the drain reason then
+    names the part, and repair's incidents key it by that GPU's serial."""
+    for device in bad:
+        m = DEVICE_INDEX_RE.search(device)
+        if m:
+            named = f"GPU{m.group(1)} ({device}): "
+            detail = re.sub(rf"(^|; ){re.escape(device)}: ", lambda g, named=named: g.group(1) + named, detail)
+    return detail
+
+
+def kat_test() -> TestResult:
+    """The known-answer test (repair/kat.py) on this node's devices: the stand-in's in the dev
+    cluster, torch's on a GPU node. Skipped, and said so, where there is nothing to compute on."""
+    from ..repair import kat
+
+    try:
+        verdict = kat.known_answer()
+    except (SlurmadmError, ImportError) as exc:  # no torch, no stand-in: nothing to compute on
+        return TestResult("kat", "skip", str(exc))
+    if verdict.ok:
+        detail = verdict.detail or (f"{len(verdict.results)} device(s) agree bit for bit ({verdict.basis}, "
+                                    f"sha256 {(verdict.reference or '')[:12]})")
+    else:
+        # a drain reason with "|" breaks every `sinfo -o "%N|%E"` reader: none in this one
+        detail = name_gpus(verdict.detail, verdict.bad).replace("|", "/") or "one device: no other to compare with"
+    return TestResult("kat", "pass" if verdict.ok else "fail", detail, data=verdict.as_dict())
+
+
 def single_node_allreduce(spec: dict[str, Any]) -> TestResult:
     backend = spec["collective"]
     torch = allreduce.import_torch()
@@ -250,13 +286,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("stress", lambda: stress.stress(spec["stress_seconds"], cpu_only=spec["collective"] == "gloo")),
         ("dcgm", lambda: stress.dcgm_diag(spec["dcgm_level"], spec["dcgm_timeout"])),
         ("allreduce-node", lambda: single_node_allreduce(spec)),
+        ("kat", kat_test),
         ("fabric", lambda: fabric_rates(spec, counters_before)),
         ("health", lambda: health_suite(spec["step_timeout"])),
     ]
     tests = []
     slowdown = stand_in_slowdown(node)
     for name, step in steps:
-        if name == "dcgm" and not spec["dcgm_level"]:
+        if (name == "dcgm" and not spec["dcgm_level"]) or (name == "kat" and not spec.get("kat")):
             continue
         start = time.monotonic()
         try:

@@ -335,7 +335,7 @@ class Sweep:
         model = self.site.node_profile(node).gpus.model
         floor = self.b.node_busbw_floor_gbps or self.site.thresholds(model).nccl_busbw_floor_gbps
         return {
-            "stress_seconds": self.b.stress_seconds, "dcgm_level": self.b.dcgm_level,
+            "stress_seconds": self.b.stress_seconds, "dcgm_level": self.b.dcgm_level, "kat": self.b.known_answer,
             "dcgm_timeout": {2: 900, 3: 3600}.get(self.b.dcgm_level, 900),
             "collective": self.b.collective, "allreduce_mib": self.b.allreduce_mib,
             "allreduce_iters": self.b.allreduce_iters, "rendezvous_port": self.b.rendezvous_port,

@@ -203,7 +203,7 @@ def describe_difference(d: dict | None) -> str:
         return ""
     if d.get("values") is None:
         return d.get("detail", "")
-    return f"{d['values']} of {d['of']} values, max {d['max_ulp']} ulp, max |diff| {d['max_abs']:.3g} (index {d['at']})"
+    return f"{d['values']} of {d['of']} values, max {d['max_ulp']} ulp, max abs diff {d['max_abs']:.3g} (index {d['at']})"
 
 
 @dataclass(frozen=True)

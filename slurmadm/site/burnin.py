@@ -69,6 +69,11 @@ class BurninSection(Strict):
     # jobs. "" runs without one: then only idle nodes can be tested, never drained ones.
     reservation: Annotated[str, Field(pattern=r"^([A-Za-z][A-Za-z0-9_\-]{0,63})?$")] = "slurmadm_burnin"
     stress_seconds: Annotated[int, Field(ge=1, le=86400)] = 600
+    # The known-answer compute test (repair/kat.py: one fixed-seed computation on every GPU, its
+    # answers compared bit for bit) in every node job. Silent data corruption has no passive
+    # signal: only such a test, run on a schedule, finds it (Meta's Ripple and Fleetscanner,
+    # fault-taxonomy-2026-12.md 3.7). false: only `repair qualify` runs it.
+    known_answer: bool = True
     # `dcgmi diag -r LEVEL` on nodes that have DCGM (2: ~2 min, 3: ~15 min); 0: never.
     dcgm_level: Literal[0, 2, 3] = 2
     # Each burn-in job's time limit, the time a job may wait to start, and the whole sweep's.

@@ -216,25 +216,45 @@ def test_fault_under_load_drains_exactly_that_node_and_a_clean_sweep_resumes_it(
 def test_a_standing_fault_fails_the_node_whoever_drains_it(burnin_env, dev_cluster):
     """A fault present before the sweep: the health prolog of the burn-in job may drain the node
     first (it does on 24.11, where the reservation's MAINT flag is not visible yet), or the burn-in's
-    own health step does; either way that node alone fails, drained with a slurmadm reason."""
+    own health step does; either way that node alone fails, drained with a slurmadm reason.
+    Beside it, a GPU that computes a wrong answer and shows nothing else (silent data corruption:
+    no prolog sees it) fails the sweep's known-answer test, and its drain opens an SDC incident
+    on that GPU's serial."""
     clean(burnin_env)
+    sd = ["--state-dir", str(dev_cluster.state_dir)]
     fault = run_slurmadm(burnin_env, "dev-cluster", "gpu-fault", "b200-002", "--gpu", "6", "--kind",
-                         "ecc-uncorrected", "--state-dir", str(dev_cluster.state_dir))
+                         "ecc-uncorrected", *sd)
     assert fault.returncode == 0, fault.stderr
     try:
+        corrupt = run_slurmadm(burnin_env, "dev-cluster", "gpu-fault", "b200-004", "--gpu", "5", "--kind", "corrupt", *sd)
+        assert corrupt.returncode == 0, corrupt.stderr
         result = burnin(burnin_env, "run", "--json")
     finally:
-        run_slurmadm(burnin_env, "dev-cluster", "gpu-fault", "b200-002", "--clear", "--state-dir",
-                     str(dev_cluster.state_dir))
+        for node in ("b200-002", "b200-004"):
+            run_slurmadm(burnin_env, "dev-cluster", "gpu-fault", node, "--clear", *sd)
     assert result.returncode == 1, result.stderr
     s = json.loads(result.stdout)
     failed = {n["node"]: n for n in s["nodes"] if n["verdict"] == "fail"}
-    assert list(failed) == ["b200-002"]
+    assert sorted(failed) == ["b200-002", "b200-004"]
     node = failed["b200-002"]
     assert node["action"] in ("drained", "already drained")
     assert node["reason"].startswith("slurmadm: ") and "ecc-uncorrected: GPU6" in node["reason"]
-    assert settled(burnin_env)["b200-002"] == ("drained", node["reason"])
-    assert node["reason"].replace("[burnin]", "").replace("[prolog]", "") in Path(s["report"]).read_text()
+    sdc = failed["b200-004"]
+    assert (sdc["failed_test"], sdc["action"]) == ("kat", "drained"), sdc
+    assert sdc["reason"].startswith("slurmadm: burnin-kat: GPU5 (standin:b200-004:gpu5): differs from the majority")
+    kat = {t["test"]: t for t in sdc["tests"]}["kat"]
+    assert kat["data"]["bad"] == ["standin:b200-004:gpu5"] and kat["data"]["basis"] == "majority"
+    states = settled(burnin_env)
+    assert states["b200-002"] == ("drained", node["reason"])
+    assert states["b200-004"] == ("drained", sdc["reason"])
+    report = Path(s["report"]).read_text()
+    assert node["reason"].replace("[burnin]", "").replace("[prolog]", "") in report
+    # repair reads the drain: one SDC incident on GPU 5, keyed by its serial
+    hist = run_slurmadm(burnin_env, "repair", "history", "b200-004", "--json")
+    assert hist.returncode == 0, hist.stderr
+    incidents = [i for i in json.loads(hist.stdout) if i["class"] == "SDC"]
+    assert [(i["part_kind"], i["slot"]) for i in incidents] == [("gpu", "5")], incidents
+    assert incidents[0]["serial"] and incidents[0]["part_key"] == incidents[0]["serial"], incidents
 
 
 def _start_sweep(env) -> subprocess.Popen:
