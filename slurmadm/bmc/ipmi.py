@@ -207,7 +207,7 @@ class IpmiClient:
         keep = {"Manufacturer": "manufacturer", "Product name": "model", "Serial Number": "serial",
                 "Board product name": "board", "Board serial number": "board_serial",
                 "firmware_version": "bmc_firmware"}
-        out = {ours: str(fru[theirs]) for theirs, ours in keep.items() if fru.get(theirs) not in (None, "")}
+        out = {ours: fru_text(fru[theirs]) for theirs, ours in keep.items() if fru_text(fru.get(theirs))}
         out.update(self._part_frus())
         return out
 
@@ -256,13 +256,24 @@ def fru_kind(name: str) -> str | None:
     return None
 
 
+def fru_text(value) -> str:
+    """A FRU field as text: pyghmi gives a field of binary type (IPMI FRU type/length 00b, as a
+    DIMM's serial from its SPD) as bytes; it reads as hex, the way OpenBMC shows it ("0x3447b1ae"),
+    never as Python's repr. '' for a missing or blank field."""
+    if value is None:
+        return ""
+    if isinstance(value, (bytes, bytearray)):
+        return "0x" + bytes(value).hex() if value else ""
+    return str(value).strip()
+
+
 def part_of_fru(name: str, fru: dict) -> dict:
     """One part from a FRU as pyghmi decodes it (product area first, then board area)."""
     def first(*keys: str) -> str:
         for k in keys:
-            v = fru.get(k)
-            if v not in (None, ""):
-                return str(v).strip()
+            v = fru_text(fru.get(k))
+            if v:
+                return v
         return ""
 
     row = {"name": name.strip(), "serial": first("Serial Number", "Board serial number"),
