@@ -6,7 +6,10 @@ Taken, in this order, up to `burnin.max_nodes`:
   2. nodes slurmadm drained that await re-qualification (any time; they serve no users);
   3. idle nodes, only inside the burn-in window, those tested longest ago first.
 Never taken: nodes drained by someone else, nodes in a state another party handles (reboot,
-power, someone else's reservation), busy or unresponsive nodes, nodes outside the partition.
+power, someone else's reservation), busy or unresponsive nodes, nodes outside the partition, and
+nodes the repair ladder holds (`slurmadm: repair: ...`: mid-ladder, an RMA candidate, a lemon):
+a burn-in pass must not resume what repair keeps out of service, named or not (`slurmadm repair
+qualify` is that node's test).
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from dataclasses import dataclass, field
 from ..errors import UsageError
 from ..site import Site, require_nodes
 from ..slurm.model import NodeInfo
-from ..slurm.ownership import foreign_state, is_ours
+from ..slurm.ownership import foreign_state, is_ours, reason_check_id
 
 NAMED = "named"
 REQUALIFY = "requalify"
 IDLE = "idle"
+REPAIR_CHECK_ID = "repair"  # repair/ladder.py CHECK_ID: `slurmadm: repair: <step>: ... [repair]`
 
 
 @dataclass
@@ -57,6 +61,8 @@ def _unusable(node: NodeInfo) -> str | None:
     if node.drained and not is_ours(node):
         who = node.reason_user or "someone else"
         return f"drained by {who}: {node.reason!r} (slurmadm never touches that)"
+    if node.drained and reason_check_id(node.reason) == REPAIR_CHECK_ID:
+        return f"held by repair: {node.reason!r} (left to its ladder; `slurmadm repair qualify` tests it)"
     if node.state != "IDLE":
         return f"busy ({node.state_text})"
     return None

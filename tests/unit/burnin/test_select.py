@@ -91,6 +91,23 @@ def test_requalification_comes_before_idle_nodes(site):
     assert sel.chosen["b200-012"] == REQUALIFY and len(sel.chosen) == 8
 
 
+@pytest.mark.parametrize("reason", [
+    "slurmadm: repair: rma RMA-1: gpu 5 1652325100005 [repair]",
+    "slurmadm: repair: lemon: GPU5 (serial 1652325100005): 2 failed qualifications [repair]",
+    "slurmadm: repair: reboot: GPU2 XID 79 [repair]",
+])
+def test_nodes_the_repair_ladder_holds_are_never_requalified(site, reason):
+    """A burn-in pass would resume them: an RMA candidate or a lemon back in service."""
+    held = node("b200-003", flags={"DRAIN"}, reason=reason)
+    for named in (None, "b200-[003-004]"):
+        sel = select(site, fleet(b200_003=held), now=NIGHT, named=named)
+        assert "b200-003" not in sel.chosen
+        assert sel.skipped["b200-003"].startswith("held by repair: ") and "repair qualify" in sel.skipped["b200-003"]
+    # a health drain that repair has not taken over is still re-qualified
+    ours = node("b200-003", flags={"DRAIN"}, reason="slurmadm: xid: GPU2 XID 79 (RESTART_BM) [prolog]")
+    assert select(site, fleet(b200_003=ours), now=NIGHT).chosen["b200-003"] == REQUALIFY
+
+
 def test_named_nodes_any_time_and_drained_ones_requalify(site):
     ours = node("b200-002", flags={"DRAIN"}, reason="slurmadm: ecc-uncorrected: GPU5 [prolog]")
     sel = select(site, fleet(b200_002=ours), now=NOON, named="b200-[001-002]")
