@@ -236,7 +236,11 @@ _KNOWN_COLUMNS = frozenset(
     "maxtresrunmins maxwall maxtrespu maxjobspu maxsubmitpu maxtrespa maxjobspa maxsubmitpa mintres qos "
     "defaultqos defaultaccount name description organization coordinators rawshares normshares rawusage "
     "normusage effectvusage fairshare levelfs grptresraw tresrunmins jobid jobname state exitcode submit "
-    "start end elapsed nodelist alloctres reqtres reason jobidraw derivedexitcode elapsedraw sluid".lower().split())
+    "start end elapsed nodelist alloctres reqtres reason jobidraw derivedexitcode elapsedraw sluid "
+    # more of sacct's --format names (sacct --helpformat), as people print them beside those above
+    "alloccpus allocnodes ncpus nnodes ntasks reqcpus reqmem reqnodes maxrss averss maxvmsize cputime "
+    "cputimeraw totalcpu usercpu systemcpu timelimit timelimitraw eligible comment workdir cluster "
+    "nodelist group uid gid priority".lower().split())
 
 
 def _column(name: str) -> str:

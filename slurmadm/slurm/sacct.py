@@ -192,8 +192,11 @@ def runs_from_text(text: str, fields: str = BASE_FIELDS) -> list[JobRun]:
         code, sig = parse_exit(get(cols, "exitcode"))
         start, end = when(get(cols, "start")), when(get(cols, "end"))
         raw = get(cols, "elapsedraw")
+        wall = _elapsed(get(cols, "elapsed")) if not raw.isdigit() else None
         if raw.isdigit():
             elapsed = float(raw)
+        elif wall is not None:  # sacct's own [D-]HH:MM:SS where ElapsedRaw was not asked for
+            elapsed = float(wall)
         else:
             elapsed = max(0.0, (end or time.time()) - start) if start is not None else 0.0
         nodes = get(cols, "nodelist")
@@ -210,6 +213,18 @@ def runs_from_text(text: str, fields: str = BASE_FIELDS) -> list[JobRun]:
         if raw_id and raw_id != job_id:  # array tasks: steps are printed under either id
             last[raw_id] = run_
     return runs
+
+
+def _elapsed(text: str) -> int | None:
+    """Seconds of sacct's Elapsed (`00:00:06`, `1-02:03:04`); None when absent or unreadable."""
+    from ..site.accounts import slurm_time_seconds
+
+    if not text:
+        return None
+    try:
+        return slurm_time_seconds(text)
+    except (ValueError, KeyError):
+        return None
 
 
 def _has_header(line: str) -> bool:
