@@ -58,7 +58,13 @@ class Report:
 
 
 def is_down(n: NodeInfo) -> bool:
-    return n.state == "DOWN" or "NOT_RESPONDING" in n.flags
+    """Slurm has declared the node dead (DOWN: no answer for SlurmdTimeout), or it is in a
+    recovery of ours and not answering yet. A node merely not responding (`idle*`, `alloc*`) is
+    not: Slurm flags a missed ping that way, and a node it has just resumed (after a reboot)
+    reads `idle*` until its next ping, which can be longer than a short grace_s away."""
+    if n.state == "DOWN":
+        return True
+    return "NOT_RESPONDING" in n.flags and is_ours(n) and reason_check_id(n.reason) == CHECK_ID
 
 
 def slurms_own(n: NodeInfo) -> bool:

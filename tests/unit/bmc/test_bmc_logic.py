@@ -227,14 +227,20 @@ def test_recover_selects_only_slurms_own_down_nodes_past_grace():
         node("b200-004", state="DOWN", flags=("REBOOT_ISSUED",), reason="Not responding"),
         node("b200-005", state="DOWN", reason="Not responding"),
         node("b200-006"),
-    ] + [node(f"b200-{i:03d}") for i in range(7, 11)]
-    got = _select(nodes, down_since={"b200-001": 900.0, "b200-005": 990.0})
+        # a missed ping (Slurm has not set it DOWN): a node just resumed after a reboot reads idle*
+        node("b200-007", state="IDLE", flags=("NOT_RESPONDING",)),
+        # our own recovery, not answering yet
+        node("b200-008", state="IDLE", flags=("DRAIN", "NOT_RESPONDING"),
+             reason="slurmadm: bmc-recover: power-cycling through the BMC [bmc]"),
+    ] + [node(f"b200-{i:03d}") for i in range(9, 13)]
+    got = _select(nodes, down_since={"b200-001": 900.0, "b200-005": 990.0, "b200-007": 0.0, "b200-008": 0.0})
     assert got["b200-001"].action == "cycle"
     assert got["b200-002"].action == "skip" and "alice" in got["b200-002"].why
-    assert got["b200-003"].action == "skip"
+    assert "b200-003" not in got  # an admin's drain, not DOWN: not a dead node at all
     assert got["b200-004"].action == "skip" and "REBOOT_ISSUED" in got["b200-004"].why
     assert got["b200-005"].action == "wait"
-    assert "b200-006" not in got
+    assert "b200-006" not in got and "b200-007" not in got
+    assert got["b200-008"].action == "cycle"
 
 
 def test_recover_second_failure_in_window_and_rate_limit():
