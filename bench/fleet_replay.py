@@ -21,7 +21,13 @@ health clocks are already short (devsite.py).
 Policies, on the same schedules:
   a  slurmadm as a site runs it: the hooks, and every --repair-every replay seconds `repair run`
      (when this slurmadm has the repair ladder), `bmc health` (the BMC sweep a site runs from cron)
-     and `bmc recover` for dead nodes
+     and `bmc recover` for dead nodes; once a site night (--burnin-every) `burnin run` on up to
+     the example's share of idle nodes (8 of 128: one at 8 nodes), whose known-answer test is
+     the only path to a drain for silent data corruption. A sweep's own time is not compressed
+     (about 40 s real, a site day at 2,000x): its nodes count as out of service meanwhile.
+     And its people: when the schedule repairs a part (its repair time passed: the part was
+     replaced) on a node the ladder holds as an RMA candidate, `repair clear` then `repair
+     qualify` return it (Run.technician)
   b  no health enforcement: every check's on_fail = ignore (the hooks run and never drain)
   c  NHC-like: drain on a failed check, resume after one clean run, no ladder, no recovery
 
@@ -65,9 +71,12 @@ PY = sys.executable
 POLICIES = ("a", "b", "c")
 
 
-def site_for(policy: str, out: Path) -> Path:
-    """The example site with the policy's health settings."""
+def site_for(policy: str, out: Path, nodes: int = 128) -> Path:
+    """The example site with the policy's health settings; its nightly burn-in takes the same
+    share of the nodes a night as the example's (burnin.max_nodes of its 128), at least one."""
     data = tomllib.loads(Path(example_site()).read_text())
+    burnin = data.setdefault("burnin", {})
+    burnin["max_nodes"] = max(1, -(-nodes * int(burnin.get("max_nodes", 8)) // 128))
     health = data.setdefault("health", {})
     if policy == "b":
         from slurmadm.health.checks import BY_ID
@@ -93,6 +102,20 @@ def shorten_health_interval(dc: DevCluster, env: dict[str, str], seconds: int) -
 
 
 IN_SERVICE = ("idle", "mix", "alloc", "comp", "plnd")
+# A replay class whose repair is a part replaced (its schedule row has a repair time) -> the
+# incident classes (slurmadm/repair/data/classes.toml) its fault opens: the technician returns a
+# node the ladder holds as an RMA candidate only for such an incident, not for another part's.
+_GPU_PART = ("RESET_GPU", "RESTART_BM", "GPU_LOST", "ECC", "NVLINK", "RMA", "PCIE", "MECHANICAL", "SDC")
+REPLACED_PART_CLASSES = {"psu": ("PSU",), "fan": ("FAN",), "network": ("HCA",), "nic": ("HCA",),
+                         "host": ("NODE_DOWN", "BOARD", "MEMORY"),
+                         **{c: _GPU_PART for c in ("faulty-gpu", "gpu-hbm", "gpu-sram", "gpu-gsp", "sdc")}}
+
+
+def rma_for(incidents: list, cls: str) -> bool:
+    """Whether one of a node's incidents (`repair history --json`) is an RMA hold of a class the
+    replay class `cls`'s fault opens: the part the schedule replaced is the one held."""
+    return any(isinstance(i, dict) and i.get("state") == "rma" and i.get("class") in REPLACED_PART_CLASSES.get(cls, ())
+               for i in incidents)
 
 
 def out_of_service(state: str) -> bool:
@@ -103,6 +126,13 @@ def out_of_service(state: str) -> bool:
     qualification are one stretch out of service, not drains and returns in between."""
     st = state.strip().rstrip("*")
     return st not in IN_SERVICE
+
+
+def reserved(state: str) -> bool:
+    """sinfo's short state of a node in a reservation: `maint`, `resv`, or a `$` suffix
+    (`idle$`, `alloc$`: in a maintenance reservation)."""
+    st = state.strip().rstrip("*")
+    return st.endswith("$") or st in ("maint", "resv")
 
 
 def has_repair(env: dict[str, str]) -> bool:
@@ -128,6 +158,8 @@ class Run:
         self.nodelist = ",".join(f"b200-{i:03d}" for i in range(1, args.nodes + 1))
         self.user_fail = dc.p("replay-user-fail")
         self.user_fail.mkdir(exist_ok=True)
+        self.replaced: dict[str, str] = {}  # node -> class of a part the schedule has repaired (replaced)
+        self.technician_runs: list[dict] = []
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -170,6 +202,7 @@ class Run:
             for due in [r for r in repairs if r[0] <= t]:
                 repairs.remove(due)
                 self._fault(due[1], clear=True)
+                self.replaced[due[1].node] = due[1].cls
             while pending and pending[0].t_s <= t:
                 f = pending.pop(0)
                 self._fault(f, clear=False)
@@ -202,29 +235,76 @@ class Run:
             self.errors.append(f"{' '.join(args[:4])}: {(r.stderr or r.stdout).strip()[:200]}")
 
     # ---------------------------------------------------------------- the policy's own timers
-    def timers(self) -> list[tuple[str, list[str]]]:
-        """The policy's own timers, each run every --repair-every replay seconds in a thread of its
-        own (a site's systemd timers do not wait for each other: a `repair run` busy qualifying a
-        node does not hold up the BMC sweep)."""
+    def timers(self) -> list[tuple[str, list[str], float]]:
+        """The policy's own timers, (name, argv, every replay seconds), each in a thread of its own
+        (a site's systemd timers do not wait for each other: a `repair run` busy qualifying a node
+        does not hold up the BMC sweep)."""
         if self.policy != "a":
             return []
-        out = [("repair", ["repair", "run", "--reason", "fleet replay"])] if has_repair(self.env) else []
+        every = self.args.repair_every
+        out = [("repair", ["repair", "run", "--reason", "fleet replay"], every)] if has_repair(self.env) else []
         # the head node's BMC sweep, as a site runs it from cron: PSU, fan and temperature faults
         # have no other path to a drain (the hooks read the GPUs and HCAs, not the BMC)
-        out.append(("bmc-health", ["bmc", "health", self.nodelist]))
-        out.append(("bmc-recover", ["bmc", "recover", "--sweep", "--reason", "fleet replay"]))
+        out.append(("bmc-health", ["bmc", "health", self.nodelist], every))
+        out.append(("bmc-recover", ["bmc", "recover", "--sweep", "--reason", "fleet replay"], every))
+        # the nightly burn-in (cron at a site), once a site night: idle nodes, the known-answer test
+        # among its tests (silent data corruption has no other path to a drain)
+        if self.args.burnin_every > 0:
+            out.append(("burnin", ["burnin", "run"], self.args.burnin_every))
         return out
 
-    def act(self, name: str, argv: list[str]) -> None:
-        while self._at(self.now() + self.args.repair_every):
+    def act(self, name: str, argv: list[str], every: float) -> None:
+        while self._at(self.now() + every):
             r = slurmadm(self.env, *argv, timeout=300)
             if r.returncode not in (0, 1):
                 self.errors.append(f"{' '.join(argv[:2])}: exit {r.returncode}: {(r.stderr or r.stdout).strip()[:200]}")
 
+    def technician(self) -> None:
+        """Policy (a)'s people: a part the schedule repaired (its repair time passed: the failed
+        PSU, fan, cable or HCA was replaced) on a node the ladder holds as an RMA candidate is
+        returned the way a site does it with slurmadm: `repair clear` records the replacement,
+        then `repair qualify` tests the node and resumes it on a pass. Without it a node whose
+        part is replaced would stay held for good (the ladder's rma rung waits for a person)."""
+        while not self.stop.wait(2.0):
+            if not self.replaced:
+                continue
+            r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N|%t|%E"], env=self.env, capture_output=True, text=True,
+                               timeout=30)
+            # drained and idle (`drain`, not `drng`: a job still running there ends first, as
+            # `repair qualify` asks)
+            held = {n for n, state, reason in ((line.split("|", 2) + ["", ""])[:3] for line in r.stdout.splitlines())
+                    if reason.startswith("slurmadm: repair: rma") and state.strip().rstrip("*") == "drain"}
+            for node in sorted(held & set(self.replaced)):
+                cls = self.replaced[node]
+                if not self._held_for(node, cls):
+                    continue  # held for another part than the one replaced: still the ladder's
+                del self.replaced[node]
+                t = self.now()
+                c = slurmadm(self.env, "repair", "clear", node, "--reason", f"fleet replay: {cls} part replaced",
+                             timeout=120)
+                q = slurmadm(self.env, "repair", "qualify", node, timeout=600) if c.returncode == 0 else None
+                self.technician_runs.append({"t_s": round(t, 2), "node": node, "cls": cls, "clear": c.returncode,
+                                             "qualify": None if q is None else q.returncode})
+                if c.returncode != 0 or (q is not None and q.returncode not in (0, 1)):
+                    bad = q if q is not None and c.returncode == 0 else c
+                    self.errors.append(f"technician {node}: {(bad.stderr or bad.stdout).strip()[:200]}")
+
+    def _held_for(self, node: str, cls: str) -> bool:
+        """Whether one of the node's RMA incidents is of a class the replaced part's fault opens."""
+        r = slurmadm(self.env, "repair", "history", node, "--json", timeout=60)
+        try:
+            incidents = json.loads(r.stdout) if r.returncode == 0 else []
+        except ValueError:
+            incidents = []
+        return rma_for(incidents, cls)
+
     def poll(self) -> None:
         """Drains and returns as Slurm shows them, once a replay second: the same for every policy
-        and independent of what slurmadm records."""
-        drained: dict[str, str] = {}
+        and independent of what slurmadm records. A node taken out of service with no reason into
+        a reservation (`idle$`, `alloc$`, `maint`: a burn-in sweep of idle nodes) opens a
+        `maintenance (...)` stretch: not a drain (measure.maintenance), and its end not a repair;
+        a drain during it (the sweep's verdict) is recorded as a drain then."""
+        stretch: dict[str, str] = {}  # node -> what opened its stretch out of service, or the latest reason
         while not self.stop.is_set():
             r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N|%t|%E"], env=self.env, capture_output=True,
                                text=True, timeout=30)
@@ -233,16 +313,27 @@ class Run:
             for line in r.stdout.splitlines():
                 node, state, reason = (line.split("|", 2) + ["", ""])[:3]
                 if out_of_service(state):
-                    seen[node] = reason if reason.strip() not in ("", "none") else f"none ({state})"
-            for node, reason in seen.items():
-                if node not in drained:
-                    self.drains.append(measure.Drain(t, node, reason))
-                if "repair: lemon" in reason:
+                    if reason.strip() not in ("", "none"):
+                        seen[node] = reason
+                    elif reserved(state):
+                        seen[node] = f"maintenance ({state.strip()})"
+                    else:
+                        seen[node] = f"none ({state.strip()})"
+            for node, label in seen.items():
+                prev = stretch.get(node)
+                named = not label.startswith(("none (", "maintenance ("))
+                if prev is None or (named and prev.startswith("maintenance (")):
+                    self.drains.append(measure.Drain(t, node, label))
+                    stretch[node] = label
+                elif named:
+                    stretch[node] = label
+                if "repair: lemon" in label:
                     self.lemons.add(node)
-            for node in set(drained) - set(seen):
-                by = "ladder" if drained[node].startswith("slurmadm: repair:") else "clean-runs"
+            for node in set(stretch) - set(seen):
+                prev = stretch.pop(node)
+                by = ("ladder" if prev.startswith("slurmadm: repair:") else
+                      "maintenance" if prev.startswith("maintenance (") else "clean-runs")
                 self.returns.append(measure.Return(t, node, by))
-            drained = seen
             self.stop.wait(1.0)
 
     def watch(self) -> None:
@@ -259,8 +350,10 @@ class Run:
     def run(self, seconds: float) -> measure.Observed:
         threads = [threading.Thread(target=fn, daemon=True, name=fn.__name__)
                    for fn in (self.submit_jobs, self.inject_faults, self.poll, self.watch)]
-        threads += [threading.Thread(target=self.act, args=(name, argv), daemon=True, name=name)
-                    for name, argv in self.timers()]
+        threads += [threading.Thread(target=self.act, args=(name, argv, every), daemon=True, name=name)
+                    for name, argv, every in self.timers()]
+        if self.policy == "a" and has_repair(self.env):
+            threads.append(threading.Thread(target=self.technician, daemon=True, name="technician"))
         self.t0 = time.monotonic()
         for th in threads:
             th.start()
@@ -346,9 +439,14 @@ def main() -> int:
     ap.add_argument("--state-dir", default="/tmp/slurmadm-replay")
     ap.add_argument("--repair-every", type=float, default=10.0)
     ap.add_argument("--watch-every", type=float, default=60.0)
+    ap.add_argument("--burnin-every", type=float, default=None,
+                    help="policy (a)'s nightly burn-in, every this many replay seconds (default: one site "
+                         "night, 86400 / --compression; 0: none)")
     ap.add_argument("--health-interval", type=int, default=10,
                     help="Slurm's HealthCheckInterval during the replay (real seconds)")
     args = ap.parse_args()
+    if args.burnin_every is None:
+        args.burnin_every = 86400 / args.compression
     policies = args.policies.split(",")
     if any(p not in POLICIES for p in policies):
         print(f"fleet_replay: --policies: {args.policies!r}: each one of a, b, c", file=sys.stderr)
@@ -376,11 +474,11 @@ def main() -> int:
         (d / "faults.csv").write_text(schedule.write_faults(faults))
         (d / "jobs.csv").write_text(schedule.write_jobs(jobs))
     signal = {r.cls: r.signal == "node" for r in mix}
-    results, watched, errors, timeline = {}, {}, {}, {}
+    results, watched, errors, timeline, technician = {}, {}, {}, {}, {}
     for policy in policies:
         dc = DevCluster(Path(args.state_dir) / policy)
         dc.down(purge=True)
-        dc.up(nodes=args.nodes, site_file=str(site_for(policy, out)), port_base=args.port_base, bmc=True, ssh=True,
+        dc.up(nodes=args.nodes, site_file=str(site_for(policy, out, args.nodes)), port_base=args.port_base, bmc=True, ssh=True,
               timeout=600)
         try:
             env = {**os.environ, **dc.env()}
@@ -394,6 +492,7 @@ def main() -> int:
             results[policy] = measure.measure(obs)
             watched[policy] = {k: {m: watch.growth([s[m] for s in v]) for m in v[0]} for k, v in run.samples.items()}
             errors[policy] = run.errors[:50]
+            technician[policy] = run.technician_runs
             timeline[policy] = {"drains": [[round(d.t_s, 2), d.node, d.reason] for d in obs.drains],
                                 "returns": [[round(r.t_s, 2), r.node, r.by] for r in obs.returns],
                                 "runs": [[r.name, ",".join(r.nodes), round(r.start_s, 2), round(r.end_s, 2), r.state]
@@ -403,7 +502,7 @@ def main() -> int:
             dc.down(purge=True)
     cmp = measure.compare(results)
     report = {"args": vars(args), "results": results, "compare": cmp, "watched": watched, "errors": errors,
-              "timeline": timeline,
+              "timeline": timeline, "technician": technician,
               "assumptions": measure.__doc__}
     (out / "replay.json").write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
     (out / "report.md").write_text(markdown(cmp, results, args))

@@ -7,7 +7,10 @@ XID for one of its GPUs (a CUDA error or NCCL timeout follows in a real job). Us
     python job.py DURATION_S KMSG_FILE [USER_FAIL_DIR]
 
 A file named for the node in USER_FAIL_DIR (the replay's `user` faults: a software bug, no node
-signal) makes the task on that node fail with exit 1, as a job's own bug does.
+signal) makes the task on that node fail with exit 1, as a job's own bug does. A GPU of its own
+that silently computes wrong answers (the stand-in's `corrupt` fault: no counter, no log line)
+makes it fail too, its loss gone NaN: Llama 3 counts 6 such interruptions in 419
+(fault-taxonomy-2026-12.md 3.7).
 """
 
 from __future__ import annotations
@@ -28,6 +31,17 @@ def bus_key(bus: str) -> str:
     """`1b:00` from NVML's `00000000:1B:00.0` and from the kernel's `0000:1b:00`."""
     parts = bus.split(".")[0].split(":")
     return ":".join(parts[-2:]).lower()
+
+
+def corrupting(state_dir: str, node: str, visible: list[int]) -> list[int]:
+    """The task's GPUs whose stand-in computes wrong answers (`gpu-fault --kind corrupt`)."""
+    try:
+        from slurmadm.devcluster import gpus
+
+        effective = gpus.effective_gpus(gpus.read_state(state_dir, node))
+    except Exception:  # noqa: BLE001 - no stand-in state readable: nothing to say about it
+        return []
+    return [i for i in visible if i < len(effective) and effective[i].get("kat_corrupt")]
 
 
 def main() -> int:
@@ -52,6 +66,11 @@ def main() -> int:
         if user_fail and os.path.exists(user_fail):
             os.unlink(user_fail)
             print("RuntimeError: shape mismatch in the user's model code", file=sys.stderr)
+            return 1
+        wrong = corrupting(os.path.dirname(kmsg), os.environ.get("SLURMD_NODENAME", ""), visible)
+        if wrong:
+            print(f"RuntimeError: loss is NaN (GPU {wrong[0]} computes wrong answers: no error was raised)",
+                  file=sys.stderr)
             return 1
         for i in visible:
             try:

@@ -24,7 +24,13 @@ Assumptions, stated in the report too:
   next BMC sweep); the target counts those started after a drain had followed the fault
   (`started_on_known_faulty_node`: the node returned to service too soon, or never left it);
 - a fault's time is when its injection took effect (the injector returned), not when the schedule
-  asked for it: on a loaded machine a prolog may run in between and rightly find nothing.
+  asked for it: on a loaded machine a prolog may run in between and rightly find nothing;
+- a burn-in sweep's stretch in its reservation is maintenance: no drain (never false), no
+  repair when it ends, its node-hours counted apart (`node_hours_maintenance`); a drain during it
+  (the sweep's verdict) is a drain;
+- a fault with no node-level signal (silent data corruption) is detected only by an active test's
+  drain (`burnin-*`), and with no repair time it stays in its part until the node returns after
+  that drain (a return from another part's drain does not mend it).
 """
 
 from __future__ import annotations
@@ -90,15 +96,31 @@ def mechanism(reason: str) -> str:
     return "other"
 
 
-def _active(fault: Fault, t: float, returns: list[Return] | None = None) -> bool:
+def _active(fault: Fault, t: float, returns: list[Return] | None = None, after: float | None = None) -> bool:
     """Whether the fault is still in its part at time t (injected, not yet repaired): until its
-    repair time, or with none (duration 0) until the node's first return after it."""
+    repair time, or with none (duration 0) until the node's first return after it (after
+    `after`, when given: a fault without a node-level signal is not repaired by the node's return
+    from another part's drain, only from its own detection's). A maintenance stretch's end (a
+    burn-in sweep of the node) repairs nothing."""
     if fault.t_s > t:
         return False
     if fault.duration_s:
         return t < fault.t_s + fault.duration_s
-    back = min((r.t_s for r in returns or [] if r.node == fault.node and r.t_s > fault.t_s), default=None)
+    since = fault.t_s if after is None else after
+    back = min((r.t_s for r in returns or [] if r.node == fault.node and r.t_s > since
+                and r.by != "maintenance"), default=None)
     return back is None or t < back
+
+
+def maintenance(reason: str) -> bool:
+    """A stretch out of service that is no drain: a node taken, with no reason, into a reservation
+    (a burn-in sweep of idle nodes; fleet_replay.Run.poll labels it)."""
+    return reason.startswith("maintenance (")
+
+
+# Active tests: what can see a fault that has no node-level signal (silent data corruption): the
+# burn-in's drains (`slurmadm: burnin-<test>: ...`)
+ACTIVE_MECHANISMS = ("burnin-",)
 
 
 def repair_reason(reason: str) -> bool:
@@ -107,8 +129,10 @@ def repair_reason(reason: str) -> bool:
     return reason.startswith("slurmadm: repair:") or reason.strip() in ("", "none") or reason.startswith("none (")
 
 
-def _out_intervals(obs: Observed) -> dict[str, list[tuple[float, float]]]:
-    events = sorted([(d.t_s, d.node, "drain") for d in obs.drains]
+def _out_intervals(obs: Observed, *, maintenance_too: bool = False) -> dict[str, list[tuple[float, float]]]:
+    """node -> its stretches out of service: from a drain to the next return (maintenance_too:
+    from a maintenance stretch's start as well)."""
+    events = sorted([(d.t_s, d.node, "drain") for d in obs.drains if maintenance_too or not maintenance(d.reason)]
                     + [(r.t_s, r.node, "return") for r in obs.returns])
     since: dict[str, float] = {}
     out: dict[str, list[tuple[float, float]]] = {}
@@ -126,6 +150,7 @@ def measure(obs: Observed) -> dict:
     c = obs.compression
     window = WINDOW_SITE_S / c
     out = _out_intervals(obs)
+    drains = [d for d in obs.drains if not maintenance(d.reason)]
 
     def out_at(node: str, t: float) -> bool:
         return any(a <= t < b for a, b in out.get(node, []))
@@ -136,13 +161,14 @@ def measure(obs: Observed) -> dict:
         row = classes.setdefault(fault.cls, {"injected": 0, "detected": 0, "signal": signal,
                                              "mechanisms": {}, "latency_s": [], "already_out": 0})
         row["injected"] += 1
-        if not signal:
-            continue  # nothing on the node to see: not a detection target (the job harm counts it)
         if out_at(fault.node, fault.t_s):
             row["already_out"] += 1
             continue
-        first = next((d for d in sorted(obs.drains, key=lambda d: d.t_s)
+        # no node-level signal: not a detection target (the job harm counts it), but an active
+        # test (the burn-in's known-answer test) may find it: only such a drain is its detection
+        first = next((d for d in sorted(drains, key=lambda d: d.t_s)
                       if d.node == fault.node and d.t_s >= fault.t_s
+                      and (signal or mechanism(d.reason).startswith(ACTIVE_MECHANISMS))
                       and (fault.duration_s == 0 or d.t_s <= fault.t_s + fault.duration_s + window)), None)
         if first is not None:
             row["detected"] += 1
@@ -156,28 +182,40 @@ def measure(obs: Observed) -> dict:
     undetected = sorted(cls for cls, r in per_class.items()
                         if r["signal"] and r["injected"] > r["already_out"] and r["detected"] == 0)
 
+    # a fault without a node-level signal stays in its part until its own detection's drain is
+    # followed by a return (an active test's drain; never detected: to the end)
+    found: dict[int, float] = {}
+    for f, signal in obs.faults:
+        if not signal:
+            d = next((d.t_s for d in sorted(drains, key=lambda d: d.t_s) if d.node == f.node and d.t_s >= f.t_s
+                      and mechanism(d.reason).startswith(ACTIVE_MECHANISMS)), None)
+            found[id(f)] = obs.horizon_s + 1 if d is None else d
+
+    def active(f: Fault, t: float) -> bool:
+        return _active(f, t, obs.returns, found.get(id(f)))
+
     # ---- job harm
     signalled = [f for f, s in obs.faults if s]
     started_on_faulty = [r.name for r in obs.runs
-                         if any(f.node in r.nodes and f.t_s < r.start_s and _active(f, r.start_s, obs.returns)
+                         if any(f.node in r.nodes and f.t_s < r.start_s and active(f, r.start_s)
                                 for f in signalled)]
     # known: a drain of the node has followed the fault (the fleet has seen it); a run that still
     # starts there while the fault is in its part (the node returned too soon, a drain refused by
     # the breaker came later) is the issue's "job started on a known-faulty node"
-    drains_by_time = sorted(obs.drains, key=lambda d: d.t_s)
+    drains_by_time = sorted(drains, key=lambda d: d.t_s)
     known_at = {id(f): next((d.t_s for d in drains_by_time if d.node == f.node and d.t_s >= f.t_s), None)
                 for f in signalled}
     started_on_known = [r.name for r in obs.runs
                         if any(f.node in r.nodes and known_at[id(f)] is not None and known_at[id(f)] < r.start_s
-                               and _active(f, r.start_s, obs.returns) for f in signalled)]
+                               and active(f, r.start_s) for f in signalled)]
     killed = [r for r in obs.runs if r.state in KILLED_STATES
               and any(f.node in r.nodes and f.t_s <= r.end_s
                       and (f.duration_s == 0 or f.t_s + f.duration_s >= r.start_s - window)
                       for f, _ in obs.faults)]
 
     # ---- false drains
-    uncaused = [d for d in obs.drains
-                if not any(f.node == d.node and (_active(f, d.t_s, obs.returns) or 0 <= d.t_s - f.t_s <= window)
+    uncaused = [d for d in drains
+                if not any(f.node == d.node and (active(f, d.t_s) or 0 <= d.t_s - f.t_s <= window)
                            for f, _ in obs.faults)]
     repairs = [d for d in uncaused if repair_reason(d.reason)
                and any(f.node == d.node and f.t_s < d.t_s for f, _ in obs.faults)]
@@ -185,6 +223,8 @@ def measure(obs: Observed) -> dict:
 
     # ---- repair and cost
     node_hours_out = sum(min(b, obs.horizon_s) - a for iv in out.values() for a, b in iv) * c / 3600
+    node_hours_all = sum(min(b, obs.horizon_s) - a for iv in _out_intervals(obs, maintenance_too=True).values()
+                         for a, b in iv) * c / 3600
     gpu_h = lambda r: (r.end_s - r.start_s) * len(r.nodes) * GPUS_PER_NODE * c / 3600
     lost = sum(gpu_h(r) for r in killed)
     completed = sum(gpu_h(r) for r in obs.runs if r.state == "COMPLETED")
@@ -196,12 +236,14 @@ def measure(obs: Observed) -> dict:
                  "started_on_faulty_names": started_on_faulty[:20],
                  "started_on_known_faulty_node": len(started_on_known),
                  "started_on_known_faulty_names": started_on_known[:20], "killed_by_faults": len(killed)},
-        "drains": {"total": len(obs.drains), "false": len(false_drains), "repair_after_fault": len(repairs),
+        "drains": {"total": len(drains), "maintenance": len(obs.drains) - len(drains), "false": len(false_drains), "repair_after_fault": len(repairs),
                    "false_nodes": sorted({d.node for d in false_drains}),
                    "false_reasons": sorted({d.reason for d in false_drains})[:20]},
         "repair": {"returned_by_ladder": sum(r.by == "ladder" for r in obs.returns),
                    "returned_otherwise": sum(r.by != "ladder" for r in obs.returns),
-                   "lemons": sorted(obs.lemons), "node_hours_out": round(node_hours_out, 2)},
+                   "lemons": sorted(obs.lemons), "node_hours_out": round(node_hours_out, 2),
+                   # a burn-in sweep's own nodes (maintenance), on top of node_hours_out
+                   "node_hours_maintenance": round(node_hours_all - node_hours_out, 2)},
         "cost": {"gpu_hours_completed": round(completed, 2), "gpu_hours_lost": round(lost, 2),
                  "ettr": round(completed / (completed + lost), 4) if completed + lost else None},
     }

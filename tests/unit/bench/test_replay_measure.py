@@ -40,6 +40,29 @@ def test_a_fault_with_no_node_signal_is_not_counted_as_missed():
     assert m.measure(obs)["undetected_classes"] == []
 
 
+def test_a_burn_in_finds_what_has_no_node_signal_and_its_sweep_is_no_drain():
+    """A burn-in sweep takes n1 into its reservation (maintenance, not a drain); its known-answer
+    test drains n1 for the silent corruption: that drain is the detection; the sweep's end is no
+    repair (the Xid on n2 is not ended by n2's sweep ending); maintenance node-hours apart."""
+    sdc, xid = fault(5, "n1", cls="sdc", kind="corrupt"), fault(8, "n2")
+    obs = observed(faults=[(sdc, False), (xid, True)],
+                   drains=[m.Drain(6, "n1", "slurmadm: bmc-temperature: other part [bmc]"),
+                           m.Drain(20, "n1", "maintenance (alloc$)"),
+                           m.Drain(30, "n1", "slurmadm: burnin-kat: GPU4 (standin:n1:gpu4): differs [burnin]"),
+                           m.Drain(9, "n2", "maintenance (idle$)"),
+                           m.Drain(40, "n2", "slurmadm: xid: GPU3 XID 79 [prolog]")],
+                   returns=[m.Return(7, "n1", "clean-runs"), m.Return(35, "n2", "maintenance")],
+                   runs=[m.Run("on-n2", ("n2",), 36, 39, "FAILED")])
+    r = m.measure(obs)
+    assert r["per_class"]["sdc"]["detected"] == 1 and r["per_class"]["sdc"]["mechanisms"] == {"burnin-kat": 1}
+    assert r["per_class"]["sdc"]["p50_s"] == 25 * C and r["undetected_classes"] == []
+    assert r["per_class"]["faulty-gpu"]["already_out"] == 0  # the sweep is not "already drained"
+    assert r["per_class"]["faulty-gpu"]["detected"] == 1
+    assert r["drains"]["false"] == 0 and r["drains"]["maintenance"] == 2
+    assert r["jobs"]["started_on_faulty_node"] == 1  # the Xid on n2 outlived the sweep's end
+    assert r["repair"]["node_hours_maintenance"] == round(((30 - 20) + (35 - 9)) * C / 3600, 2)
+
+
 def test_a_fault_on_a_node_already_drained_is_counted_as_already_out():
     obs = observed(faults=[(fault(10, "n1"), True), (fault(30, "n1", cls="gpu-hbm"), True)],
                    drains=[m.Drain(11, "n1", "slurmadm: gpu-xid: x")])
@@ -77,7 +100,8 @@ def test_a_drain_with_no_fault_behind_it_is_false():
                    drains=[m.Drain(12, "n1", "slurmadm: gpu-xid: x"), m.Drain(40, "n1", "slurmadm: gpu-ecc: y"),
                            m.Drain(50, "n2", "slurmadm: infiniband: z")])
     r = m.measure(obs)
-    assert r["drains"] == {"total": 3, "false": 2, "repair_after_fault": 0, "false_nodes": ["n1", "n2"],
+    assert r["drains"] == {"total": 3, "maintenance": 0, "false": 2, "repair_after_fault": 0,
+                           "false_nodes": ["n1", "n2"],
                            "false_reasons": ["slurmadm: gpu-ecc: y", "slurmadm: infiniband: z"]}
 
 
@@ -86,7 +110,7 @@ def test_time_out_of_service_runs_from_drain_to_return_or_the_end():
                    returns=[m.Return(30, "n1", "ladder")], lemons=["n2"])
     r = m.measure(obs)
     assert r["repair"] == {"returned_by_ladder": 1, "returned_otherwise": 0, "lemons": ["n2"],
-                           "node_hours_out": round((20 + 10) * C / 3600, 2)}
+                           "node_hours_out": round((20 + 10) * C / 3600, 2), "node_hours_maintenance": 0.0}
 
 
 def test_compare_checks_the_targets_against_the_nhc_like_policy():

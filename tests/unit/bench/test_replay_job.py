@@ -1,0 +1,53 @@
+"""The replay's stand-in training task: a GPU of its own that silently computes wrong answers
+(the stand-in's `corrupt`) fails it, as an SDC does a real job; one that is not its own does not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.replay import job
+from bench.replay import schedule
+from slurmadm.devcluster import gpus
+from slurmadm.site import BUILTIN_PROFILES
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_a_corrupting_gpu_of_its_own_fails_the_task(tmp_path):
+    gpus.write_healthy(tmp_path, "b200-003", BUILTIN_PROFILES["hgx-b200"], driver_version="570.133.20")
+    assert job.corrupting(str(tmp_path), "b200-003", list(range(8))) == []
+    gpus.inject(tmp_path, "b200-003", 4, "corrupt")
+    assert job.corrupting(str(tmp_path), "b200-003", list(range(8))) == [4]
+    assert job.corrupting(str(tmp_path), "b200-003", [0, 1, 2, 3]) == []  # not its GPU
+    gpus.clear(tmp_path, "b200-003", gpu=4)
+    assert job.corrupting(str(tmp_path), "b200-003", list(range(8))) == []
+    assert job.corrupting(str(tmp_path), "b200-009", list(range(8))) == []  # no state: nothing said
+
+
+def test_the_sdc_schedule_is_cis_with_one_silent_corruption():
+    nodes = {f"b200-{i:03d}" for i in range(1, 9)}
+    read = [schedule.read_faults((REPO / p).read_text(), p, nodes)
+            for p in ("bench/replay/faults-8-sdc.csv", "tests/fixtures/replay/faults-8.csv")]
+    sdc = [f for f in read[0] if f.cls == "sdc"]
+    assert [(f.node, f.kind, f.part) for f in sdc] == [("b200-003", "corrupt", "4")]
+    assert [f for f in read[0] if f.cls != "sdc"] == read[1]
+    assert {r.cls: r.signal for r in schedule.load_mix()}["sdc"] == "none"  # no detection target
+
+
+def test_the_technician_returns_only_the_part_it_replaced():
+    """The replay's people act on an RMA hold of the replaced part's class: a fan replaced on a
+    node held for a GPU that corrupts its answers leaves that node to the ladder."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from bench import fleet_replay
+
+    held = [{"class": "SDC", "state": "rma"}, {"class": "PSU", "state": "closed"}]
+    assert not fleet_replay.rma_for(held, "fan") and not fleet_replay.rma_for(held, "psu")
+    assert fleet_replay.rma_for(held, "sdc")
+    assert fleet_replay.rma_for([{"class": "PSU", "state": "rma"}], "psu")
+    assert not fleet_replay.rma_for([{"class": "PSU", "state": "rma"}], "straggler")  # not a part swap
