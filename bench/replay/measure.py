@@ -28,8 +28,8 @@ Assumptions, stated in the report too:
 - a burn-in sweep's stretch in its reservation is maintenance: no drain (never false), no
   repair when it ends, its node-hours counted apart (`node_hours_maintenance`); a drain during it
   (the sweep's verdict) is a drain;
-- a fault with no node-level signal (silent data corruption) is detected only by an active test's
-  drain (`burnin-*`), and with no repair time it stays in its part until the node returns after
+- a fault with no node-level signal is detected only by the active test that can see it (silent
+  data corruption: the burn-in's known-answer test, `burnin-kat`; a user's bug: none), and with no repair time it stays in its part until the node returns after
   that drain (a return from another part's drain does not mend it).
 """
 
@@ -118,9 +118,11 @@ def maintenance(reason: str) -> bool:
     return reason.startswith("maintenance (")
 
 
-# Active tests: what can see a fault that has no node-level signal (silent data corruption): the
-# burn-in's drains (`slurmadm: burnin-<test>: ...`)
-ACTIVE_MECHANISMS = ("burnin-",)
+# Active tests: what can see a fault that has no node-level signal, per class: the burn-in's
+# known-answer test finds silent data corruption (`slurmadm: burnin-kat: ...`). Any other drain of
+# such a node (a burn-in pair test failing on a loaded machine) detects nothing; a user's own bug
+# (`software`) is found by no test.
+ACTIVE_MECHANISMS = {"sdc": ("burnin-kat",)}
 
 
 def repair_reason(reason: str) -> bool:
@@ -168,7 +170,7 @@ def measure(obs: Observed) -> dict:
         # test (the burn-in's known-answer test) may find it: only such a drain is its detection
         first = next((d for d in sorted(drains, key=lambda d: d.t_s)
                       if d.node == fault.node and d.t_s >= fault.t_s
-                      and (signal or mechanism(d.reason).startswith(ACTIVE_MECHANISMS))
+                      and (signal or mechanism(d.reason) in ACTIVE_MECHANISMS.get(fault.cls, ()))
                       and (fault.duration_s == 0 or d.t_s <= fault.t_s + fault.duration_s + window)), None)
         if first is not None:
             row["detected"] += 1
@@ -188,7 +190,7 @@ def measure(obs: Observed) -> dict:
     for f, signal in obs.faults:
         if not signal:
             d = next((d.t_s for d in sorted(drains, key=lambda d: d.t_s) if d.node == f.node and d.t_s >= f.t_s
-                      and mechanism(d.reason).startswith(ACTIVE_MECHANISMS)), None)
+                      and mechanism(d.reason) in ACTIVE_MECHANISMS.get(f.cls, ())), None)
             found[id(f)] = obs.horizon_s + 1 if d is None else d
 
     def active(f: Fault, t: float) -> bool:

@@ -45,17 +45,21 @@ def test_a_burn_in_finds_what_has_no_node_signal_and_its_sweep_is_no_drain():
     test drains n1 for the silent corruption: that drain is the detection; the sweep's end is no
     repair (the Xid on n2 is not ended by n2's sweep ending); maintenance node-hours apart."""
     sdc, xid = fault(5, "n1", cls="sdc", kind="corrupt"), fault(8, "n2")
-    obs = observed(faults=[(sdc, False), (xid, True)],
+    bug = Fault(5, "n3", "exit", "user", "", "1", 0.0, "software")
+    obs = observed(faults=[(sdc, False), (xid, True), (bug, False)],
                    drains=[m.Drain(6, "n1", "slurmadm: bmc-temperature: other part [bmc]"),
                            m.Drain(20, "n1", "maintenance (alloc$)"),
                            m.Drain(30, "n1", "slurmadm: burnin-kat: GPU4 (standin:n1:gpu4): differs [burnin]"),
                            m.Drain(9, "n2", "maintenance (idle$)"),
-                           m.Drain(40, "n2", "slurmadm: xid: GPU3 XID 79 [prolog]")],
+                           m.Drain(40, "n2", "slurmadm: xid: GPU3 XID 79 [prolog]"),
+                           # a pair test failing on a loaded machine finds no user's bug
+                           m.Drain(7, "n3", "slurmadm: burnin-allreduce-pair: pair n3+n4 busbw 0.001 [burnin]")],
                    returns=[m.Return(7, "n1", "clean-runs"), m.Return(35, "n2", "maintenance")],
                    runs=[m.Run("on-n2", ("n2",), 36, 39, "FAILED")])
     r = m.measure(obs)
     assert r["per_class"]["sdc"]["detected"] == 1 and r["per_class"]["sdc"]["mechanisms"] == {"burnin-kat": 1}
     assert r["per_class"]["sdc"]["p50_s"] == 25 * C and r["undetected_classes"] == []
+    assert r["per_class"]["software"]["detected"] == 0
     assert r["per_class"]["faulty-gpu"]["already_out"] == 0  # the sweep is not "already drained"
     assert r["per_class"]["faulty-gpu"]["detected"] == 1
     assert r["drains"]["false"] == 0 and r["drains"]["maintenance"] == 2
