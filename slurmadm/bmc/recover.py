@@ -1,8 +1,8 @@
 """`slurmadm bmc recover`: bring back nodes whose OS died, through their BMCs.
 
 Which nodes (`select()`, pure): Slurm has had them DOWN (`is_down`: not merely NOT_RESPONDING,
-unless in a recovery of ours) for at least `bmc.recover.grace_s` (first seen by slurmadm: node_state `bmc-down-since`), with Slurm's own
-reason (Not responding, Kill task failed, ...) or an unfinished recovery of ours; never a node an
+unless in a recovery of ours) for at least `bmc.recover.grace_s` (first seen by slurmadm:
+node_state `bmc-down-since`), with Slurm's own reason (Not responding, Kill task failed, ...) or an unfinished recovery of ours; never a node an
 admin downed or drained with their own reason, and never one in a state someone else handles
 (reboot, power saving, maintenance). A node recovered less than `window_s` ago that is down
 again is not cycled: it is drained with the SEL evidence in its reason. Past

@@ -9,8 +9,8 @@ JSON lines from stdout:
 
 Tests, in order: the GPU stress, DCGM's diagnostic where installed, the single-node all-reduce,
 the known-answer compute test (`kat`, burnin.known_answer: repair/kat.py, a disagreeing GPU named
-`GPU<index>` so that its drain opens an incident on that GPU), then the health suite (`slurmadm health run --dry-run --json`) on the node that has just been
-under load (Slurm's prolog checked it idle before the job began).
+`GPU<index>` so that its drain opens an incident on that GPU), then the health suite
+(`slurmadm health run --dry-run --json`) on the node that has just been under load (Slurm's prolog checked it idle before the job began).
 """
 
 from __future__ import annotations
@@ -206,16 +206,14 @@ def fabric_rates(spec: dict[str, Any], before: dict[str, dict[str, int]] | None 
     return TestResult("fabric", "pass", detail, value=low, unit="Gb/s", data=data)
 
 
-# kat.py's device names that carry NVML's index: "cuda:5" on a real node, "standin:<node>:gpu5"
-DEVICE_INDEX_RE = re.compile(r"(?:\bgpu|^cuda:)(\d+)$")
-
-
 def name_gpus(detail: str, bad: Sequence[str]) -> str:
     """kat.py's "<device>: differs ..." findings with the GPU's index in front, the way health and
     burn-in name a GPU ("GPU5 (cuda:5): differs from the majority (...)"): the drain reason then
     names the part, and repair's incidents key it by that GPU's serial."""
+    from ..repair.blame import DEVICE_RE  # kat's device names with NVML's index: cuda:5, standin:<node>:gpu5
+
     for device in bad:
-        m = DEVICE_INDEX_RE.search(device)
+        m = DEVICE_RE.search(device)
         if m:
             named = f"GPU{m.group(1)} ({device}): "
             detail = re.sub(rf"(^|; ){re.escape(device)}: ", lambda g, named=named: g.group(1) + named, detail)

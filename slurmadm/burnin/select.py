@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from ..errors import UsageError
 from ..site import Site, require_nodes
 from ..slurm.model import NodeInfo
-from ..slurm.ownership import foreign_state, is_ours, reason_check_id
+from ..slurm.ownership import foreign_state, is_ours, owner
 
 NAMED = "named"
 REQUALIFY = "requalify"
 IDLE = "idle"
-REPAIR_CHECK_ID = "repair"  # repair/ladder.py CHECK_ID: `slurmadm: repair: <step>: ... [repair]`
 
 
 @dataclass
@@ -61,7 +60,7 @@ def _unusable(node: NodeInfo) -> str | None:
     if node.drained and not is_ours(node):
         who = node.reason_user or "someone else"
         return f"drained by {who}: {node.reason!r} (slurmadm never touches that)"
-    if node.drained and reason_check_id(node.reason) == REPAIR_CHECK_ID:
+    if node.drained and owner(node.reason):  # a drain one capability lifts alone (repair's)
         return f"held by repair: {node.reason!r} (left to its ladder; `slurmadm repair qualify` tests it)"
     if node.state != "IDLE":
         return f"busy ({node.state_text})"
