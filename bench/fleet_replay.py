@@ -160,6 +160,7 @@ class Run:
         self.user_fail.mkdir(exist_ok=True)
         self.replaced: dict[str, str] = {}  # node -> class of a part the schedule has repaired (replaced)
         self.technician_runs: list[dict] = []
+        self.sinfo: dict[str, tuple[str, str]] = {}  # node -> (short state, reason): the poll's last read
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -268,11 +269,9 @@ class Run:
         while not self.stop.wait(2.0):
             if not self.replaced:
                 continue
-            r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N|%t|%E"], env=self.env, capture_output=True, text=True,
-                               timeout=30)
             # drained and idle (`drain`, not `drng`: a job still running there ends first, as
-            # `repair qualify` asks)
-            held = {n for n, state, reason in ((line.split("|", 2) + ["", ""])[:3] for line in r.stdout.splitlines())
+            # `repair qualify` asks), as the poll last read sinfo
+            held = {n for n, (state, reason) in dict(self.sinfo).items()
                     if reason.startswith("slurmadm: repair: rma") and state.strip().rstrip("*") == "drain"}
             for node in sorted(held & set(self.replaced)):
                 cls = self.replaced[node]
@@ -310,8 +309,9 @@ class Run:
                                text=True, timeout=30)
             t = self.now()
             seen: dict[str, str] = {}
-            for line in r.stdout.splitlines():
-                node, state, reason = (line.split("|", 2) + ["", ""])[:3]
+            rows = [(line.split("|", 2) + ["", ""])[:3] for line in r.stdout.splitlines()]
+            self.sinfo = {node: (state, reason) for node, state, reason in rows}
+            for node, state, reason in rows:
                 if out_of_service(state):
                     if reason.strip() not in ("", "none"):
                         seen[node] = reason
