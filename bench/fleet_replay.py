@@ -408,8 +408,8 @@ def markdown(cmp: dict, results: dict, args) -> str:
     lines = [f"fleet replay: {args.nodes} nodes, {args.minutes} min, seed {args.seed}, "
              f"compression {args.compression:g}x, rate scale {args.rate_scale:g}", ""]
     lines.append("| policy | faults detected | jobs on faulty nodes (known) | killed | false drains | returned by ladder | "
-                 "lemons | node-h out | GPU-h lost | ETTR |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|")
+                 "lemons | node-h out | GPU-h lost | ETTR | GPU-h slowed |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for p, r in results.items():
         det = sum(c["detected"] for c in r["per_class"].values())
         inj = sum(c["injected"] for c in r["per_class"].values())
@@ -417,7 +417,8 @@ def markdown(cmp: dict, results: dict, args) -> str:
         lines.append(f"| {p} | {det}/{inj} | {r['jobs']['started_on_faulty_node']} ({known}) | "
                      f"{r['jobs']['killed_by_faults']} | "
                      f"{r['drains']['false']} | {r['repair']['returned_by_ladder']} | {len(r['repair']['lemons'])} | "
-                     f"{r['repair']['node_hours_out']} | {r['cost']['gpu_hours_lost']} | {r['cost']['ettr']} |")
+                     f"{r['repair']['node_hours_out']} | {r['cost']['gpu_hours_lost']} | {r['cost']['ettr']} | "
+                     f"{r['cost'].get('gpu_hours_slowed', 0)} |")
     lines += ["", "targets (policy a): " + ", ".join(f"{k}: {'met' if v else 'NOT met'}"
                                                      for k, v in cmp["targets"].items())]
     return "\n".join(lines) + "\n"

@@ -29,8 +29,13 @@ Assumptions, stated in the report too:
   repair when it ends, its node-hours counted apart (`node_hours_maintenance`); a drain during it
   (the sweep's verdict) is a drain;
 - a fault with no node-level signal is detected only by the active test that can see it (silent
-  data corruption: the burn-in's known-answer test, `burnin-kat`; a user's bug: none), and with no repair time it stays in its part until the node returns after
-  that drain (a return from another part's drain does not mend it).
+  data corruption: the burn-in's known-answer test, `burnin-kat`; a straggler: the burn-in's
+  fleet-relative verdict, `burnin-straggler`; a user's bug: none), and with no repair time it
+  stays in its part until the node returns after that drain (a return from another part's drain
+  does not mend it);
+- a straggler (PCT percent slower) wastes PCT percent of the time of every run on its node while
+  it lasts (synchronous training waits for its slowest rank): `gpu_hours_slowed`, apart from the
+  GPU-hours lost in failed runs.
 """
 
 from __future__ import annotations
@@ -122,7 +127,10 @@ def maintenance(reason: str) -> bool:
 # known-answer test finds silent data corruption (`slurmadm: burnin-kat: ...`). Any other drain of
 # such a node (a burn-in pair test failing on a loaded machine) detects nothing; a user's own bug
 # (`software`) is found by no test.
-ACTIVE_MECHANISMS = {"sdc": ("burnin-kat",)}
+# A straggler (`slow`: the node is slower, no check fails) is seen only by the burn-in's
+# fleet-relative verdict, drained `slurmadm: burnin-straggler: ...` after two slow sweeps.
+ACTIVE_MECHANISMS = {"sdc": ("burnin-kat",), "straggler": ("burnin-straggler",)}
+SLOW_KINDS = ("slow",)  # the stand-in's straggler: its value is percent slower
 
 
 def repair_reason(reason: str) -> bool:
@@ -146,6 +154,37 @@ def _out_intervals(obs: Observed, *, maintenance_too: bool = False) -> dict[str,
     for node, t in since.items():
         out.setdefault(node, []).append((t, obs.horizon_s))
     return out
+
+
+def slowed_gpu_hours(obs: Observed, active) -> dict[str, float]:
+    """Run name -> the GPU-hours a straggler among its nodes wasted: synchronous training waits
+    for its slowest rank (bench/replay/job.py), so while a node of the run is PCT percent slower
+    the whole run does PCT percent of that time's work for nothing. `active(f, t)`: whether the
+    fault is in its part at t; its stretch is sampled on a grid of the run's time (the overlap of
+    two stragglers in one run counts the slower)."""
+    stragglers = [f for f, _ in obs.faults if f.kind in SLOW_KINDS]
+    out: dict[str, float] = {}
+    for r in obs.runs:
+        mine = [f for f in stragglers if f.node in r.nodes and f.t_s < r.end_s]
+        if not mine or r.end_s <= r.start_s:
+            continue
+        steps = 200
+        dt = (r.end_s - r.start_s) / steps
+        wasted = 0.0
+        for i in range(steps):
+            t = r.start_s + (i + 0.5) * dt
+            pct = max((_percent(f.value) for f in mine if active(f, t)), default=0.0)
+            wasted += dt * pct / 100
+        if wasted > 0:
+            out[r.name] = out.get(r.name, 0.0) + wasted * len(r.nodes) * GPUS_PER_NODE * obs.compression / 3600
+    return out
+
+
+def _percent(value: str) -> float:
+    try:
+        return min(max(float(value), 0.0), 95.0)
+    except ValueError:
+        return 0.0
 
 
 def measure(obs: Observed) -> dict:
@@ -228,6 +267,7 @@ def measure(obs: Observed) -> dict:
     node_hours_all = sum(min(b, obs.horizon_s) - a for iv in _out_intervals(obs, maintenance_too=True).values()
                          for a, b in iv) * c / 3600
     gpu_h = lambda r: (r.end_s - r.start_s) * len(r.nodes) * GPUS_PER_NODE * c / 3600
+    slowed = slowed_gpu_hours(obs, active)
     lost = sum(gpu_h(r) for r in killed)
     completed = sum(gpu_h(r) for r in obs.runs if r.state == "COMPLETED")
     return {
@@ -247,7 +287,9 @@ def measure(obs: Observed) -> dict:
                    # a burn-in sweep's own nodes (maintenance), on top of node_hours_out
                    "node_hours_maintenance": round(node_hours_all - node_hours_out, 2)},
         "cost": {"gpu_hours_completed": round(completed, 2), "gpu_hours_lost": round(lost, 2),
-                 "ettr": round(completed / (completed + lost), 4) if completed + lost else None},
+                 "ettr": round(completed / (completed + lost), 4) if completed + lost else None,
+                 # a straggler's toll on the runs that shared it (apart from the figures above)
+                 "runs_slowed": len(slowed), "gpu_hours_slowed": round(sum(slowed.values()), 2)},
     }
 
 

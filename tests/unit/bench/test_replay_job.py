@@ -51,3 +51,31 @@ def test_the_technician_returns_only_the_part_it_replaced():
     assert fleet_replay.rma_for(held, "sdc")
     assert fleet_replay.rma_for([{"class": "PSU", "state": "rma"}], "psu")
     assert not fleet_replay.rma_for([{"class": "PSU", "state": "rma"}], "straggler")  # not a part swap
+
+
+def test_a_straggler_among_the_jobs_nodes_slows_every_task(tmp_path):
+    """Synchronous training waits for its slowest rank: the stand-in's `slow` on any GPU of any of
+    the job's nodes is the job's slowdown; a node with no stand-in state is full speed."""
+    from slurmadm.burnin.node import STANDIN_SLOWDOWN_KEY
+
+    assert job.SLOW_KEY == STANDIN_SLOWDOWN_KEY  # the key the stand-in's `slow` fault writes
+    for node in ("b200-001", "b200-002"):
+        gpus.write_healthy(tmp_path, node, BUILTIN_PROFILES["hgx-b200"], driver_version="570.133.20")
+    both = ["b200-001", "b200-002", "b200-077"]  # the last has no state
+    assert job.slowdown(str(tmp_path), both) == 0.0
+    gpus.inject(tmp_path, "b200-002", 6, "slow", 30)
+    assert job.slowdown(str(tmp_path), both) == 30.0
+    assert job.slowdown(str(tmp_path), ["b200-001"]) == 0.0  # a job without the straggler
+    gpus.inject(tmp_path, "b200-001", 0, "slow", 95)
+    assert job.slowdown(str(tmp_path), both) == 95.0  # the slowest node is the job's speed
+    gpus.clear(tmp_path, "b200-001")
+    gpus.clear(tmp_path, "b200-002")
+    assert job.slowdown(str(tmp_path), both) == 0.0
+
+
+def test_job_nodes_from_slurms_nodelist(monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "b200-[001-003,007]")
+    monkeypatch.setenv("SLURMD_NODENAME", "b200-002")
+    assert job.job_nodes() == ["b200-001", "b200-002", "b200-003", "b200-007"]
+    monkeypatch.delenv("SLURM_JOB_NODELIST")
+    assert job.job_nodes() == ["b200-002"]

@@ -196,3 +196,29 @@ def test_a_node_is_known_faulty_once_a_drain_followed_the_fault():
     assert r["jobs"]["started_on_faulty_names"] == ["before-sweep", "returned-too-soon"]
     assert r["jobs"]["started_on_known_faulty_names"] == ["returned-too-soon"]
     assert m.compare({"a": r})["targets"]["no job started on a known-faulty node"] is False
+
+
+def test_a_straggler_wastes_its_share_of_every_run_on_it_and_only_burn_in_finds_it():
+    """A 30% straggler on n1 from t=10 to t=30: a run on n1+n2 from 0 to 40 shares it for 20 s, so
+    30% of 20 s of its 2 nodes' 16 GPUs is wasted; a run on n2 alone is not slowed. No check fails:
+    a health drain of n1 detects nothing, the burn-in's fleet verdict does."""
+    slow = Fault(10, "n1", "slow", "gpu", "2", "30", 20.0, "straggler")
+    runs = [m.Run("big", ("n1", "n2"), 0, 40, "COMPLETED"), m.Run("other", ("n2",), 0, 40, "COMPLETED")]
+    r = m.measure(observed(faults=[(slow, False)], runs=runs,
+                           drains=[m.Drain(12, "n1", "slurmadm: gpu-xid: GPU2 Xid 79 [prolog]")],
+                           returns=[m.Return(14, "n1", "clean-runs")]))
+    assert r["cost"]["runs_slowed"] == 1
+    assert r["cost"]["gpu_hours_slowed"] == pytest.approx(20 * 0.30 * 16 * C / 3600, rel=0.02)
+    assert r["per_class"]["straggler"]["detected"] == 0 and r["undetected_classes"] == []
+    found = m.measure(observed(faults=[(slow, False)], runs=runs,
+                               drains=[m.Drain(25, "n1", "slurmadm: burnin-straggler: stress-cpu 0.4x [burnin]")]))
+    assert found["per_class"]["straggler"]["mechanisms"] == {"burnin-straggler": 1}
+    assert m.measure(observed(runs=runs))["cost"]["gpu_hours_slowed"] == 0
+
+
+def test_the_mix_says_only_an_active_test_sees_a_straggler():
+    from bench.replay import schedule
+
+    mix = {r.cls: r for r in schedule.load_mix()}
+    assert mix["straggler"].signal == "none" and mix["straggler"].kind in m.SLOW_KINDS
+    assert set(m.ACTIVE_MECHANISMS) <= {cls for cls, r in mix.items() if r.signal == "none"}
