@@ -65,9 +65,13 @@ def dev_cluster() -> None:
 @click.option("--wide-ports", is_flag=True, default=None,
               help="The wide port plan (base..base+2199, up to 200 nodes with BMCs and sshd), used anyway "
                    "above 50 nodes.")
+@click.option("--enforce-memory/--no-enforce-memory", "enforce_memory", default=None,
+              help="task/cgroup with ConstrainRAMSpace, as at a site: a step over its --mem is OOM-killed "
+                   "(OUT_OF_MEMORY). Needs a writable cgroup v1 memory controller (default: as last time; "
+                   "first time: off).")
 @json_option
 def up(nodes, site_file, state_dir, port_base, timeout, foreground, central_store, bmc, ssh, wide_ports,
-       as_json) -> None:
+       enforce_memory, as_json) -> None:
     """Start the dev cluster (idempotent) and wait until every node is idle."""
     dc = _cluster(state_dir)
     stop = threading.Event()
@@ -76,7 +80,7 @@ def up(nodes, site_file, state_dir, port_base, timeout, foreground, central_stor
             signal.signal(sig, lambda *_: stop.set())
     status = dc.up(nodes=nodes, site_file=site_file, port_base=port_base, timeout=timeout,
                    progress=progress, central_store=central_store, bmc=bmc, ssh=ssh,
-                   wide_ports=wide_ports)
+                   wide_ports=wide_ports, enforce_memory=enforce_memory)
     if as_json:
         print_json(status)
     else:

@@ -170,7 +170,7 @@ class DevCluster:
     def up(self, *, nodes: int | None = None, site_file: str | None = None, port_base: int | None = None,
            progress: Callable[[str], None] = lambda msg: None, timeout: float = 180.0,
            central_store: bool | None = None, bmc: bool | None = None, ssh: bool | None = None,
-           wide_ports: bool | None = None) -> dict:
+           wide_ports: bool | None = None, enforce_memory: bool | None = None) -> dict:
         if os.geteuid() != 0:
             raise UsageError("dev-cluster up must run as root (it starts munged, MariaDB and Slurm daemons)")
         missing = missing_binaries()
@@ -192,6 +192,9 @@ class DevCluster:
         if ssh and nodes > ports.max_nodes:
             raise UsageError(f"--ssh: at most {ports.max_nodes} nodes get an sshd in the {ports.name} port plan, "
                              f"not {nodes}")
+        enforce_memory = bool(old.get("enforce_memory")) if enforce_memory is None else enforce_memory
+        if enforce_memory and (why := devsite.memory_cgroup_problem()):
+            raise UsageError(f"--enforce-memory: {why}")
         src_site = load_site(source)
         release = parse_version(run(["slurmd", "-V"]).stdout)
         hw = devsite.Hardware.parse(run(["slurmd", "-C"], timeout=30).stdout)
@@ -207,7 +210,7 @@ class DevCluster:
         central_store = bool(old.get("central_store")) if central_store is None else central_store
         data = devsite.derive(src_site, nodes=nodes, state_dir=self.state_dir, ports=ports,
                               hostname=hostname, hw=hw, prolog_dir=self.p("prolog_epilog"), release=release[:2],
-                              central_store=central_store, ssh=ssh)
+                              central_store=central_store, ssh=ssh, enforce_memory=enforce_memory)
         bmc = bool(old.get("bmc")) if bmc is None else bmc
         if bmc:
             if nodes > ports.max_nodes:
@@ -252,6 +255,7 @@ class DevCluster:
             "central_store": central_store,
             "bmc": bmc,
             "ssh": ssh,
+            "enforce_memory": enforce_memory,
         }
         self.record_path.write_text(json.dumps(rec, indent=2) + "\n")
 

@@ -10,6 +10,7 @@ dev cluster's GPUs.
 
 from __future__ import annotations
 
+import os
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,6 +197,21 @@ class Ports:
 BMC_MAX_NODES = 50
 
 
+def memory_cgroup_problem(root: Path = Path("/sys/fs/cgroup")) -> str | None:
+    """Why this host cannot give the dev cluster's slurmd memory limits (task/cgroup,
+    ConstrainRAMSpace), or None: a cgroup v1 memory controller root can write. cgroup v2 is
+    refused: Slurm's cgroup/v2 wants systemd to create its scope, and the dev cluster's many
+    slurmd have none."""
+    if (root / "cgroup.controllers").is_file():
+        return f"{root} is cgroup v2: the dev cluster's slurmd (no systemd) enforce memory on cgroup v1 only"
+    mem = root / "memory"
+    if not (mem / "memory.limit_in_bytes").is_file():
+        return f"no cgroup v1 memory controller mounted at {mem}"
+    if not os.access(mem, os.W_OK):
+        return f"{mem} is not writable here (a container without cgroup delegation?)"
+    return None
+
+
 def bmc_settings(ports: Ports, state_dir: Path) -> dict[str, Any]:
     """The dev site's [bmc] when the dev cluster runs BMC emulators: one address, per-node ports,
     Redfish TLS checked against the dev cluster's own CA, short timeouts (loopback)."""
@@ -236,8 +252,11 @@ def _drop_none(value: Any) -> Any:
 
 def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: str, hw: Hardware,
            prolog_dir: Path, release: Release, central_store: bool = False,
-           ssh: bool = False) -> dict[str, Any]:
-    """The dev site as a plain dict (TOML-ready), for the installed Slurm `release`."""
+           ssh: bool = False, enforce_memory: bool = False) -> dict[str, Any]:
+    """The dev site as a plain dict (TOML-ready), for the installed Slurm `release`.
+    `enforce_memory`: task/cgroup with ConstrainRAMSpace, as a site runs it, so a step over its
+    --mem is OOM-killed and ends OUT_OF_MEMORY (the host needs a writable memory cgroup:
+    memory_cgroup_problem); otherwise task/none, no limits."""
     if nodes < 1:
         raise UsageError("--nodes: must be at least 1")
     if nodes > len(src.node_names):
@@ -331,13 +350,14 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
         "slurm_user": "root",
         "release": fmt(release) if fmt(release) in RELEASES else "auto",
         "proctrack": "linuxproc",
-        "task_plugins": ["task/none"],
+        "task_plugins": ["task/cgroup"] if enforce_memory else ["task/none"],
         # 24.11's slurmd loads the cgroup plugin even with task/none and fails without cgroupfs;
-        # "disabled" exists from 23.02 only.
-        "cgroup_plugin": "disabled" if release >= CGROUP_DISABLED_FROM else "autodetect",
+        # "disabled" exists from 23.02 only. With enforce_memory every slurmd shares the host's
+        # cgroup tree (job and step cgroups are named by job id: no two slurmd collide).
+        "cgroup_plugin": "autodetect" if enforce_memory or release < CGROUP_DISABLED_FROM else "disabled",
         "constrain_cores": False,
         "constrain_devices": False,
-        "constrain_ram_space": False,
+        "constrain_ram_space": enforce_memory,
         "constrain_swap_space": False,
         "prolog_dir": str(prolog_dir),
         # restarts the node's slurmd (and sshd): `scontrol reboot` goes through Slurm's states

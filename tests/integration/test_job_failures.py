@@ -6,9 +6,9 @@ against Slurm's own `sreport`.
 - a node killed under a requeueable job (slurmctld marks it DOWN: the run ends NODE_FAIL and the
   job is requeued): `infrastructure: b200-002 NODE_FAIL (Slurm), ...`, the requeued run apart;
 - a user's job that exits 1 on a healthy node: `user: exit 1, no node signal`.
-An OOM-killed step is not made here: the dev cluster runs task/none with proctrack/linuxproc (many
-slurmd on one host cannot each own a cgroup tree), so no memory limit is enforced on a step;
-OUT_OF_MEMORY is covered by tests/unit/slurm/test_sacct.py and tests/unit/jobs/test_failures.py.
+An OOM-killed step is not made here: the session's dev cluster runs task/none (no memory limit on
+a step); tests/integration/test_job_oom.py brings up one that enforces memory (`--enforce-memory`,
+task/cgroup) and kills a step over its --mem.
 """
 
 from __future__ import annotations
