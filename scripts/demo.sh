@@ -114,13 +114,20 @@ slurmadm health run --node b200-004 --checks fabric,infiniband --dry-run || echo
 slurmadm dev-cluster gpu-fault b200-004 --clear
 slurmadm dev-cluster ib-fault b200-004 --clear
 
-step "nightly burn-in: NVLinks down on b200-002, then a sweep of the 4 nodes"
+step "nightly burn-in: NVLinks down on b200-002, b200-001's GPU5 computes wrong answers; a sweep of the 4 nodes"
 slurmadm dev-cluster gpu-fault b200-002 --gpu 1 --kind nvlink-down --value 2
+# silent data corruption: no counter, no log line, every check passes; only a known answer shows it
+slurmadm dev-cluster gpu-fault b200-001 --gpu 5 --kind corrupt --value 1 >/dev/null
 slurmadm burnin run || echo "(exit $?: a node failed burn-in; see the report)"
 if [ -n "${DISPLAY:-}" ] && command -v xdg-open >/dev/null; then
   xdg-open "$STATE/burnin/latest/report.html"   # (no display: the path above opens in any browser)
 fi
+sinfo -h -R -n b200-001,b200-002 -o "%100E %N"      # the known-answer test names the GPU that disagrees
+slurmadm repair status || true                      # an SDC incident on that GPU's serial
 slurmadm dev-cluster gpu-fault b200-002 --clear
+slurmadm dev-cluster gpu-fault b200-001 --clear
+# an admin swapped the GPU: the incident closes; the next sweep re-qualifies and resumes the node
+slurmadm repair clear b200-001 --reason "demo: GPU5 swapped" || true
 slurmadm burnin status
 
 step "stragglers: b200-003 passes every check but runs 70% slower than its fleet"
