@@ -19,7 +19,10 @@ Times are compressed (--compression site seconds per replay second); the dev clu
 health clocks are already short (devsite.py).
 
 Policies, on the same schedules:
-  a  slurmadm as a site runs it: the hooks, and every --repair-every replay seconds `repair run`
+  a  slurmadm as a site runs it: per-node stores shipping to the central store, the alert path
+     (node and head exporters, Prometheus, Alertmanager and the webhook, which drains a node an
+     alert names; --no-monitoring leaves them out), the hooks, and every --repair-every replay
+     seconds `repair run`
      (when this slurmadm has the repair ladder), `bmc health` (the BMC sweep a site runs from cron)
      and `bmc recover` for dead nodes; once a site night (--burnin-every) `burnin run` on up to
      the example's share of idle nodes (8 of 128: one at 8 nodes), whose known-answer test is
@@ -133,6 +136,21 @@ def reserved(state: str) -> bool:
     (`idle$`, `alloc$`: in a maintenance reservation)."""
     st = state.strip().rstrip("*")
     return st.endswith("$") or st in ("maint", "resv")
+
+
+def store_bytes(dc: DevCluster) -> int:
+    """The stores' size: every SQLite store under the state directory (the shared one, or each
+    node's and the head's) and the central store's tables in MariaDB (one file per table)."""
+    from slurmadm.devcluster.devsite import CENTRAL_DB
+
+    files = [*dc.state_dir.rglob("*.db"), *dc.p("mysql", CENTRAL_DB).glob("*")]
+    total = 0
+    for f in files:
+        try:
+            total += f.stat().st_size if f.is_file() else 0
+        except OSError:  # a file gone between the listing and the stat (a store rotated)
+            continue
+    return total
 
 
 def has_repair(env: dict[str, str]) -> bool:
@@ -343,8 +361,7 @@ class Run:
                 s = watch.sample_pid(pid) if pid else None
                 if s is not None:
                     self.samples.setdefault(d.name, []).append(s)
-            size = sum(f.stat().st_size for f in self.dc.state_dir.rglob("*.db") if f.is_file())
-            self.samples.setdefault("stores", []).append({"bytes": size})
+            self.samples.setdefault("stores", []).append({"bytes": store_bytes(self.dc)})
 
     # ---------------------------------------------------------------- whole run
     def run(self, seconds: float) -> measure.Observed:
@@ -443,6 +460,9 @@ def main() -> int:
     ap.add_argument("--burnin-every", type=float, default=None,
                     help="policy (a)'s nightly burn-in, every this many replay seconds (default: one site "
                          "night, 86400 / --compression; 0: none)")
+    ap.add_argument("--no-monitoring", action="store_true",
+                    help="policy a without the alert path and the central store (local stores, no exporters, "
+                         "Prometheus, Alertmanager or webhook)")
     ap.add_argument("--health-interval", type=int, default=10,
                     help="Slurm's HealthCheckInterval during the replay (real seconds)")
     args = ap.parse_args()
@@ -479,11 +499,20 @@ def main() -> int:
     for policy in policies:
         dc = DevCluster(Path(args.state_dir) / policy)
         dc.down(purge=True)
+        # policy a as a site runs slurmadm: per-node stores shipping to the central store, and the
+        # alert path (exporters, Prometheus, Alertmanager, the webhook that isolates a node)
+        full = policy == "a" and not args.no_monitoring
         dc.up(nodes=args.nodes, site_file=str(site_for(policy, out, args.nodes)), port_base=args.port_base, bmc=True, ssh=True,
-              timeout=600)
+              timeout=600, central_store=full)
+        stack = None
         try:
             env = {**os.environ, **dc.env()}
             dc.wait_ready(timeout=300)
+            if full:
+                from slurmadm.monitor.stack import MonitorStack
+
+                stack = MonitorStack(dc)
+                stack.up(timeout=300)
             # what `accounts apply` creates at a site: the burn-in QOS and account that the repair
             # ladder's qualification jobs run under (without them Slurm refuses every one)
             ensure_burnin_accounting(env, dc.site())
@@ -499,6 +528,8 @@ def main() -> int:
                                 "runs": [[r.name, ",".join(r.nodes), round(r.start_s, 2), round(r.end_s, 2), r.state]
                                          for r in obs.runs]}
         finally:
+            if stack is not None:
+                stack.down()
             keep_logs(dc, out / f"logs-{policy}")
             dc.down(purge=True)
     cmp = measure.compare(results)

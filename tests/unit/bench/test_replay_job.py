@@ -79,3 +79,23 @@ def test_job_nodes_from_slurms_nodelist(monkeypatch):
     assert job.job_nodes() == ["b200-001", "b200-002", "b200-003", "b200-007"]
     monkeypatch.delenv("SLURM_JOB_NODELIST")
     assert job.job_nodes() == ["b200-002"]
+
+
+def test_the_store_size_counts_every_sqlite_store_and_the_central_tables(tmp_path):
+    """The growth watch's store size: the shared or per-node SQLite files and, with the central
+    store, the slurmadm database's table files in MariaDB's data directory (not slurmdbd's)."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from bench import fleet_replay
+    from slurmadm.devcluster.cluster import DevCluster
+
+    dc = DevCluster(tmp_path)
+    (tmp_path / "stores").mkdir()
+    (tmp_path / "stores" / "b200-001.db").write_bytes(b"x" * 100)
+    (tmp_path / "slurmadm.db").write_bytes(b"x" * 10)
+    (tmp_path / "mysql" / "slurmadm").mkdir(parents=True)
+    (tmp_path / "mysql" / "slurmadm" / "incidents.ibd").write_bytes(b"x" * 1000)
+    (tmp_path / "mysql" / "slurm_acct_db").mkdir()
+    (tmp_path / "mysql" / "slurm_acct_db" / "job_table.ibd").write_bytes(b"x" * 5000)  # slurmdbd's: not ours
+    assert fleet_replay.store_bytes(dc) == 1110
