@@ -4,7 +4,8 @@ Checks (ids appear in drain reasons as `slurmadm: bmc-<check>: ...`):
 - bmc-temperature: a sensor of `bmc.health.temperature_sensors` (inlet, GPU baseboard, GPUs)
   over its critical threshold (the BMC's own);
 - bmc-psu: a power supply reports a failure (or AC lost);
-- bmc-fan: a fan under its critical threshold;
+- bmc-fan: a fan under its critical threshold while the host is powered on (fans stop with the
+  host: a powered-off node's fans at 0 RPM are no fault, and were drained as one);
 - bmc-sel: SEL events at least `bmc.health.sel_severity` logged since the last run.
 A failure drains the node through the same rules as the GPU checks (never someone else's drain,
 never a foreign state, the drain breaker `health.drain_cap_fraction`); a node drained by one of
@@ -21,6 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from ..errors import SlurmadmError
 from ..health.actions import breaker
 from ..slurm.model import NodeInfo, SlurmBackend
 from ..slurm.ownership import format_reason, is_ours, may_drain, may_resume, reason_check_id
@@ -49,11 +51,13 @@ def event_key(e: SelEvent) -> str:
 
 
 def judge(node: str, sensors: list[Sensor], events: list[SelEvent], *, temp_globs: list[str],
-          sel_severity: str, seen: set[str]) -> list[Verdict]:
+          sel_severity: str, seen: set[str], power: str = "on") -> list[Verdict]:
+    """The node's verdicts from its BMC's sensors and SEL. `power`: the chassis power state
+    ("on", "off", or "unknown" when the BMC did not say: judged as on)."""
     hot = [s for s in sensors if s.type == "temperature" and any(fnmatch.fnmatch(s.name, g) for g in temp_globs)
            and s.status == "critical"]
     psu = [s for s in sensors if s.type == "psu" and s.status != "ok"]
-    fans = [s for s in sensors if s.type == "fan" and s.status == "critical"]
+    fans = [s for s in sensors if s.type == "fan" and s.status == "critical"] if power != "off" else []
     rank = {"info": 0, "warning": 1, "critical": 2}
     new = [e for e in events if event_key(e) not in seen and rank[e.severity] >= rank[sel_severity]]
 
@@ -65,15 +69,26 @@ def judge(node: str, sensors: list[Sensor], events: list[SelEvent], *, temp_glob
             f"{s.name} {s.value:g}{s.unit} over critical {s.thresholds.get('uc', '?')}" for s in b)),
         v("bmc-psu", psu, lambda b: "; ".join(f"{s.name}: {', '.join(s.states) or s.status}" for s in b)),
         v("bmc-fan", fans, lambda b: "; ".join(f"{s.name} {s.value:g} {s.unit} under critical "
-                                               f"{s.thresholds.get('lc', '?')}" for s in b)),
+                                               f"{s.thresholds.get('lc', '?')}" for s in b))
+        if power != "off" else Verdict(node, "bmc-fan", "pass", "host powered off: its fans stop with it"),
         v("bmc-sel", new, lambda b: f"{len(b)} new {sel_severity}+ event(s): "
                                     + "; ".join(f"{e.sensor}: {e.event}" for e in b[-2:])),
     ]
 
 
+def _power(bmc) -> str:
+    """The chassis power state, or "unknown" when the BMC does not answer that one question (its
+    sensors and SEL were read: the node is still judged, as powered on)."""
+    try:
+        state = bmc.power_state()
+    except SlurmadmError:
+        return "unknown"
+    return state if state in ("on", "off") else "unknown"
+
+
 def run(site, fleet: Fleet, backend: SlurmBackend, store: Store, nodes: list[str], *, act: bool) -> dict:
     h = site.bmc.health
-    rows = fleet.run(nodes, lambda c: (c.bmc.sensors(), c.bmc.sel()))
+    rows = fleet.run(nodes, lambda c: (c.bmc.sensors(), c.bmc.sel(), _power(c.bmc)))
     run_id = uuid.uuid4().hex[:12]
     now = time.time()
     verdicts: list[Verdict] = []
@@ -82,13 +97,13 @@ def run(site, fleet: Fleet, backend: SlurmBackend, store: Store, nodes: list[str
         if not r.ok:
             verdicts.append(Verdict(r.node, "bmc-sel", "error", r.error))
             continue
-        sensors, events = r.value
+        sensors, events, power = r.value
         raw = store.get_node_state(r.node, SEL_SEEN)
         seen = set(json.loads(raw)) if raw else None
         if seen is None:  # first run on this node: what is in the SEL already is history, not news
             seen = {event_key(e) for e in events}
         verdicts += judge(r.node, sensors, events, temp_globs=h.temperature_sensors, sel_severity=h.sel_severity,
-                          seen=seen)
+                          seen=seen, power=power)
         newest[r.node] = [event_key(e) for e in events][-512:]
     with store.transaction() as db:
         db.executemany("INSERT INTO check_results (ts, run_id, node, context, check_id, status, severity, detail,"

@@ -369,3 +369,39 @@ def test_recover_plan_dates_a_first_seen_down_node_from_slurms_reason_time(tmp_p
         assert got["b200-001"].down_for == 100.0 and "down 100 s" in got["b200-001"].why
         assert got["b200-002"].down_for == 0.0  # Slurm gave no time: from now on
         assert store.get_node_state("b200-001", recover.DOWN_SINCE) == "900.0"
+
+
+def test_a_powered_off_hosts_fans_at_zero_are_no_fault():
+    """Fans stop with the host: a BMC reading 0 RPM (under its lower critical) on a node whose
+    chassis is off is no fan fault (the fleet replay's 128-node bring-up drained one as such); a
+    PSU failure there still is one; a power state the BMC did not give is judged as on."""
+    stopped = [Sensor(f"FAN{i}", "fan", 0.0, "RPM", "critical", {"lc": 500.0}) for i in (1, 2)]
+    psu = Sensor("PSU2 Status", "psu", None, "", "critical", {}, ("Failure detected",))
+
+    def verdicts(power):
+        return {v.check_id: v for v in health.judge("n", [*stopped, psu], [], temp_globs=[], sel_severity="critical",
+                                                     seen=set(), power=power)}
+
+    off = verdicts("off")
+    assert off["bmc-fan"].status == "pass" and "powered off" in off["bmc-fan"].detail
+    assert off["bmc-psu"].status == "fail"
+    for power in ("on", "unknown"):
+        got = verdicts(power)["bmc-fan"]
+        assert got.status == "fail" and got.detail.startswith("FAN1 0 RPM under critical 500"), got
+
+
+def test_the_power_state_is_asked_and_a_bmc_that_cannot_say_is_judged_as_on():
+    from slurmadm.errors import UnreachableError
+
+    class Bmc:
+        def __init__(self, answer):
+            self.answer = answer
+
+        def power_state(self):
+            if isinstance(self.answer, Exception):
+                raise self.answer
+            return self.answer
+
+    assert health._power(Bmc("off")) == "off" and health._power(Bmc("on")) == "on"
+    assert health._power(Bmc(UnreachableError("n: BMC: power status: timed out"))) == "unknown"
+    assert health._power(Bmc("standby")) == "unknown"
