@@ -139,11 +139,13 @@ def reserved(state: str) -> bool:
 
 
 def store_bytes(dc: DevCluster) -> int:
-    """The stores' size: every SQLite store under the state directory (the shared one, or each
-    node's and the head's) and the central store's tables in MariaDB (one file per table)."""
+    """The stores' size: the SQLite stores where the dev site puts them (the shared one, or each
+    node's and the head's under stores/) and the central store's tables in MariaDB (one file per
+    table). Not a walk of the whole state directory: slurmctld removes job directories under it
+    while a walk is under way (a watch thread died of that), and it holds thousands of them."""
     from slurmadm.devcluster.devsite import CENTRAL_DB
 
-    files = [*dc.state_dir.rglob("*.db"), *dc.p("mysql", CENTRAL_DB).glob("*")]
+    files = [*dc.state_dir.glob("*.db"), *dc.p("stores").glob("*.db"), *dc.p("mysql", CENTRAL_DB).glob("*")]
     total = 0
     for f in files:
         try:
@@ -355,6 +357,12 @@ class Run:
             self.stop.wait(1.0)
 
     def watch(self) -> None:
+        try:
+            self._watch()
+        except Exception as exc:  # noqa: BLE001 - a dead watch is said in the report, not only on stderr
+            self.errors.append(f"watch: {type(exc).__name__}: {exc}"[:300])
+
+    def _watch(self) -> None:
         while not self.stop.wait(self.args.watch_every):
             for d in self.dc.extra_daemons() + [self.dc.daemon("slurmctld")]:
                 pid = d.pid()
