@@ -138,6 +138,27 @@ def reserved(state: str) -> bool:
     return st.endswith("$") or st in ("maint", "resv")
 
 
+def as_observed(faults: list[schedule.Fault], took_effect: dict[int, float],
+                repaired_at: dict[int, float]) -> list[schedule.Fault]:
+    """The faults that took effect, as they were in the run: from when the injection returned to
+    when the repair did (the schedule's times are when each was asked for; on a loaded machine
+    both take a while, and a fault shifted to its injection's return with the schedule's
+    duration outlived its repair: a job started after the repair counted as started on a faulty
+    node). A repair that had not come when the run ended keeps the schedule's end; a fault left
+    to the ladder (duration 0) stays so."""
+    out = []
+    for i, f in enumerate(faults):
+        if i not in took_effect:
+            continue
+        start = round(took_effect[i], 3)
+        if f.duration_s > 0:
+            end = repaired_at.get(i, f.t_s + f.duration_s)
+            out.append(replace(f, t_s=start, duration_s=round(max(end - start, 0.001), 3)))
+        else:
+            out.append(replace(f, t_s=start))
+    return out
+
+
 def store_bytes(dc: DevCluster) -> int:
     """The stores' size: the SQLite stores where the dev site puts them (the shared one, or each
     node's and the head's under stores/) and the central store's tables in MariaDB (one file per
@@ -175,6 +196,7 @@ class Run:
         self.samples: dict[str, list[dict]] = {}
         self.job_ids: dict[str, str] = {}
         self.took_effect: dict[int, float] = {}  # schedule index -> replay time its injection returned
+        self.repaired_at: dict[int, float] = {}  # schedule index -> replay time its repair (clear) returned
         self.nodelist = ",".join(f"b200-{i:03d}" for i in range(1, args.nodes + 1))
         self.user_fail = dc.p("replay-user-fail")
         self.user_fail.mkdir(exist_ok=True)
@@ -223,6 +245,7 @@ class Run:
             for due in [r for r in repairs if r[0] <= t]:
                 repairs.remove(due)
                 self._fault(due[1], clear=True)
+                self.repaired_at[index[id(due[1])]] = self.now()
                 self.replaced[due[1].node] = due[1].cls
             while pending and pending[0].t_s <= t:
                 f = pending.pop(0)
@@ -388,8 +411,8 @@ class Run:
             th.join(timeout=120)
         subprocess.run(["scancel", "--full", "-u", "root"], env=self.env, capture_output=True, timeout=60)
         return measure.Observed(self.policy, self.args.compression, seconds,
-                                [(replace(f, t_s=round(self.took_effect[i], 3)), self.signal[f.cls])
-                                 for i, f in enumerate(self.faults) if i in self.took_effect],
+                                [(f, self.signal[f.cls])
+                                 for f in as_observed(self.faults, self.took_effect, self.repaired_at)],
                                 self.drains, self.returns, self.runs(), sorted(self.lemons))
 
     def runs(self) -> list[measure.Run]:

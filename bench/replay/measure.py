@@ -24,7 +24,8 @@ Assumptions, stated in the report too:
   next BMC sweep); the target counts those started after a drain had followed the fault
   (`started_on_known_faulty_node`: the node returned to service too soon, or never left it);
 - a fault's time is when its injection took effect (the injector returned), not when the schedule
-  asked for it: on a loaded machine a prolog may run in between and rightly find nothing;
+  asked for it: on a loaded machine a prolog may run in between and rightly find nothing; and it
+  ends when its repair took effect (fleet_replay.as_observed);
 - a burn-in sweep's stretch in its reservation is maintenance: no drain (never false), no
   repair when it ends, its node-hours counted apart (`node_hours_maintenance`); a drain during it
   (the sweep's verdict) is a drain;

@@ -99,3 +99,20 @@ def test_the_store_size_counts_every_sqlite_store_and_the_central_tables(tmp_pat
     (tmp_path / "mysql" / "slurm_acct_db").mkdir()
     (tmp_path / "mysql" / "slurm_acct_db" / "job_table.ibd").write_bytes(b"x" * 5000)  # slurmdbd's: not ours
     assert fleet_replay.store_bytes(dc) == 1110
+
+
+def test_a_fault_is_measured_from_its_injection_to_its_repair_as_they_took_effect():
+    """On a loaded machine an injection returns late; the repair comes at the schedule's time: the
+    fault is in its part from the one to the other, not the schedule's duration from the late start."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from bench import fleet_replay
+
+    f = [schedule.Fault(100.0, "n1", "xid", "gpu", "4", "48", 70.0, "gpu-hbm"),
+         schedule.Fault(110.0, "n2", "xid", "gpu", "1", "79", 0.0, "faulty-gpu"),
+         schedule.Fault(120.0, "n3", "flap", "ib", "mlx5_0", "", 50.0, "network"),
+         schedule.Fault(500.0, "n4", "xid", "gpu", "1", "79", 10.0, "faulty-gpu")]  # never injected
+    got = fleet_replay.as_observed(f, {0: 115.0, 1: 111.0, 2: 121.0}, {0: 172.0})
+    assert [(g.node, g.t_s, g.duration_s) for g in got] == [("n1", 115.0, 57.0), ("n2", 111.0, 0.0),
+                                                           ("n3", 121.0, 49.0)]  # n3: run ended first
