@@ -57,7 +57,7 @@ def judge(node: str, sensors: list[Sensor], events: list[SelEvent], *, temp_glob
     hot = [s for s in sensors if s.type == "temperature" and any(fnmatch.fnmatch(s.name, g) for g in temp_globs)
            and s.status == "critical"]
     psu = [s for s in sensors if s.type == "psu" and s.status != "ok"]
-    fans = [s for s in sensors if s.type == "fan" and s.status == "critical"] if power != "off" else []
+    fans = [s for s in sensors if s.type == "fan" and s.status == "critical"]
     rank = {"info": 0, "warning": 1, "critical": 2}
     new = [e for e in events if event_key(e) not in seen and rank[e.severity] >= rank[sel_severity]]
 
