@@ -9,7 +9,11 @@ Never taken: nodes drained by someone else, nodes in a state another party handl
 power, someone else's reservation), busy or unresponsive nodes, nodes outside the partition, and
 nodes the repair ladder holds (`slurmadm: repair: ...`: mid-ladder, an RMA candidate, a lemon):
 a burn-in pass must not resume what repair keeps out of service, named or not (`slurmadm repair
-qualify` is that node's test).
+qualify` is that node's test). Nor, while the ladder runs (`repairing`: the sweep passes it only
+when `repair run` ran lately), a drained node with an open incident that the ladder has not
+taken over yet: its ladder's step (a reboot for a fallen-off GPU) is what mends it, and a
+re-qualification before it fails, drains it again, and holds the node in the sweep's
+reservation where the ladder cannot act (the fleet replay's loop, issue 37).
 """
 
 from __future__ import annotations
@@ -76,8 +80,12 @@ def named_nodes(site: Site, pattern: str) -> list[str]:
 
 
 def select(site: Site, nodes: list[NodeInfo], *, now: dt.datetime, named: str | None = None,
-           last_tested: Mapping[str, float] | None = None, reservation_enabled: bool = True) -> Selection:
+           last_tested: Mapping[str, float] | None = None, reservation_enabled: bool = True,
+           repairing: Mapping[str, str] | None = None) -> Selection:
+    """`repairing`: node -> its open repair incidents (text), when the ladder is running; a
+    drained one is left to it."""
     b = site.burnin
+    repairing = repairing or {}
     part = burnin_partition(site)
     by_name = {n.name: n for n in nodes}
     sel = Selection(in_window=in_window(now.time(), b.window_start, b.window_end))
@@ -96,6 +104,10 @@ def select(site: Site, nodes: list[NodeInfo], *, now: dt.datetime, named: str | 
         problem = _unusable(node)
         if problem:
             sel.skipped[name] = problem
+            return
+        if node.drained and name in repairing:
+            sel.skipped[name] = (f"open repair incident {repairing[name]}: left to its ladder (`slurmadm repair "
+                                 "status`; `slurmadm repair qualify` tests it)")
             return
         if node.drained and not reservation_enabled:
             sel.skipped[name] = "drained by slurmadm: re-qualifying it needs burnin.reservation"

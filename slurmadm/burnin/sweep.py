@@ -40,6 +40,9 @@ RECOVER_WAIT_S = 120.0
 CONTEXT = "burnin"
 STRAGGLER_REASON = "slurmadm: burnin-straggler:"
 TREND_SWEEPS = 8  # sweeps per node in the report's trend table
+# the ladder counts as running while an acting `repair run` began within this many of its
+# timer's intervals (repair.interval_s; at least an hour: a run qualifying nodes takes a while)
+LADDER_ALIVE_INTERVALS = 3
 
 
 class Interrupted(SlurmadmError):
@@ -165,7 +168,19 @@ class Sweep:
             named_nodes(self.site, named)  # bad --nodes: refused before Slurm is asked
         nodes = self.backend.nodes()
         return select(self.site, nodes, now=self.now, named=named, last_tested=history.last_tested(self.store),
-                      reservation_enabled=self.reservation is not None)
+                      reservation_enabled=self.reservation is not None, repairing=self.repairing())
+
+    def repairing(self) -> dict[str, str]:
+        """Node -> its open repair incidents, while the ladder runs (an acting `repair run` began
+        within LADDER_ALIVE_INTERVALS of repair.interval_s, at least an hour): those drained
+        nodes are the ladder's to mend and qualify. A site that does not run the ladder keeps
+        burn-in's re-qualification."""
+        from ..repair import incidents
+
+        within = max(LADDER_ALIVE_INTERVALS * self.site.repair.interval_s, 3600.0)
+        if not incidents.ladder_running(self.store, within):
+            return {}
+        return incidents.open_by_node(self.store)
 
     def dry_run(self, named: str | None) -> dict[str, Any]:
         sel = self.select(named)

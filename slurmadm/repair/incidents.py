@@ -365,6 +365,39 @@ def list_incidents(store, *, node: str | None = None, part_key: str | None = Non
     return [Incident.from_row(r) for r in store.query(sql, args)]
 
 
+LADDER_RUN_CURSOR = "ladder:last-run"  # repair_cursor row: when an acting `repair run` last began
+
+
+def mark_ladder_run(store, now: float | None = None) -> None:
+    """Note that the ladder runs (an acting `repair run` began): burn-in leaves the drained nodes
+    with open incidents to it while this is recent (`ladder_running`)."""
+    now = time.time() if now is None else now
+    with store.transaction() as db:
+        db.execute("INSERT INTO repair_cursor (name, value, ts) VALUES (?,?,?) ON CONFLICT(name) DO UPDATE "
+                   "SET value=excluded.value, ts=excluded.ts", (LADDER_RUN_CURSOR, "", now))
+
+
+def ladder_running(store, within_s: float, now: float | None = None) -> bool:
+    """Whether an acting `repair run` began in the last `within_s` seconds (a site that runs
+    repair's timer; a site that never does, or whose timer stopped, is not waited for)."""
+    now = time.time() if now is None else now
+    row = store.db.execute("SELECT ts FROM repair_cursor WHERE name=?", (LADDER_RUN_CURSOR,)).fetchone()
+    return row is not None and now - float(row["ts"]) <= within_s
+
+
+def open_by_node(store) -> dict[str, str]:
+    """Node -> its incidents not closed, as one short text (`r1a2b3c4d5e GPU_LOST on GPU0, open`)."""
+    from .model import ACTIVE, HELD
+
+    out: dict[str, list[str]] = {}
+    for inc in list_incidents(store, states=list(ACTIVE) + list(HELD)):
+        where = f"GPU{inc.slot}" if inc.part_kind == "gpu" and inc.slot else inc.part_kind if inc.part_kind == "node" \
+            else f"{inc.part_kind} {inc.slot or inc.part_key}"
+        out.setdefault(inc.node, []).append(f"{inc.id} {inc.cls} on {where}, {inc.state}")
+    return {node: "; ".join(items[:2]) + (f" (+{len(items) - 2} more)" if len(items) > 2 else "")
+            for node, items in out.items()}
+
+
 def get(store, incident_id: str) -> Incident:
     rows = store.query("SELECT * FROM incidents WHERE id=?", (incident_id,))
     if not rows:

@@ -351,6 +351,8 @@ class Incidents(Protocol):
 
     def ingest(self) -> Any: ...
 
+    def mark_run(self) -> None: ...
+
     def current(self) -> list: ...
 
     def next_step(self, incident, now: float) -> Any: ...
@@ -376,6 +378,11 @@ class CoreIncidents:
         from . import views
 
         return views.ingest(self.site, self.store)
+
+    def mark_run(self) -> None:
+        from . import incidents
+
+        incidents.mark_ladder_run(self.store)
 
     def current(self) -> list:
         from . import incidents
@@ -560,6 +567,7 @@ class Executor:
                     for node in self.qualifier.recover(self.site.node_names):
                         self.progress(f"{node}: an interrupted qualification undone")
                 self.incidents.ingest()
+                self.incidents.mark_run()  # the ladder runs: burn-in leaves it the nodes with open incidents
                 yield
 
         return cm()

@@ -135,3 +135,14 @@ def test_default_partition_when_burnin_names_none():
     assert site.burnin.partition is None
     sel = select(site, fleet(4), now=NIGHT)
     assert len(sel.chosen) == 4  # the default partition is gpu
+
+
+def test_drained_nodes_with_an_open_incident_are_left_to_a_running_ladder(site):
+    ours = node("b200-003", flags={"DRAIN"}, reason="slurmadm: alert-GpuXidFatal: b200-003 GPU2: an XID [alert]")
+    text = "r0123456789 GPU_LOST on GPU2, open"
+    for named in (None, "b200-[003-004]"):
+        sel = select(site, fleet(b200_003=ours), now=NIGHT, named=named, repairing={"b200-003": text})
+        assert "b200-003" not in sel.chosen and sel.skipped["b200-003"].startswith(f"open repair incident {text}: ")
+    # an idle node with an incident still open (health resumed it) is in service: tested as any other
+    sel = select(site, fleet(), now=NIGHT, repairing={"b200-003": text})
+    assert sel.chosen["b200-003"] == IDLE

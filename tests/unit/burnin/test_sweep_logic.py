@@ -276,3 +276,35 @@ def test_prerequisites_name_the_fix(site):
     assert part and "partition 'gpu'" in part[0]
     py = missing_prerequisites(site, **{**ok, "python_ok": "/opt/x/bin/python: not found"})
     assert py and "/opt/x/bin/python: not found" in py[0]
+
+
+def test_a_drained_node_with_an_open_incident_is_left_to_the_ladder_while_it_runs(site, tmp_path):
+    """The fleet replay's loop (issue 37): a node drained for a fallen-off GPU (Xid 79, mended only
+    by a reboot) was taken by every nightly sweep for re-qualification, failed its health step,
+    was drained again, and sat in the sweep's reservation where the ladder cannot act, so the
+    ladder never rebooted it. While `repair run` runs, such a node is the ladder's; a site that
+    does not run the ladder (or once the incident is cleared) keeps the re-qualification."""
+    import time
+
+    from slurmadm.repair import incidents
+    from tests.unit.repair.helpers import health_drain, inventory, xid_line
+
+    detail = xid_line(2, 79, "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "RESTART_BM")
+    drained = node("b200-003", flags={"DRAIN"}, reason=f"slurmadm: xid: {detail} [prolog]")
+    sw, _slurm = sweep(site, tmp_path, fleet(b200_003=drained))
+    inventory(sw.store, "b200-003", [f"16550000000{i}" for i in range(8)])
+    health_drain(sw.store, "b200-003", [("xid", detail)], ts=time.time() - 60, run_id="run-1")
+    incidents.ingest(sw.store)
+    [inc] = incidents.list_incidents(sw.store, node="b200-003")
+    assert sw.select(None).chosen.get("b200-003") == "requalify"  # no ladder runs here: burn-in's
+    incidents.mark_ladder_run(sw.store)
+    sel = sw.select(None)
+    assert "b200-003" not in sel.chosen
+    assert sel.skipped["b200-003"] == (f"open repair incident {inc.id} GPU_LOST on GPU2, open: left to its ladder "
+                                       "(`slurmadm repair status`; `slurmadm repair qualify` tests it)")
+    assert "b200-003" not in sw.select("b200-[003-004]").chosen  # named or not
+    incidents.mark_ladder_run(sw.store, now=time.time() - 2 * 3600)  # the timer stopped
+    assert sw.select(None).chosen.get("b200-003") == "requalify"
+    incidents.mark_ladder_run(sw.store)
+    incidents.clear(sw.store, "b200-003", "GPU replaced")
+    assert sw.select(None).chosen.get("b200-003") == "requalify"

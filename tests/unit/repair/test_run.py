@@ -197,6 +197,9 @@ class FakeIncidents:
     def ingest(self):
         self.ingested += 1
 
+    def mark_run(self):
+        pass
+
     def current(self):
         return [i for i in self.incs.values() if i.state != "closed"]
 
@@ -413,8 +416,11 @@ def test_with_the_real_incidents_and_ladder_a_reset_class_drain_goes_back_to_ser
                      reboot=lambda n, r: None, boot_time=lambda n: "", power_cycle=lambda n: "on")
     plan = ex.run(dry_run=True)
     assert [(a.node, a.do) for a in plan.actions] == [(name, "reset")]
+    assert not incidents.ladder_running(store, 3600)  # a dry run is not the ladder running
     report = ex.run()
     assert report.exit_code == 0 and [d["step"] for d in report.done] == ["reset"]
+    assert incidents.ladder_running(store, 3600)  # burn-in leaves nodes with open incidents to it
+    assert not incidents.ladder_running(store, 3600, now=time.time() + 3601)
     inc = incidents.list_incidents(store, node=name)[0]
     assert (inc.state, inc.step, inc.outcome, inc.cls, inc.slot) == ("closed", "resume", "ok", "RESET_GPU", "2")
     assert ("resume", (name,)) in slurm.calls
