@@ -139,23 +139,27 @@ def reserved(state: str) -> bool:
 
 
 def as_observed(faults: list[schedule.Fault], took_effect: dict[int, float],
-                repaired_at: dict[int, float]) -> list[schedule.Fault]:
+                repaired_at: dict[int, float], asked_at: dict[int, float] | None = None) -> list[schedule.Fault]:
     """The faults that took effect, as they were in the run: from when the injection returned to
     when the repair did (the schedule's times are when each was asked for; on a loaded machine
     both take a while, and a fault shifted to its injection's return with the schedule's
     duration outlived its repair: a job started after the repair counted as started on a faulty
     node). A repair that had not come when the run ended keeps the schedule's end; a fault left
-    to the ladder (duration 0) stays so."""
+    to the ladder (duration 0) stays so. `asked_at`: when each injection began (`asked_s`: the
+    injector writes the fault before it returns, so a check that ran in between saw it and its
+    drain has a cause)."""
+    asked_at = asked_at or {}
     out = []
     for i, f in enumerate(faults):
         if i not in took_effect:
             continue
         start = round(took_effect[i], 3)
+        asked = round(min(asked_at.get(i, start), start), 3)
         if f.duration_s > 0:
             end = repaired_at.get(i, f.t_s + f.duration_s)
-            out.append(replace(f, t_s=start, duration_s=round(max(end - start, 0.001), 3)))
+            out.append(replace(f, t_s=start, duration_s=round(max(end - start, 0.001), 3), asked_s=asked))
         else:
-            out.append(replace(f, t_s=start))
+            out.append(replace(f, t_s=start, asked_s=asked))
     return out
 
 
@@ -195,6 +199,7 @@ class Run:
         self.errors: list[str] = []
         self.samples: dict[str, list[dict]] = {}
         self.job_ids: dict[str, str] = {}
+        self.asked_at: dict[int, float] = {}  # schedule index -> replay time its injection began
         self.took_effect: dict[int, float] = {}  # schedule index -> replay time its injection returned
         self.repaired_at: dict[int, float] = {}  # schedule index -> replay time its repair (clear) returned
         self.nodelist = ",".join(f"b200-{i:03d}" for i in range(1, args.nodes + 1))
@@ -249,6 +254,7 @@ class Run:
                 self.replaced[due[1].node] = due[1].cls
             while pending and pending[0].t_s <= t:
                 f = pending.pop(0)
+                self.asked_at[index[id(f)]] = self.now()
                 self._fault(f, clear=False)
                 self.took_effect[index[id(f)]] = self.now()
                 if f.duration_s > 0:
@@ -412,7 +418,7 @@ class Run:
         subprocess.run(["scancel", "--full", "-u", "root"], env=self.env, capture_output=True, timeout=60)
         return measure.Observed(self.policy, self.args.compression, seconds,
                                 [(f, self.signal[f.cls])
-                                 for f in as_observed(self.faults, self.took_effect, self.repaired_at)],
+                                 for f in as_observed(self.faults, self.took_effect, self.repaired_at, self.asked_at)],
                                 self.drains, self.returns, self.runs(), sorted(self.lemons))
 
     def runs(self) -> list[measure.Run]:

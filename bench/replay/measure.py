@@ -25,7 +25,9 @@ Assumptions, stated in the report too:
   (`started_on_known_faulty_node`: the node returned to service too soon, or never left it);
 - a fault's time is when its injection took effect (the injector returned), not when the schedule
   asked for it: on a loaded machine a prolog may run in between and rightly find nothing; and it
-  ends when its repair took effect (fleet_replay.as_observed);
+  ends when its repair took effect (fleet_replay.as_observed); but a drain after its injection
+  began (`asked_s`: the injector writes the fault before it returns) has it as its cause and is
+  its detection (time to drain 0), and the node was not already out for it;
 - a burn-in sweep's stretch in its reservation is maintenance: no drain (never false), no
   repair when it ends, its node-hours counted apart (`node_hours_maintenance`); a drain during it
   (the sweep's verdict) is a drain;
@@ -188,6 +190,12 @@ def _percent(value: str) -> float:
         return 0.0
 
 
+def since(f: Fault) -> float:
+    """When a fault may first be seen: its injection's start (`asked_s`: the injector writes it
+    before it returns), else its time."""
+    return f.t_s if f.asked_s is None else min(f.asked_s, f.t_s)
+
+
 def measure(obs: Observed) -> dict:
     c = obs.compression
     window = WINDOW_SITE_S / c
@@ -203,20 +211,20 @@ def measure(obs: Observed) -> dict:
         row = classes.setdefault(fault.cls, {"injected": 0, "detected": 0, "signal": signal,
                                              "mechanisms": {}, "latency_s": [], "already_out": 0})
         row["injected"] += 1
-        if out_at(fault.node, fault.t_s):
+        if out_at(fault.node, since(fault)):
             row["already_out"] += 1
             continue
         # no node-level signal: not a detection target (the job harm counts it), but an active
         # test (the burn-in's known-answer test) may find it: only such a drain is its detection
         first = next((d for d in sorted(drains, key=lambda d: d.t_s)
-                      if d.node == fault.node and d.t_s >= fault.t_s
+                      if d.node == fault.node and d.t_s >= since(fault)
                       and (signal or mechanism(d.reason) in ACTIVE_MECHANISMS.get(fault.cls, ()))
                       and (fault.duration_s == 0 or d.t_s <= fault.t_s + fault.duration_s + window)), None)
         if first is not None:
             row["detected"] += 1
             m = mechanism(first.reason)
             row["mechanisms"][m] = row["mechanisms"].get(m, 0) + 1
-            row["latency_s"].append((first.t_s - fault.t_s) * c)
+            row["latency_s"].append(max(first.t_s - fault.t_s, 0.0) * c)
     per_class = {}
     for cls, row in sorted(classes.items()):
         lat = row.pop("latency_s")
@@ -245,7 +253,7 @@ def measure(obs: Observed) -> dict:
     # starts there while the fault is in its part (the node returned too soon, a drain refused by
     # the breaker came later) is the issue's "job started on a known-faulty node"
     drains_by_time = sorted(drains, key=lambda d: d.t_s)
-    known_at = {id(f): next((d.t_s for d in drains_by_time if d.node == f.node and d.t_s >= f.t_s), None)
+    known_at = {id(f): next((d.t_s for d in drains_by_time if d.node == f.node and d.t_s >= since(f)), None)
                 for f in signalled}
     started_on_known = [r.name for r in obs.runs
                         if any(f.node in r.nodes and known_at[id(f)] is not None and known_at[id(f)] < r.start_s
@@ -257,7 +265,7 @@ def measure(obs: Observed) -> dict:
 
     # ---- false drains
     uncaused = [d for d in drains
-                if not any(f.node == d.node and (active(f, d.t_s) or 0 <= d.t_s - f.t_s <= window)
+                if not any(f.node == d.node and (active(f, d.t_s) or since(f) <= d.t_s <= f.t_s + window)
                            for f, _ in obs.faults)]
     repairs = [d for d in uncaused if repair_reason(d.reason)
                and any(f.node == d.node and f.t_s < d.t_s for f, _ in obs.faults)]

@@ -113,6 +113,9 @@ def test_a_fault_is_measured_from_its_injection_to_its_repair_as_they_took_effec
          schedule.Fault(110.0, "n2", "xid", "gpu", "1", "79", 0.0, "faulty-gpu"),
          schedule.Fault(120.0, "n3", "flap", "ib", "mlx5_0", "", 50.0, "network"),
          schedule.Fault(500.0, "n4", "xid", "gpu", "1", "79", 10.0, "faulty-gpu")]  # never injected
-    got = fleet_replay.as_observed(f, {0: 115.0, 1: 111.0, 2: 121.0}, {0: 172.0})
+    got = fleet_replay.as_observed(f, {0: 115.0, 1: 111.0, 2: 121.0}, {0: 172.0}, {0: 101.0, 1: 110.5})
     assert [(g.node, g.t_s, g.duration_s) for g in got] == [("n1", 115.0, 57.0), ("n2", 111.0, 0.0),
                                                            ("n3", 121.0, 49.0)]  # n3: run ended first
+    # when each injection began: a check may see the fault from then (n3's start was not noted)
+    assert [g.asked_s for g in got] == [101.0, 110.5, 121.0]
+    assert schedule.write_faults(got).splitlines()[0] == "t_s,node,kind,injector,part,value,duration_s,cls"

@@ -109,6 +109,27 @@ def test_a_drain_with_no_fault_behind_it_is_false():
                            "false_reasons": ["slurmadm: gpu-ecc: y", "slurmadm: infiniband: z"]}
 
 
+def test_a_drain_while_the_injector_had_not_returned_has_the_fault_as_its_cause():
+    """The hour-long run's b200-005: an IB flap asked for at 460 s, written at once, its injector
+    back at 465 s; an epilog drained the node at 463 s. That drain is the fault's detection (time
+    to drain 0), not a false drain, and the node was not already out for it. Without the
+    injection's start the same drain is false and the fault counted as struck on a node out."""
+    from dataclasses import replace
+
+    flap = Fault(465.0, "n1", "flap", "ib", "mlx5_0", "", 50.0, "network", asked_s=460.0)
+    drain = m.Drain(463.0, "n1", "slurmadm: infiniband: mlx5_0 port 1 link_downed rose by 4 [epilog]")
+    r = m.measure(observed(horizon_s=600.0, faults=[(flap, True)], drains=[drain]))
+    assert r["drains"]["false"] == 0
+    assert r["per_class"]["network"] == {"injected": 1, "detected": 1, "signal": True,
+                                         "mechanisms": {"infiniband": 1}, "already_out": 0,
+                                         "p50_s": 0.0, "p95_s": 0.0}
+    blind = m.measure(observed(horizon_s=600.0, faults=[(replace(flap, asked_s=None), True)], drains=[drain]))
+    assert blind["drains"]["false"] == 1 and blind["per_class"]["network"]["already_out"] == 1
+    # a drain before the injection began still has no cause
+    early = m.Drain(455.0, "n1", "slurmadm: infiniband: x [epilog]")
+    assert m.measure(observed(horizon_s=600.0, faults=[(flap, True)], drains=[early]))["drains"]["false"] == 1
+
+
 def test_time_out_of_service_runs_from_drain_to_return_or_the_end():
     obs = observed(drains=[m.Drain(10, "n1", "r"), m.Drain(90, "n2", "r")],
                    returns=[m.Return(30, "n1", "ladder")], lemons=["n2"])
