@@ -297,6 +297,10 @@ class Run:
         # have no other path to a drain (the hooks read the GPUs and HCAs, not the BMC)
         out.append(("bmc-health", ["bmc", "health", self.nodelist], every))
         out.append(("bmc-recover", ["bmc", "recover", "--sweep", "--reason", "fleet replay"], every))
+        if not self.args.no_monitoring:
+            # the head's records to the central store, as the site's cron does it (the central
+            # store's how-to: `*/5 * * * * slurmadm store ship`; the nodes' go with their health runs)
+            out.append(("store-ship", ["store", "ship"], every))
         # the nightly burn-in (cron at a site), once a site night: idle nodes, the known-answer test
         # among its tests (silent data corruption has no other path to a drain)
         if self.args.burnin_every > 0:
@@ -450,7 +454,13 @@ def keep_logs(dc: DevCluster, dest: Path) -> None:
                 *sorted(dc.p("burnin", "repair").glob("*"))]:
         if src.is_file():
             shutil.copy(src, dest / src.name)
-    store = dc.p("slurmadm.db")  # incidents, BMC check results, audit events: one consistent copy
+    # incidents, BMC check results, audit events: one consistent copy of the shared store, or
+    # with the central store of the head's own (stores/<host>.db; the nodes' are shipped)
+    try:
+        head = Path(dc.site().store.local_path())
+    except Exception:  # noqa: BLE001 - a cluster that never came up has no site to read
+        head = dc.p("slurmadm.db")
+    store = head if head.is_file() else dc.p("slurmadm.db")
     if store.is_file():
         import sqlite3
 

@@ -29,13 +29,17 @@ def opened(site):
 
 
 def ingest(site, store, *, now: float | None = None) -> incidents.IngestResult:
-    """One ingest pass: from the central store when the site has one, else this store."""
+    """One ingest pass: from the central store when the site has one, else this store. The
+    head's own verdict sources (the alert webhook, burn-in, `bmc health`, `bmc recover`) record
+    their drains here on the head: they are shipped first (best effort, as every reader does),
+    so the ladder acts on them at this run, not after the head's `store ship` cron (without one
+    they never reached it: the fleet replay's webhook drains opened no incident)."""
     s = settings_of(site)
     if site.store.url is None:
         return incidents.ingest(store, now=now, settings=s)
     from ..store import read
 
-    with read.trusted(site) as r:
+    with read.reader(site) as r:
         return incidents.ingest(store, r, now=now, settings=s)
 
 
