@@ -95,8 +95,10 @@ def build(site: Site, release=None) -> list[Rule]:
              m.gpu_temp_for, "warning", gpu, f"{ng} above {m.gpu_temp_c} C for {m.gpu_temp_for}",
              "The GPU core runs hotter than monitor.gpu_temp_c; it will slow down (thermal clock events) "
              "and may fail. Look at the node's fans, inlet temperature and the neighbouring GPUs."),
-        Rule("GpuXidFatal", "max by (node, gpu) (slurmadm_gpu_xid_fatal) == 1", "0s", "critical", gpu,
-             f"{ng}: an XID NVIDIA's catalog says to drain for",
+        # the XID in the summary: the webhook's drain reason carries it, so the incident it opens
+        # has the catalog's class (79: GPU_LOST, reboot first), not a bare "reset the GPU"
+        Rule("GpuXidFatal", 'max by (node, gpu) (slurmadm_gpu_xid_class_last{class="drain"}) > 0', "0s", "critical",
+             gpu, f"{ng}: XID {{{{ $value }}}}, one NVIDIA's catalog says to drain for",
              "The kernel log has an XID whose catalog action is a GPU reset, a node reboot or a hardware "
              "workflow (e.g. 48, 79, 95, 119). Jobs on the GPU are lost; the node needs the catalog's action."),
         Rule("GpuXidSeen", 'max by (node, gpu) (slurmadm_gpu_xid_class_last{class="hardware"}) > 0', ff, "warning",
