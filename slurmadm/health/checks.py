@@ -183,6 +183,9 @@ def row_remap(ctx: Ctx) -> Outcome:
 
 
 XID_ACK_KEY = "xid-ack"  # node_state: when an admin resumed a node slurmadm held for a reset-class XID
+# node_state: when repair's GPU reset cleared the reset-class XIDs (repair/qualify.py writes it;
+# a reboot-class line logged before it still waits for a boot or an acknowledgement)
+XID_RESET_ACK_KEY = "xid-reset-ack"
 # node_state: the latest time a line the xid check has read can have been logged (xid.latest): a
 # run that sees the node drained has seen every line up to then, so an admin's resume after it
 # acknowledges them, a whole-second stamp of the very second of the drain included (engine.HELD)
@@ -210,13 +213,17 @@ def xid(ctx: Ctx) -> Outcome:
         raise CannotRun(str(exc)) from None
     except OSError as exc:
         raise CannotRun(f"cannot read {cfg.xid_source}: {exc.strerror or exc}") from None
-    ack = 0.0
+    ack = reset_ack = 0.0
     if ctx.state is not None:
         events = xidmod.merge(events, xidmod.from_state(ctx.state.get(XID_KEPT_KEY)))
         try:
             ack = float(ctx.state.get(XID_ACK_KEY) or 0)
         except ValueError:
             ack = 0.0
+        try:
+            reset_ack = float(ctx.state.get(XID_RESET_ACK_KEY) or 0)
+        except ValueError:
+            reset_ack = 0.0
         dated = [xidmod.latest(e) for e in events if not e.undated and e.ts <= ctx.now + 60]
         if dated:
             ctx.state.set(XID_READ_KEY, f"{max(dated):.3f}")
@@ -238,7 +245,7 @@ def xid(ctx: Ctx) -> Outcome:
                 text = f"GPU{g.index} NVML recovery action: {label}"
                 out.fail(text) if verdict == "fail" else out.warn(text)
     findings = xidmod.summarize(events, now=ctx.now, window_s=cfg.xid_window_minutes * 60,
-                                overrides=cfg.xid_actions, boot=_booted(cfg, ctx.now), ack=ack,
+                                overrides=cfg.xid_actions, boot=_booted(cfg, ctx.now), ack=ack, reset_ack=reset_ack,
                                 recovery_none=recovery_none,
                                 driver=ctx.nvml.driver_version if ctx.nvml is not None else "")
     pending = 0

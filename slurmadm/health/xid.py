@@ -619,12 +619,14 @@ def latest(ev: XidEvent) -> float:
 
 def summarize(events: list[XidEvent], *, now: float, window_s: float,
               overrides: dict[str, str] | None = None, boot: float | None = None, ack: float = 0.0,
-              recovery_none: set[str] | frozenset[str] = frozenset(), driver: str = "") -> list[XidFinding]:
+              recovery_none: set[str] | frozenset[str] = frozenset(), driver: str = "",
+              reset_ack: float = 0.0) -> list[XidFinding]:
     """Findings, one per (GPU, XID, sub-code), oldest first: events inside the window, plus
     reset- or reboot-class events (any age) whose reset has not been seen since.
 
     `boot`: when the node booted (events before it were cleared by the reboot). `ack`: an admin
-    resumed the node at this time (older events are acknowledged). `recovery_none`: GPUs (PCI
+    resumed the node at this time (older events are acknowledged). `reset_ack`: repair reset the
+    GPUs at this time (older reset-class events are cleared; a reboot-class one is not). `recovery_none`: GPUs (PCI
     keys) whose NVML recovery-action field reads "none" now; it clears an XID only when `driver`
     (the running driver's version) has that XID's Xid 154 linkage (`linked`)."""
     reset_seen: dict[str, float] = {}
@@ -647,7 +649,7 @@ def summarize(events: list[XidEvent], *, now: float, window_s: float,
                 resolved = "reboot"
             elif latest(ev) <= ack:
                 resolved = "ack"
-            elif v.needs == "reset" and reset_seen.get(ev.pci, 0.0) > ev.ts:
+            elif v.needs == "reset" and (reset_seen.get(ev.pci, 0.0) > ev.ts or latest(ev) <= reset_ack):
                 resolved = "reset"
             elif v.needs == "reset" and ev.pci in recovery_none and linked(ev.xid, driver):
                 resolved = "reset"

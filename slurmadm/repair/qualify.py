@@ -38,9 +38,12 @@ from ..slurm.model import NodeInfo
 
 JOB_PREFIX = "slurmadm-repair"
 QUALIFY_KEY = "repair-qualify"  # node_state: the drain reason while the node is held for qualification
-# node_state (head's store): when repair's GPU reset or reboot cleared the node's XIDs; the job
-# writes it into the node's own store as the XID check's acknowledgement (`acknowledge_xids`)
+# node_state (head's store): when repair's reboot cleared the node's XIDs (every one logged
+# before), and when its GPU reset cleared the reset-class ones (a reboot-class XID, 79 and its
+# kind, NVIDIA's catalog RESTART_BM, waits for a reboot); the job writes them into the node's own
+# store as the XID check's acknowledgements (`acknowledge_xids`)
 XID_ACK_KEY = "repair-xid-ack"
+XID_RESET_ACK_KEY = "repair-xid-reset-ack"
 QUALIFY_STRESS_MAX_S = 120  # a short stress: burnin.stress_seconds, at most this
 POLL_S = 0.5
 TESTS = ("stress", "allreduce-node", "kat", "health")
@@ -142,12 +145,13 @@ class Qualifier:
         stress_s = self.site.repair.qualify_stress_seconds or min(self.site.burnin.stress_seconds,
                                                                   QUALIFY_STRESS_MAX_S)
         spec.update(stress_seconds=stress_s, dcgm_level=0, kat=True)
-        try:
-            ack = float(self.store.get_node_state(node, XID_ACK_KEY) or 0)
-        except ValueError:
-            ack = 0.0
-        if ack > 0:
-            spec["xid_ack"] = round(ack, 3)
+        for key, name in ((XID_ACK_KEY, "xid_ack"), (XID_RESET_ACK_KEY, "xid_reset_ack")):
+            try:
+                ack = float(self.store.get_node_state(node, key) or 0)
+            except ValueError:
+                ack = 0.0
+            if ack > 0:
+                spec[name] = round(ack, 3)
         return spec
 
     def request(self, node: str) -> sjobs.JobRequest:
@@ -253,11 +257,14 @@ def kat_test():
     return known_answer_test()
 
 
-def acknowledge_xids(node: str, ack: float) -> dict[str, Any]:
-    """On the node: what repair's reset or reboot cleared is acknowledged where this node's
-    health reads it (its own store, `health.xid-ack`, never moved back; `health.xid-held` 0: the
-    drain is repair's now, and no admin's resume is to be read into its end). The event line."""
+def acknowledge_xids(node: str, ack: float, reset_ack: float = 0.0) -> dict[str, Any]:
+    """On the node: what repair's reboot (`ack`: every XID line before it) or GPU reset
+    (`reset_ack`: the reset-class lines before it) cleared is acknowledged where this node's
+    health reads it (its own store, `health.xid-ack` / `health.xid-reset-ack`, never moved back;
+    `health.xid-held` 0: the drain is repair's now, and no admin's resume is to be read into its
+    end). The event line."""
     from ..health.checks import XID_ACK_KEY as HEALTH_ACK
+    from ..health.checks import XID_RESET_ACK_KEY as HEALTH_RESET_ACK
     from ..health.engine import XID_HELD_KEY
     from ..health.record import NodeState
     from ..site import load_site
@@ -267,18 +274,23 @@ def acknowledge_xids(node: str, ack: float) -> dict[str, Any]:
         site = load_site()
         with Store.for_site(site, node=node) as store:
             state = NodeState(store, node)
-            try:
-                before = float(state.get(HEALTH_ACK) or 0)
-            except ValueError:
-                before = 0.0
-            state.set(HEALTH_ACK, f"{max(before, ack):.3f}")
+            for key, value in ((HEALTH_ACK, ack), (HEALTH_RESET_ACK, reset_ack)):
+                if value <= 0:
+                    continue
+                try:
+                    before = float(state.get(key) or 0)
+                except ValueError:
+                    before = 0.0
+                state.set(key, f"{max(before, value):.3f}")
             state.set(XID_HELD_KEY, "0")
             state.flush()
             path = site.store.local_path(node)
     except Exception as exc:  # noqa: BLE001 - the tests still run; the health test says what it finds
-        return {"event": "xid-ack", "ok": False, "ts": ack,
+        return {"event": "xid-ack", "ok": False, "ts": ack or reset_ack,
                 "detail": f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:300]}
-    return {"event": "xid-ack", "ok": True, "ts": ack, "detail": f"XID lines up to {ack:.3f} acknowledged in {path}"}
+    what = "; ".join(filter(None, [f"XID lines up to {ack:.3f}" if ack > 0 else "",
+                                   f"reset-class XID lines up to {reset_ack:.3f}" if reset_ack > 0 else ""]))
+    return {"event": "xid-ack", "ok": True, "ts": ack or reset_ack, "detail": f"{what} acknowledged in {path}"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -292,7 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = json.loads(ap.parse_args(argv).spec)
     node = local_node(None)
     bnode._emit({"event": "started", "node": node, "job_id": os.environ.get("SLURM_JOB_ID", ""), "pid": os.getpid()})
-    ack = acknowledge_xids(node, float(spec["xid_ack"])) if spec.get("xid_ack") else None
+    ack = (acknowledge_xids(node, float(spec.get("xid_ack") or 0), float(spec.get("xid_reset_ack") or 0))
+           if spec.get("xid_ack") or spec.get("xid_reset_ack") else None)
     if ack is not None:
         bnode._emit(ack)
     steps = [

@@ -652,7 +652,7 @@ class Executor:
                                reason=getattr(step, "reason", "") or reason(action, f"{a.cls}: reset failed: {res.detail}"))
             out = self._act(fallback)
             return {"ok": out["ok"], "detail": f"reset failed ({res.detail}); {out['detail']}", "reset": res.to_json()}
-        self._acknowledge_reset(a.node)
+        self._acknowledge_reset(a.node, reboot=False)
         self.incidents.advance(a.incident, "qualifying", "reset", evidence={"reset": res.to_json()}, why=res.detail,
                                outcome="ok")
         q = self._do_qualify(replace(a, do="qualify", state="qualifying",
@@ -660,19 +660,21 @@ class Executor:
         return {"ok": q["ok"], "detail": f"{res.detail}; {q['detail']}", "reset": res.to_json(),
                 "qualification": q.get("qualification")}
 
-    def _acknowledge_reset(self, node: str, when: float | None = None) -> None:
-        """A reset (or our reboot) clears what the XID check holds up to then: the lines logged
-        before it are not held against the qualification. Kept in the head's store
-        (`qualify.XID_ACK_KEY`, never moving back) and carried by the qualification job, which
-        writes it where the node's health reads it (its own store, `health.xid-ack`)."""
-        from .qualify import XID_ACK_KEY
+    def _acknowledge_reset(self, node: str, when: float | None = None, *, reboot: bool = True) -> None:
+        """Our reboot clears what the XID check holds up to then, a GPU reset the reset-class
+        lines (a reboot-class XID, NVIDIA's RESTART_BM such as 79, still wants the reboot): the
+        lines logged before it are not held against the qualification. Kept in the head's store
+        (`qualify.XID_ACK_KEY` / `XID_RESET_ACK_KEY`, never moving back) and carried by the
+        qualification job, which writes it where the node's health reads it (its own store)."""
+        from .qualify import XID_ACK_KEY, XID_RESET_ACK_KEY
 
+        key = XID_ACK_KEY if reboot else XID_RESET_ACK_KEY
         ts = self.clock() if when is None else when
         try:
-            before = float(self.store.get_node_state(node, XID_ACK_KEY) or 0)
+            before = float(self.store.get_node_state(node, key) or 0)
         except ValueError:
             before = 0.0
-        self.store.set_node_state(node, XID_ACK_KEY, f"{max(ts, before):.3f}")
+        self.store.set_node_state(node, key, f"{max(ts, before):.3f}")
 
     def _do_reboot(self, a: Action) -> dict[str, Any]:
         from ..fleet.rollout import reboot_argv

@@ -1,6 +1,7 @@
 """What repair's GPU reset (or reboot) cleared reaches the node's own health: the head keeps the
 time (`qualify.XID_ACK_KEY`), the qualification job's spec carries it, and the job writes it
-into the node's store where the XID check reads its acknowledgement (`health.xid-ack`).
+into the node's store where the XID check reads its acknowledgement (`health.xid-ack` for a
+reboot; `health.xid-reset-ack` for a GPU reset, which clears the reset-class lines only).
 
 Before, the executor wrote `xid-ack` (no `health.` prefix) into the head's store: the node's
 health never read it, and the qualification's health suite judged the lines the reset had
@@ -74,6 +75,29 @@ def test_the_reset_acknowledgement_reaches_the_nodes_health(site, tmp_path, monk
     assert site.store.local_path("head") != site.store.local_path(NODE)
 
 
+def test_a_reset_acknowledges_reset_class_lines_and_a_reboot_class_one_waits_for_the_reboot(
+        site, tmp_path, monkeypatch):
+    """The fleet replay's Xid 79 (issue 37): the ladder reset the GPU and its acknowledgement
+    covered every line before it, the fallen-off GPU's too (NVIDIA's catalog: RESTART_BM, a node
+    reboot). A reset's acknowledgement clears the reset-class lines only; the reboot's clears all."""
+    monkeypatch.setattr(checks.xidmod, "boot_time", lambda: 0.0)
+    stamp = dt.datetime.fromtimestamp(int(time.time() - 120)).isoformat(timespec="seconds")
+    log = tmp_path / "kern.log"
+    log.write_text(f"{stamp} {NODE} kernel: NVRM: Xid (PCI:0000:1b:00): 79, pid=1, name=python, "
+                   "GPU has fallen off the bus.\n"
+                   f"{stamp} {NODE} kernel: NVRM: Xid (PCI:0000:2b:00): 46, pid=1, name=python, "
+                   "Ch 00000001\n")
+    Store(site.store.local_path(NODE)).close()
+    before = _qualification_health(site, log)
+    assert "XID 79" in before.detail and "XID 46" in before.detail
+    out = qualify.acknowledge_xids(NODE, 0.0, time.time() - 60)  # the ladder's GPU reset
+    assert out["ok"] is True and out["detail"].startswith("reset-class XID lines up to ")
+    after_reset = _qualification_health(site, log)
+    assert after_reset.status == "fail" and "XID 79" in after_reset.detail and "XID 46" not in after_reset.detail
+    qualify.acknowledge_xids(NODE, time.time() - 30)  # the ladder's reboot
+    assert _qualification_health(site, log).status != "fail"
+
+
 def test_the_acknowledgement_never_moves_back(site):
     Store(site.store.local_path(NODE)).close()
     qualify.acknowledge_xids(NODE, 2000.0)
@@ -97,6 +121,9 @@ def test_the_spec_carries_the_heads_acknowledgement(site, monkeypatch):
     assert "xid_ack" not in q.spec(NODE)  # nothing reset: nothing to acknowledge
     head.set_node_state(NODE, qualify.XID_ACK_KEY, "1765000000.250")
     assert q.spec(NODE)["xid_ack"] == 1765000000.25
+    assert "xid_reset_ack" not in q.spec(NODE)
+    head.set_node_state(NODE, qualify.XID_RESET_ACK_KEY, "1765000100.500")
+    assert q.spec(NODE)["xid_reset_ack"] == 1765000100.5
     argv = q.request(NODE).argv
     assert json.loads(argv[argv.index("--spec") + 1])["xid_ack"] == 1765000000.25
 

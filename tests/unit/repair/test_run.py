@@ -290,8 +290,10 @@ def test_reset_then_qualify_then_resume_and_a_second_run_does_nothing(site):
     assert incs.incs["r1"].steps == [("resetting", "reset", "running"), ("qualifying", "reset", "ok"),
                                      ("qualifying", "qualify", "running"), ("closed", "resume", "ok")]
     # the reset's acknowledgement is kept for the qualification job, which writes it into the
-    # node's own store (qualify.acknowledge_xids); health's own keys on the head mean nothing
-    assert float(store.get_node_state(name, qualify.XID_ACK_KEY)) > 0
+    # node's own store (qualify.acknowledge_xids); health's own keys on the head mean nothing.
+    # A reset's covers the reset-class lines only (a reboot-class XID waits for a reboot)
+    assert float(store.get_node_state(name, qualify.XID_RESET_ACK_KEY)) > 0
+    assert store.get_node_state(name, qualify.XID_ACK_KEY) is None
     assert store.get_node_state(name, "xid-ack") is None and store.get_node_state(name, "health.xid-ack") is None
     before = len(slurm.calls)
     again = ex.run()
@@ -562,7 +564,7 @@ def test_a_run_killed_mid_reset_is_carried_on_by_the_next(site):
     assert report.exit_code == 0 and [d["step"] for d in report.done] == ["reset"]
     assert sum("--gpu-reset -i 2" in c for c in remote.commands) == 1
     assert incs.incs["r1"].state == "closed" and slurm.calls[-1] == ("resume", (name,))
-    assert float(store.get_node_state(name, qualify.XID_ACK_KEY)) > 0
+    assert float(store.get_node_state(name, qualify.XID_RESET_ACK_KEY)) > 0
     assert ex.run().done == []
 
 
