@@ -180,6 +180,60 @@ def store_bytes(dc: DevCluster) -> int:
     return total
 
 
+class Stretches:
+    """What the poll makes of sinfo's samples (node, short state, reason): a node taken out of
+    service with no reason into a reservation (`idle$`, `alloc$`, `maint`: a burn-in sweep of idle
+    nodes) opens a `maintenance (...)` stretch: not a drain (measure.maintenance), and its end not
+    a repair; a drain during it (the sweep's verdict) is recorded as a drain then. A node is back
+    in service when two samples in a row say so (the return dated at the first): the ladder's
+    qualification resumes a node into its reservation a moment before Slurm shows the
+    reservation, and that one sample is no return (the hour-long run's "returned by the ladder"
+    at each qualification's start)."""
+
+    def __init__(self, drains: list, returns: list, lemons: set):
+        self.drains, self.returns, self.lemons = drains, returns, lemons
+        self.stretch: dict[str, str] = {}  # node -> what opened its stretch out of service, or the latest reason
+        self.leaving: dict[str, tuple[float, str]] = {}  # node -> (first sample back in service, by what)
+
+    def sample(self, t: float, rows: list[tuple[str, str, str]] | list[list[str]]) -> None:
+        seen: dict[str, str] = {}
+        for node, state, reason in rows:
+            if out_of_service(state):
+                if reason.strip() not in ("", "none"):
+                    seen[node] = reason
+                elif reserved(state):
+                    seen[node] = f"maintenance ({state.strip()})"
+                else:
+                    seen[node] = f"none ({state.strip()})"
+        for node, label in seen.items():
+            self.leaving.pop(node, None)  # out again at the next sample: it never came back
+            prev = self.stretch.get(node)
+            named = not label.startswith(("none (", "maintenance ("))
+            if prev is None or (named and prev.startswith("maintenance (")):
+                self.drains.append(measure.Drain(t, node, label))
+                self.stretch[node] = label
+            elif named:
+                self.stretch[node] = label
+            if "repair: lemon" in label:
+                self.lemons.add(node)
+        for node in set(self.stretch) - set(seen):
+            if node in self.leaving:
+                first, by = self.leaving.pop(node)
+                del self.stretch[node]
+                self.returns.append(measure.Return(first, node, by))
+            else:
+                prev = self.stretch[node]
+                self.leaving[node] = (t, "ladder" if prev.startswith("slurmadm: repair:") else
+                                      "maintenance" if prev.startswith("maintenance (") else "clean-runs")
+
+    def finish(self) -> None:
+        """The run ended: a node seen back once is back."""
+        for node, (first, by) in sorted(self.leaving.items()):
+            self.stretch.pop(node, None)
+            self.returns.append(measure.Return(first, node, by))
+        self.leaving.clear()
+
+
 def has_repair(env: dict[str, str]) -> bool:
     return slurmadm(env, "repair", "--help").returncode == 0
 
@@ -351,43 +405,17 @@ class Run:
         return rma_for(incidents, cls)
 
     def poll(self) -> None:
-        """Drains and returns as Slurm shows them, once a replay second: the same for every policy
-        and independent of what slurmadm records. A node taken out of service with no reason into
-        a reservation (`idle$`, `alloc$`, `maint`: a burn-in sweep of idle nodes) opens a
-        `maintenance (...)` stretch: not a drain (measure.maintenance), and its end not a repair;
-        a drain during it (the sweep's verdict) is recorded as a drain then."""
-        stretch: dict[str, str] = {}  # node -> what opened its stretch out of service, or the latest reason
+        """Drains and returns as Slurm shows them, once a replay second (`Stretches`): the same for
+        every policy and independent of what slurmadm records."""
+        seen = Stretches(self.drains, self.returns, self.lemons)
         while not self.stop.is_set():
             r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N|%t|%E"], env=self.env, capture_output=True,
                                text=True, timeout=30)
-            t = self.now()
-            seen: dict[str, str] = {}
             rows = [(line.split("|", 2) + ["", ""])[:3] for line in r.stdout.splitlines()]
             self.sinfo = {node: (state, reason) for node, state, reason in rows}
-            for node, state, reason in rows:
-                if out_of_service(state):
-                    if reason.strip() not in ("", "none"):
-                        seen[node] = reason
-                    elif reserved(state):
-                        seen[node] = f"maintenance ({state.strip()})"
-                    else:
-                        seen[node] = f"none ({state.strip()})"
-            for node, label in seen.items():
-                prev = stretch.get(node)
-                named = not label.startswith(("none (", "maintenance ("))
-                if prev is None or (named and prev.startswith("maintenance (")):
-                    self.drains.append(measure.Drain(t, node, label))
-                    stretch[node] = label
-                elif named:
-                    stretch[node] = label
-                if "repair: lemon" in label:
-                    self.lemons.add(node)
-            for node in set(stretch) - set(seen):
-                prev = stretch.pop(node)
-                by = ("ladder" if prev.startswith("slurmadm: repair:") else
-                      "maintenance" if prev.startswith("maintenance (") else "clean-runs")
-                self.returns.append(measure.Return(t, node, by))
+            seen.sample(self.now(), rows)
             self.stop.wait(1.0)
+        seen.finish()
 
     def watch(self) -> None:
         try:

@@ -119,3 +119,28 @@ def test_a_fault_is_measured_from_its_injection_to_its_repair_as_they_took_effec
     # when each injection began: a check may see the fault from then (n3's start was not noted)
     assert [g.asked_s for g in got] == [101.0, 110.5, 121.0]
     assert schedule.write_faults(got).splitlines()[0] == "t_s,node,kind,injector,part,value,duration_s,cls"
+
+
+def test_a_node_is_back_only_when_two_samples_say_so():
+    """The ladder's qualification resumes its node into a reservation a moment before sinfo shows
+    the reservation: that one `idle` sample is no return (the run counted "returned by the
+    ladder" at each qualification's start, and the qualification as maintenance); the reset, the
+    qualification and the resume are one stretch out of service, back at the first of two samples."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from bench import fleet_replay
+    from bench.replay import measure as m
+
+    drains, returns, lemons = [], [], set()
+    s = fleet_replay.Stretches(drains, returns, lemons)
+    alert = "slurmadm: alert-GpuXidFatal: b200-002 GPU1: XID 79, one NVIDIA's catalog says to drain for [alert]"
+    ladder = "slurmadm: repair: qualify: GPU_LOST: after reboot [repair]"
+    for t, state, reason in [(8.0, "drain", alert), (12.0, "drain", ladder), (14.0, "idle", ""),
+                             (15.0, "alloc$", ""), (30.0, "drain", ladder), (32.0, "idle", ""), (33.0, "idle", ""),
+                             (40.0, "drain", "slurmadm: xid: again [periodic]"), (41.0, "idle", "")]:
+        s.sample(t, [("b200-002", state, reason), ("b200-003", "idle", "")])
+    s.finish()
+    assert drains == [m.Drain(8.0, "b200-002", alert), m.Drain(40.0, "b200-002", "slurmadm: xid: again [periodic]")]
+    assert returns == [m.Return(32.0, "b200-002", "ladder"), m.Return(41.0, "b200-002", "clean-runs")]
+    assert lemons == set()
