@@ -16,6 +16,8 @@ Assumptions, stated in the report too:
   minutes before it, unless it is the repair of an earlier fault on the node: the repair ladder's
   own drain (`slurmadm: repair: ...`) or a reboot's passing state (no reason), counted apart
   (`repair_after_fault`);
+- a GPU fault the ladder's reset or reboot clears on the stand-in (`LADDER_MENDS`) ends at the
+  node's first return by the ladder after it, if that comes before its repair time;
 - a fault with no repair time (duration 0: "until the ladder acts") is in its part until the
   node's first return to service after it (a reset or a reboot has repaired it, or a qualification
   passed) or, when the node never returns, to the end;
@@ -104,6 +106,15 @@ def mechanism(reason: str) -> str:
     return "other"
 
 
+# Stand-in GPU fault kinds the repair ladder's steps clear (slurmadm/devcluster/gpus.py: a GPU
+# reset clears a pending row remap, a hung GPU and the reset-class XIDs; a reboot every XID and a
+# GPU off the bus), as the replay's jobs see them (bench/replay/job.py reads the stand-in): once
+# the ladder has returned the node (a reset or a reboot, then a passed qualification) such a part
+# is mended, whatever repair time the schedule drew for its class (the hour-long run's Xid 48s:
+# reset, qualified, resumed, and the next job counted as started on a faulty node).
+LADDER_MENDS = ("xid", "row-remap-pending", "hang", "missing-gpu")
+
+
 def _active(fault: Fault, t: float, returns: list[Return] | None = None, after: float | None = None) -> bool:
     """Whether the fault is still in its part at time t (injected, not yet repaired): until its
     repair time, or with none (duration 0) until the node's first return after it (after
@@ -113,7 +124,11 @@ def _active(fault: Fault, t: float, returns: list[Return] | None = None, after: 
     if fault.t_s > t:
         return False
     if fault.duration_s:
-        return t < fault.t_s + fault.duration_s
+        end = fault.t_s + fault.duration_s
+        if fault.injector == "gpu" and fault.kind in LADDER_MENDS:
+            end = min([end] + [r.t_s for r in returns or [] if r.node == fault.node and r.t_s > fault.t_s
+                               and r.by == "ladder"])
+        return t < end
     since = fault.t_s if after is None else after
     back = min((r.t_s for r in returns or [] if r.node == fault.node and r.t_s > since
                 and r.by != "maintenance"), default=None)

@@ -243,3 +243,36 @@ def test_the_mix_says_only_an_active_test_sees_a_straggler():
     mix = {r.cls: r for r in schedule.load_mix()}
     assert mix["straggler"].signal == "none" and mix["straggler"].kind in m.SLOW_KINDS
     assert set(m.ACTIVE_MECHANISMS) <= {cls for cls, r in mix.items() if r.signal == "none"}
+
+
+def test_a_gpu_fault_the_ladder_clears_ends_at_its_return():
+    """The hour-long run's Xid 48s (`gpu-hbm`, a 20-site-hour repair time drawn from the mix):
+    the webhook drained the node, the ladder reset the GPU (the stand-in's reset clears a
+    reset-class XID, as NVIDIA's catalog says), qualified and resumed it; the next job there was
+    counted as started on a known-faulty node. A part the ladder's step clears is mended at the
+    ladder's return; one it cannot clear (an NVLink down: a cable or a board) is not, and neither
+    is a node back by clean runs alone."""
+    def harm(f, by):
+        obs = observed(faults=[(f, True)], drains=[m.Drain(12, "n1", "slurmadm: alert-GpuXidFatal: x [alert]")],
+                       returns=[m.Return(30, "n1", by)], runs=[m.Run("after", ("n1",), 35, 40, "COMPLETED")])
+        return m.measure(obs)["jobs"]["started_on_known_faulty_node"]
+
+    xid48 = fault(10, "n1", cls="gpu-hbm", duration=70.0)
+    link = Fault(10, "n1", "nvlink-down", "gpu", "3", "1", 70.0, "faulty-gpu")
+    assert harm(xid48, "ladder") == 0
+    assert harm(xid48, "clean-runs") == 1
+    assert harm(link, "ladder") == 1
+
+
+def test_what_the_ladder_mends_is_what_the_stand_in_clears():
+    """LADDER_MENDS against the stand-in's own rules (devcluster/gpus.py): each kind there is
+    cleared by a GPU reset or a reboot; every other GPU kind of the mix is kept by both."""
+    from bench.replay import schedule
+    from slurmadm.devcluster import gpus
+
+    kinds = gpus.FAULT_KINDS  # name -> FaultKind
+    cleared = lambda name: kinds[name].reset != "keep" or name in gpus._CLEARED_BY_REBOOT  # noqa: E731
+    mix = {r.kind for r in schedule.load_mix() if r.injector == "gpu"}
+    assert set(m.LADDER_MENDS) <= mix
+    assert all(cleared(k) for k in m.LADDER_MENDS)
+    assert not [k for k in mix - set(m.LADDER_MENDS) if cleared(k)]
