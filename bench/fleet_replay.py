@@ -185,15 +185,17 @@ class Stretches:
     service with no reason into a reservation (`idle$`, `alloc$`, `maint`: a burn-in sweep of idle
     nodes) opens a `maintenance (...)` stretch: not a drain (measure.maintenance), and its end not
     a repair; a drain during it (the sweep's verdict) is recorded as a drain then. A node is back
-    in service when two samples in a row say so (the return dated at the first): the ladder's
-    qualification resumes a node into its reservation a moment before Slurm shows the
-    reservation, and that one sample is no return (the hour-long run's "returned by the ladder"
-    at each qualification's start)."""
+    in service when two samples in a row say so: the ladder's qualification resumes a node into
+    its reservation a moment before Slurm shows the reservation, and that one sample is no return
+    (the hour-long run's "returned by the ladder" at each qualification's start). The return is
+    dated just after the last sample that saw the node out: it came back somewhere in between,
+    and a job may start there before the next sample (sacct's start would precede the return)."""
 
     def __init__(self, drains: list, returns: list, lemons: set):
         self.drains, self.returns, self.lemons = drains, returns, lemons
         self.stretch: dict[str, str] = {}  # node -> what opened its stretch out of service, or the latest reason
-        self.leaving: dict[str, tuple[float, str]] = {}  # node -> (first sample back in service, by what)
+        self.leaving: dict[str, tuple[float, str]] = {}  # node -> (when it came back, by what)
+        self.last_out: dict[str, float] = {}  # node -> the last sample that saw it out of service
 
     def sample(self, t: float, rows: list[tuple[str, str, str]] | list[list[str]]) -> None:
         seen: dict[str, str] = {}
@@ -206,6 +208,7 @@ class Stretches:
                 else:
                     seen[node] = f"none ({state.strip()})"
         for node, label in seen.items():
+            self.last_out[node] = t
             self.leaving.pop(node, None)  # out again at the next sample: it never came back
             prev = self.stretch.get(node)
             named = not label.startswith(("none (", "maintenance ("))
@@ -223,7 +226,8 @@ class Stretches:
                 self.returns.append(measure.Return(first, node, by))
             else:
                 prev = self.stretch[node]
-                self.leaving[node] = (t, "ladder" if prev.startswith("slurmadm: repair:") else
+                back = round(self.last_out.get(node, t) + 0.001, 3)
+                self.leaving[node] = (back, "ladder" if prev.startswith("slurmadm: repair:") else
                                       "maintenance" if prev.startswith("maintenance (") else "clean-runs")
 
     def finish(self) -> None:

@@ -51,6 +51,10 @@ from dataclasses import dataclass, field
 from .schedule import Fault
 
 GPUS_PER_NODE = 8
+# sacct gives a run's start to the whole second (a run's start_s is its second's beginning): a
+# fault must still be in its part at the end of that second for the run to have started on it
+# (the CI run's ci-009 started in the second the ladder resumed its node)
+START_SLACK_S = 0.999
 WINDOW_SITE_S = 600          # Meta's "within the last 10 minutes"
 KILLED_STATES = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY")
 
@@ -262,7 +266,7 @@ def measure(obs: Observed) -> dict:
     # ---- job harm
     signalled = [f for f, s in obs.faults if s]
     started_on_faulty = [r.name for r in obs.runs
-                         if any(f.node in r.nodes and f.t_s < r.start_s and active(f, r.start_s)
+                         if any(f.node in r.nodes and f.t_s < r.start_s and active(f, r.start_s + START_SLACK_S)
                                 for f in signalled)]
     # known: a drain of the node has followed the fault (the fleet has seen it); a run that still
     # starts there while the fault is in its part (the node returned too soon, a drain refused by
@@ -272,7 +276,7 @@ def measure(obs: Observed) -> dict:
                 for f in signalled}
     started_on_known = [r.name for r in obs.runs
                         if any(f.node in r.nodes and known_at[id(f)] is not None and known_at[id(f)] < r.start_s
-                               and active(f, r.start_s) for f in signalled)]
+                               and active(f, r.start_s + START_SLACK_S) for f in signalled)]
     killed = [r for r in obs.runs if r.state in KILLED_STATES
               and any(f.node in r.nodes and f.t_s <= r.end_s
                       and (f.duration_s == 0 or f.t_s + f.duration_s >= r.start_s - window)

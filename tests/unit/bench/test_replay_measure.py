@@ -276,3 +276,20 @@ def test_what_the_ladder_mends_is_what_the_stand_in_clears():
     assert set(m.LADDER_MENDS) <= mix
     assert all(cleared(k) for k in m.LADDER_MENDS)
     assert not [k for k in mix - set(m.LADDER_MENDS) if cleared(k)]
+
+
+def test_a_run_that_started_in_the_second_its_node_came_back_is_no_harm():
+    """CI's ci-009: b200-001's pending row remap (until the ladder acts) was reset, qualified and
+    resumed between two samples (dated just after the last one that saw it out, 56.351), and
+    sacct put the next job's start at 56.35: its whole second, in which the node came back. A
+    run that started a full second before the return did start on the faulty node."""
+    f = fault(20, "n1", cls="gpu-hbm", kind="row-remap-pending")
+
+    def known(start):
+        obs = observed(faults=[(f, True)], drains=[m.Drain(27.85, "n1", "slurmadm: row-remap: GPU5 pending [prolog]")],
+                       returns=[m.Return(56.351, "n1", "ladder")], runs=[m.Run("ci-009", ("n1",), start, 87.35,
+                                                                                 "COMPLETED")])
+        return m.measure(obs)["jobs"]["started_on_known_faulty_node"]
+
+    assert known(56.35) == 0
+    assert known(55.0) == 1
