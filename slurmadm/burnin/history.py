@@ -119,6 +119,31 @@ def last_tested(store: Store) -> dict[str, float]:
 # ------------------------------------------------------------------------------ fleet-relative
 
 
+def suspects(store: Store) -> dict[str, str]:
+    """node -> why it is suspected (`slow in sweep S: stress-tflops 700 = 70% of baseline median
+    1e+03`): the newest sweep that tested the node passed it and found it slow against its fleet
+    or baseline. The next sweep takes such a node first (select.py), so that a straggler is
+    confirmed (drained after burnin.straggler.drain_after sweeps in a row) or cleared the next
+    night instead of at its turn."""
+    rows = store.db.execute(
+        "SELECT n.node, n.sweep_id FROM burnin_nodes n JOIN (SELECT node, MAX(ts) AS ts FROM burnin_nodes "
+        "WHERE verdict != 'skipped' GROUP BY node) m ON m.node = n.node AND m.ts = n.ts WHERE n.verdict = 'pass'")
+    newest: dict[str, set[str]] = {}
+    for r in rows:
+        newest.setdefault(r["sweep_id"], set()).add(r["node"])
+    out: dict[str, str] = {}
+    for sweep_id, nodes in sorted(newest.items()):
+        row = store.db.execute("SELECT summary FROM burnin_sweeps WHERE id = ?", (sweep_id,)).fetchone()
+        try:
+            summary = json.loads(row["summary"] or "{}") if row else {}
+        except ValueError:
+            continue
+        for node, f in fleet_view(summary if isinstance(summary, dict) else {}).items():
+            if node in nodes and f["level"] == "slow":
+                out[node] = f"slow in sweep {sweep_id}" + (f": {f['worst']}" if f["worst"] else "")
+    return out
+
+
 def node_history(store, node: str, *, limit: int = 10) -> list[dict[str, Any]]:
     """The node's last `limit` sweeps that tested it, newest first: sweep id, started, verdict,
     action, and its fleet-relative entry (burnin/fleet.py; None in sweeps before fleet verdicts

@@ -4,7 +4,10 @@ a selection with a reason for every node left out.
 Taken, in this order, up to `burnin.max_nodes`:
   1. nodes named with --nodes (any time of day);
   2. nodes slurmadm drained that await re-qualification (any time; they serve no users);
-  3. idle nodes, only inside the burn-in window, those tested longest ago first.
+  3. idle nodes, only inside the burn-in window: first those the last sweep that tested them
+     found slow (`suspects`: a straggler is drained after burnin.straggler.drain_after slow
+     sweeps in a row, so the next sweep confirms or clears it rather than waiting for the node's
+     turn, 16 nights at 8 of 128 a night), then those tested longest ago.
 Never taken: nodes drained by someone else, nodes in a state another party handles (reboot,
 power, someone else's reservation), busy or unresponsive nodes, nodes outside the partition, and
 nodes the repair ladder holds (`slurmadm: repair: ...`: mid-ladder, an RMA candidate, a lemon):
@@ -30,6 +33,7 @@ from ..slurm.ownership import foreign_state, is_ours, owner
 NAMED = "named"
 REQUALIFY = "requalify"
 IDLE = "idle"
+SUSPECT = "suspect"  # idle, and the last sweep that tested it found it slow
 
 
 @dataclass
@@ -81,11 +85,13 @@ def named_nodes(site: Site, pattern: str) -> list[str]:
 
 def select(site: Site, nodes: list[NodeInfo], *, now: dt.datetime, named: str | None = None,
            last_tested: Mapping[str, float] | None = None, reservation_enabled: bool = True,
-           repairing: Mapping[str, str] | None = None) -> Selection:
+           repairing: Mapping[str, str] | None = None, suspects: Mapping[str, str] | None = None) -> Selection:
     """`repairing`: node -> its open repair incidents (text), when the ladder is running; a
-    drained one is left to it."""
+    drained one is left to it. `suspects`: node -> what the last sweep that tested it found slow
+    (history.suspects): taken first among idle nodes."""
     b = site.burnin
     repairing = repairing or {}
+    suspects = suspects or {}
     part = burnin_partition(site)
     by_name = {n.name: n for n in nodes}
     sel = Selection(in_window=in_window(now.time(), b.window_start, b.window_end))
@@ -127,10 +133,10 @@ def select(site: Site, nodes: list[NodeInfo], *, now: dt.datetime, named: str | 
         if node.name in site_nodes and is_ours(node):
             consider(node.name, REQUALIFY)
     rest = [n.name for n in nodes if n.name in site_nodes]
-    rest.sort(key=lambda name: (last_tested.get(name, 0.0), site.node_names.index(name)))
+    rest.sort(key=lambda name: (name not in suspects, last_tested.get(name, 0.0), site.node_names.index(name)))
     for name in rest:
         if sel.in_window or by_name[name].drained:  # a drained node says why it is left out
-            consider(name, IDLE)
+            consider(name, SUSPECT if name in suspects else IDLE)
         elif name not in sel.chosen:
             sel.skipped.setdefault(name, f"outside the burn-in window {b.window_start}-{b.window_end}")
     return sel

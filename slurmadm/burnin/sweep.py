@@ -168,7 +168,8 @@ class Sweep:
             named_nodes(self.site, named)  # bad --nodes: refused before Slurm is asked
         nodes = self.backend.nodes()
         return select(self.site, nodes, now=self.now, named=named, last_tested=history.last_tested(self.store),
-                      reservation_enabled=self.reservation is not None, repairing=self.repairing())
+                      reservation_enabled=self.reservation is not None, repairing=self.repairing(),
+                      suspects=history.suspects(self.store))
 
     def repairing(self) -> dict[str, str]:
         """Node -> its open repair incidents, while the ladder runs (an acting `repair run` began

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmadm.burnin.select import IDLE, NAMED, REQUALIFY, in_window, select
+from slurmadm.burnin.select import IDLE, NAMED, REQUALIFY, SUSPECT, in_window, select
 from slurmadm.errors import UsageError
 from slurmadm.site import load_site, parse_site
 from slurmadm.slurm import NodeInfo
@@ -53,6 +53,18 @@ def test_idle_nodes_in_window_up_to_the_cap_oldest_tested_first(site):
     assert list(sel.chosen)[:2] == ["b200-015", "b200-016"]
     assert len(sel.chosen) == 8 and set(sel.chosen.values()) == {IDLE}
     assert "max_nodes (8) reached" in sel.skipped["b200-008"]
+
+
+def test_suspected_stragglers_come_first_among_idle_nodes_and_only_in_the_window(site):
+    tested = {f"b200-{i:03d}": 1000.0 + i for i in range(1, 17)}
+    suspects = {"b200-016": "slow in sweep s1: stress-tflops 700 = 70% of baseline median 1002"}
+    ours = node("b200-003", flags={"DRAIN"}, reason="slurmadm: xid: GPU1 XID 79 [prolog]")
+    sel = select(site, fleet(b200_003=ours), now=NIGHT, last_tested=tested, suspects=suspects)
+    assert list(sel.chosen.items())[:3] == [("b200-003", REQUALIFY), ("b200-016", SUSPECT), ("b200-001", IDLE)]
+    busy = select(site, fleet(b200_016=node("b200-016", state="ALLOCATED")), now=NIGHT, last_tested=tested,
+                  suspects=suspects)
+    assert "b200-016" not in busy.chosen  # a suspect running jobs waits like any node
+    assert "b200-016" not in select(site, fleet(), now=NOON, last_tested=tested, suspects=suspects).chosen
 
 
 def test_outside_the_window_only_requalification(site):

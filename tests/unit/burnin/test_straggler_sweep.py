@@ -10,6 +10,7 @@ import pytest
 
 from slurmadm.burnin import history, report
 from slurmadm.burnin.model import TestResult
+from slurmadm.burnin.select import SUSPECT
 from slurmadm.burnin.sweep import NodeRun, Sweep
 from slurmadm.site import parse_site
 from slurmadm.store import Store
@@ -30,14 +31,15 @@ def site(tmp_path):
     return parse_site(text)
 
 
-def one_sweep(site, tmp_path, slurm, day: int, slow: dict[str, float], prior: dict[str, str] | None = None):
-    """A sweep over NODES whose per-node jobs all passed; `slow`: node -> its slowest GPU's TFLOPS."""
+def one_sweep(site, tmp_path, slurm, day: int, slow: dict[str, float], prior: dict[str, str] | None = None,
+              nodes: list[str] = NODES):
+    """A sweep over `nodes` whose per-node jobs all passed; `slow`: node -> its slowest GPU's TFLOPS."""
     prior = prior or {}
     sw = Sweep(site, backend=slurm, store=Store(site.store.path), site_file=str(EXAMPLE),
                report_dir=str(tmp_path / "reports"), now=dt.datetime(2026, 12, day, 1, 30))
     history.start_sweep(sw.store, sw.id, pid=1, host="h", actor="root", nodes="b200-[001-008]")
     sw.status = "done"
-    for i, n in enumerate(NODES):
+    for i, n in enumerate(nodes):
         entry = gpu_node(n, tflops=slow.get(n, 1000.0 + i))
         sw.runs[n] = NodeRun(n, "requalify" if n in prior else "idle", prior_reason=prior.get(n, ""),
                              verdict="pass", tests=[TestResult.from_json(t) for t in entry["tests"]])
@@ -116,3 +118,38 @@ def test_straggler_verdicts_can_be_turned_off(tmp_path):
     one_sweep(site, tmp_path, slurm, 1, {"b200-008": 800.0})
     sw, s = one_sweep(site, tmp_path, slurm, 2, {"b200-008": 800.0})
     assert sw.runs["b200-008"].fleet is None and slurm.calls == [] and s["fleet"] is None
+
+
+def test_the_next_sweep_takes_a_suspected_straggler_first(site, tmp_path):
+    """Found slow once, the node is swept again the next night before the 32 never-tested nodes
+    (max_nodes 8 of 40): a straggler is confirmed in two nights, not at its turn."""
+    slurm = FakeSlurm(fleet(40))
+    sw1, _ = one_sweep(site, tmp_path, slurm, 1, {"b200-008": 800.0})
+    assert history.suspects(sw1.store) == {
+        "b200-008": f"slow in sweep {sw1.id}: stress-tflops 800 = 80% of fleet median 1002"}
+    nxt = Sweep(site, backend=slurm, store=Store(site.store.path), site_file=str(EXAMPLE),
+                report_dir=str(tmp_path / "reports"), now=dt.datetime(2026, 12, 2, 1, 30))
+    sel = nxt.select(None)
+    assert list(sel.chosen.items())[0] == ("b200-008", SUSPECT)
+    assert list(sel.chosen)[1:] == [f"b200-{i:03d}" for i in range(9, 16)]  # then the never-tested ones
+
+    # a later sweep that finds it at speed clears the suspicion
+    one_sweep(site, tmp_path, slurm, 2, {})
+    assert history.suspects(sw1.store) == {}
+
+
+def test_a_one_node_sweep_is_judged_against_the_baseline(site, tmp_path):
+    """Too few nodes for a fleet verdict (burnin.straggler.min_nodes 4): the profile's baseline
+    (from a commissioning sweep) still finds the straggler, and two such nights drain it."""
+    slurm = FakeSlurm(fleet(40))
+    store = Store(site.store.path)
+    history.set_baselines(store, {"hgx-b200": {"stress-tflops": {"median": 1002.0, "mad": 2.0, "nodes": 8}}},
+                          source="sweep commissioning")
+    sw1, _ = one_sweep(site, tmp_path, slurm, 1, {"b200-008": 700.0}, nodes=["b200-008"])
+    r1 = sw1.runs["b200-008"]
+    assert (r1.fleet["level"], r1.fleet["worst"]["scope"], r1.slow_streak) == ("slow", "baseline", 1)
+    assert "b200-008" in history.suspects(store)
+    sw2, _ = one_sweep(site, tmp_path, slurm, 2, {"b200-008": 700.0}, nodes=["b200-008"])
+    assert sw2.runs["b200-008"].action == "drained"
+    assert slurm.calls == [("drain", ("b200-008",),
+                            "slurmadm: burnin-straggler: stress-tflops 700 = 70% of baseline median 1002 [burnin]")]
