@@ -10,7 +10,8 @@ import pytest
 
 from slurmadm.health import checks as C
 from slurmadm.health.config import GpuExpect, HealthConfig, Thresholds
-from slurmadm.health.runner import run_checks, verdict
+from slurmadm.health import runner
+from slurmadm.health.runner import TimedOut, call_with_deadline, run_checks, verdict
 from slurmadm.health.nvml import Nvml
 
 pytestmark = pytest.mark.unit
@@ -106,6 +107,79 @@ def test_run_deadline_stops_starting_checks():
     assert results[0].status == "error" and "timed out" in results[0].detail, results[0]
     assert started == []
     assert all(r.status == "error" and "time limit" in r.detail for r in results[1:]), results
+
+
+def starved_clock(release_at: int | None = None, release: threading.Event | None = None):
+    """A stand-in for the kernel's run delay of a worker that waits for a CPU all the time (its
+    run delay grows as fast as the clock); on its `release_at`-th reading the call returns."""
+    reads = []
+
+    def run_delay(tid):
+        reads.append(tid)
+        if release is not None and len(reads) == release_at:
+            release.set()
+        return time.monotonic()
+    return run_delay, reads
+
+
+def test_time_a_starved_worker_waits_for_a_cpu_is_granted_back(monkeypatch):
+    """The 128-node replay on 2 CPUs (issue 37): a health run that got no CPU read as a hung GPU.
+    A worker whose run delay grew all along gets more time, up to `until`, and its answer counts."""
+    release = threading.Event()
+    run_delay, reads = starved_clock(release_at=3, release=release)
+    monkeypatch.setattr(runner, "run_delay_s", run_delay)
+    assert call_with_deadline(lambda: release.wait(30) and "answered", 0.05, until=time.monotonic() + 30) == "answered"
+    assert len(reads) >= 3 and all(isinstance(t, int) for t in reads)  # the worker thread's own id
+
+
+def test_a_sleeping_call_gets_no_time_back_and_is_hung_at_its_limit(monkeypatch):
+    release = threading.Event()
+    monkeypatch.setattr(runner, "run_delay_s", lambda tid: 0.25)  # never waited for a CPU
+    try:
+        with pytest.raises(TimedOut) as exc:
+            call_with_deadline(lambda: release.wait(30), 0.05, until=time.monotonic() + 30)
+        assert not exc.value.starved(0.05) and exc.value.starved_s == 0
+    finally:
+        release.set()
+
+
+def test_no_time_is_granted_past_until_or_without_it(monkeypatch):
+    release = threading.Event()
+    run_delay, _ = starved_clock()
+    monkeypatch.setattr(runner, "run_delay_s", run_delay)
+    try:
+        until = time.monotonic() + 0.2
+        with pytest.raises(TimedOut) as exc:
+            call_with_deadline(lambda: release.wait(30), 0.05, until=until)
+        assert exc.value.starved(0.05) and exc.value.elapsed_s >= 0.2 - 0.01
+        with pytest.raises(TimedOut) as exc:  # no `until` (config's NVML read): the limit as before
+            call_with_deadline(lambda: release.wait(30), 0.05)
+        assert not exc.value.starved(0.05)
+    finally:
+        release.set()
+
+
+def test_a_starved_nvml_start_is_not_called_a_hung_gpu(monkeypatch):
+    release = threading.Event()
+    run_delay, _ = starved_clock()
+    monkeypatch.setattr(runner, "run_delay_s", run_delay)
+    c = cfg(check_timeout_s=0.05)
+    pols = [C.policy(spec("gpu-count", finds), c)]
+    try:
+        results = run_checks(pols, C.Ctx(cfg=c, context="prolog", now=time.time()), deadline=time.monotonic() + 0.3,
+                             open_nvml=lambda: release.wait(30) and Nvml())
+    finally:
+        release.set()
+    assert results[0].status == "error", results
+    assert "waiting for a CPU (the node's CPUs are overloaded; not judged a hung GPU)" in results[0].detail
+    assert "hung driver" not in results[0].detail
+
+
+def test_run_delay_of_a_real_thread_is_read_from_the_kernel():
+    """Linux says how long a thread waited for a CPU (schedstat): a number, never negative."""
+    v = runner.run_delay_s(threading.get_native_id())
+    assert v is not None and v >= 0
+    assert runner.run_delay_s(None) is None and runner.run_delay_s(2 ** 31 - 1) is None
 
 
 @pytest.mark.parametrize("on_fail,on_error,status,action", [
