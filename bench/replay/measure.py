@@ -11,7 +11,8 @@ Assumptions, stated in the report too:
   for ETTR without checkpoints;
 - a failed run is killed by a fault when a fault on one of its nodes was in its part at some
   time from 10 minutes (site time) before the run started to the run's end (Meta's attribution
-  window, the part before the failure: nothing injected after the run's end can kill it);
+  window, the part before the failure: nothing injected after the run's end can kill it); a
+  fault's part is mended at the times below (a repair, the ladder's return), as for job harm;
 - a drain is false when its node had no injected fault active and none injected in the 10 site
   minutes before it, unless it is the repair of an earlier fault on the node: the repair ladder's
   own drain (`slurmadm: repair: ...`) or a reboot's passing state (no reason), counted apart
@@ -119,24 +120,26 @@ def mechanism(reason: str) -> str:
 LADDER_MENDS = ("xid", "row-remap-pending", "hang", "missing-gpu")
 
 
-def _active(fault: Fault, t: float, returns: list[Return] | None = None, after: float | None = None) -> bool:
-    """Whether the fault is still in its part at time t (injected, not yet repaired): until its
-    repair time, or with none (duration 0) until the node's first return after it (after
-    `after`, when given: a fault without a node-level signal is not repaired by the node's return
-    from another part's drain, only from its own detection's). A maintenance stretch's end (a
-    burn-in sweep of the node) repairs nothing."""
-    if fault.t_s > t:
-        return False
+def fault_end(fault: Fault, returns: list[Return] | None = None, after: float | None = None) -> float:
+    """When the fault left its part (inf: not in the run): its repair time, or with none
+    (duration 0) the node's first return after it (after `after`, when given: a fault without a
+    node-level signal is not repaired by the node's return from another part's drain, only from
+    its own detection's); a kind the ladder mends (LADDER_MENDS) ends at the ladder's return if
+    that comes first. A maintenance stretch's end (a burn-in sweep of the node) repairs nothing."""
     if fault.duration_s:
         end = fault.t_s + fault.duration_s
         if fault.injector == "gpu" and fault.kind in LADDER_MENDS:
             end = min([end] + [r.t_s for r in returns or [] if r.node == fault.node and r.t_s > fault.t_s
                                and r.by == "ladder"])
-        return t < end
+        return end
     since = fault.t_s if after is None else after
-    back = min((r.t_s for r in returns or [] if r.node == fault.node and r.t_s > since
-                and r.by != "maintenance"), default=None)
-    return back is None or t < back
+    return min((r.t_s for r in returns or [] if r.node == fault.node and r.t_s > since
+                and r.by != "maintenance"), default=float("inf"))
+
+
+def _active(fault: Fault, t: float, returns: list[Return] | None = None, after: float | None = None) -> bool:
+    """Whether the fault is still in its part at time t (injected, not yet repaired: fault_end)."""
+    return fault.t_s <= t < fault_end(fault, returns, after)
 
 
 def maintenance(reason: str) -> bool:
@@ -279,7 +282,7 @@ def measure(obs: Observed) -> dict:
                                and active(f, r.start_s + START_SLACK_S) for f in signalled)]
     killed = [r for r in obs.runs if r.state in KILLED_STATES
               and any(f.node in r.nodes and f.t_s <= r.end_s
-                      and (f.duration_s == 0 or f.t_s + f.duration_s >= r.start_s - window)
+                      and fault_end(f, obs.returns, found.get(id(f))) >= r.start_s - window
                       for f, _ in obs.faults)]
 
     # ---- false drains

@@ -293,3 +293,31 @@ def test_a_run_that_started_in_the_second_its_node_came_back_is_no_harm():
 
     assert known(56.35) == 0
     assert known(55.0) == 1
+
+
+def test_a_run_that_fails_after_the_ladder_mended_its_node_is_not_killed_by_that_fault():
+    """An Xid 48 the schedule keeps in its part for 40 s (its class's repair time) is mended by the
+    ladder's reset at 20 (LADDER_MENDS): a run failing on that node from 30 (past the 0.6-s
+    attribution window) failed for something else; one that started before the return was its."""
+    f = fault(10, "n1", cls="gpu-hbm", duration=40.0, kind="xid")
+    back = [m.Return(20.0, "n1", "ladder")]
+
+    def killed(start, returns=back):
+        obs = observed(faults=[(f, True)], drains=[m.Drain(10.5, "n1", "slurmadm: gpu-xid: GPU3 Xid 48 [prolog]")],
+                       returns=returns, runs=[m.Run("r", ("n1",), start, start + 5, "FAILED")])
+        return m.measure(obs)["jobs"]["killed_by_faults"]
+
+    assert killed(30.0) == 0
+    assert killed(19.0) == 1
+    assert killed(30.0, returns=[m.Return(20.0, "n1", "clean-runs")]) == 1  # not the ladder: still in its part
+
+
+def test_a_fault_until_the_ladder_acts_kills_runs_only_until_the_node_returns():
+    f = fault(10, "n1", cls="gpu-hbm", kind="row-remap-pending")  # duration 0: until the ladder acts
+
+    def killed(start):
+        obs = observed(faults=[(f, True)], returns=[m.Return(20.0, "n1", "ladder")],
+                       runs=[m.Run("r", ("n1",), start, start + 5, "FAILED")])
+        return m.measure(obs)["jobs"]["killed_by_faults"]
+
+    assert (killed(12.0), killed(20.5), killed(30.0)) == (1, 1, 0)  # 20.5: inside the window after the return
