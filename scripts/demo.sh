@@ -144,6 +144,8 @@ slurmadm dev-cluster gpu-fault b200-003 --gpu 0 --kind slow --value 70
 slurmadm burnin run --site "$STATE/site-straggler.toml" || echo "(exit $?: see the report)"
 slurmadm burnin status --site "$STATE/site-straggler.toml" --limit 2   # the straggler, flagged (a second slow sweep drains it)
 slurmadm burnin history b200-003 --site "$STATE/site-straggler.toml" --limit 2
+# found slow once: the next sweep takes it first (taken as: suspect), to confirm it the next night
+slurmadm burnin run --site "$STATE/site-straggler.toml" --dry-run
 slurmadm dev-cluster gpu-fault b200-003 --clear --kind slow
 
 step "fleet: every node's software stack over SSH (and its BMC's firmware, fw:*); b200-004 has an older NCCL than the baseline"
