@@ -113,7 +113,8 @@ def node_values(node: dict[str, Any], pairs: Iterable[dict[str, Any]] = ()) -> d
             if data.get("device") == "cpu":
                 if isinstance(t.get("value"), (int, float)):
                     out["stress-cpu"] = float(t["value"])
-                continue
+                if not data.get("per_gpu"):  # the dev cluster's stand-in GPUs give theirs (burnin/node.py)
+                    continue
             for metric, key, pick in (("stress-tflops", "tflops", min), ("stress-copy", "copy_gbps", min),
                                       ("gpu-clock", "sm_clock_mhz", min), ("gpu-temp", "temp_c", max)):
                 values = _per_gpu(t, key)

@@ -45,26 +45,62 @@ STANDIN_SLOWDOWN_KEY = "burnin_slowdown_pct"
 SLOWED = ("stress", "allreduce-node")
 
 
-def stand_in_slowdown(node: str, env: dict[str, str] | None = None) -> float:
-    """Percent slower the dev cluster's stand-in makes this node (0: none, or not a dev cluster)."""
+# The stand-in GPU's matmul rate in the dev cluster's stress (burnin.collective = "gloo": the CPU
+# stand-in runs the load): a round figure, not a B200's, since fleet verdicts judge shares of a
+# median. Unlike the CPU stand-in's own rate it does not vary with the machine's load, so a
+# sweep of one node can be judged against a baseline (the fleet replay's nightly burn-in).
+STANDIN_TFLOPS = 1000.0
+
+
+def stand_in_gpus(node: str, env: dict[str, str] | None = None) -> dict[int, float] | None:
+    """GPU index -> percent slower, for each stand-in GPU NVML enumerates on this node (None: not a
+    dev cluster node, or no stand-in state for it)."""
     env = os.environ if env is None else env
     d = env.get("SLURMADM_FAKE_NVML_DIR")
     if not d:
-        return 0.0
+        return None
     try:
         with open(os.path.join(d, f"{os.path.basename(node)}.state"), encoding="utf-8") as fh:
             text = fh.read()
     except OSError:
-        return 0.0
-    pct = 0.0
+        return None
+    present: dict[int, bool] = {}
+    slow: dict[int, float] = {}
     for line in text.splitlines():
         key, _, value = line.partition("=")
-        if key.startswith("gpu.") and key.endswith("." + STANDIN_SLOWDOWN_KEY):
-            try:
-                pct = max(pct, float(value))
-            except ValueError:
-                continue
-    return min(pct, 95.0)
+        parts = key.split(".")
+        if len(parts) != 3 or parts[0] != "gpu" or not parts[1].isdigit():
+            continue
+        try:
+            if parts[2] == "present":
+                present[int(parts[1])] = value.strip() not in ("0", "")
+            elif parts[2] == STANDIN_SLOWDOWN_KEY:
+                slow[int(parts[1])] = min(max(float(value), 0.0), 95.0)
+        except ValueError:
+            continue
+    return {i: slow.get(i, 0.0) for i, here in sorted(present.items()) if here}
+
+
+def stand_in_slowdown(node: str, env: dict[str, str] | None = None) -> float:
+    """Percent slower the dev cluster's stand-in makes this node (0: none, or not a dev cluster)."""
+    return max((stand_in_gpus(node, env) or {}).values(), default=0.0)
+
+
+def as_stand_in(result: TestResult, gpus: dict[int, float] | None) -> TestResult:
+    """What the dev cluster's stand-in makes of a test's result (stand_in_gpus: None elsewhere, and
+    the result is left as it is): slowed by its straggler, with its GPUs' rates. The burn-in's node
+    job and the repair ladder's qualification job both report through it."""
+    return stand_in_rates(slow_down(result, max((gpus or {}).values(), default=0.0)), gpus)
+
+
+def stand_in_rates(result: TestResult, gpus: dict[int, float] | None) -> TestResult:
+    """The CPU stand-in's stress with the stand-in GPUs' rates beside it (`per_gpu` tflops:
+    STANDIN_TFLOPS, less each GPU's stand-in slowdown), as a GPU stress reports them."""
+    if not gpus or result.test != "stress" or result.data.get("device") != "cpu":
+        return result
+    result.data["per_gpu"] = {str(i): {"tflops": round(STANDIN_TFLOPS * (1 - pct / 100), 3), "stand_in": True}
+                              for i, pct in gpus.items()}
+    return result
 
 
 def slow_down(result: TestResult, pct: float) -> TestResult:
@@ -289,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("health", lambda: health_suite(spec["step_timeout"])),
     ]
     tests = []
-    slowdown = stand_in_slowdown(node)
+    standin = stand_in_gpus(node)
     for name, step in steps:
         if (name == "dcgm" and not spec["dcgm_level"]) or (name == "kat" and not spec.get("kat")):
             continue
@@ -299,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as exc:  # an unexpected failure is reported as this test's error
             result = TestResult(name, "error", f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:400])
         result.duration_s = result.duration_s or time.monotonic() - start
-        result = slow_down(result, slowdown)
+        result = as_stand_in(result, standin)
         tests.append(result)
         _emit({"event": "test", **result.to_json()})
     _emit({"event": "result", "node": node, "tests": [t.to_json() for t in tests]})

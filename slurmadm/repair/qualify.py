@@ -12,7 +12,8 @@ which first writes what repair's reset or reboot cleared into the node's own sto
 check's acknowledgement (`acknowledge_xids`: the head's time travels in the spec), then runs, in
 order, a short GPU stress (burnin/stress.py), the single-node all-reduce (the
 burn-in's), the known-answer compute test (kat.py) and the full health suite (`slurmadm health
-run --dry-run --json`, as burn-in runs it), printing burn-in's JSON event lines. Afterwards the
+run --dry-run --json`, as burn-in runs it), printing burn-in's JSON event lines; a node slow
+against its profile's burn-in baseline fails too (`against_baseline`). Afterwards the
 node is drained again with its old reason *before* the reservation goes, whatever the outcome:
 `repair run` resumes it only on a pass. An interrupted qualification (SIGKILL, power loss) is
 undone by the next run (`recover()`): its job cancelled, the node drained again, the reservation
@@ -109,6 +110,27 @@ def judge(node: str, stdout: str, stderr: str, returncode: int | None, on_error:
         return Qualification(node, "error", f"qualification job ended without a result: {tail}", "job", job_id, tests)
     return Qualification(node, "pass", "; ".join(f"{t.get('test')} {t.get('status')}" for t in tests), "", job_id,
                          tests)
+
+
+def against_baseline(site, store, node: str, tests: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The worst of the node's qualification metrics when one is slow against its profile's
+    burn-in baseline (burnin/fleet.py, the site's burnin.straggler thresholds), else None: a
+    straggler must not pass the gate that returned it, whatever its incident was. Nothing is
+    judged with the site's fleet verdicts off or no baseline kept for the profile."""
+    cfg = site.burnin.straggler
+    group = site.node_group_of.get(node)
+    if not cfg.enabled or group is None:
+        return None
+    from ..burnin import fleet, history
+
+    baselines = history.baselines(store)
+    if not baselines.get(group.profile):
+        return None
+    result = fleet.evaluate({"nodes": [{"node": node, "verdict": "pass", "tests": tests}], "pairs": []},
+                            profile_of={node: group.profile}, unit_of={}, settings=fleet.Settings.from_site(cfg),
+                            baselines=baselines)
+    entry = result["nodes"].get(node) or {}
+    return entry.get("worst") if entry.get("level") == "slow" else None
 
 
 class Qualifier:
@@ -240,6 +262,12 @@ class Qualifier:
                 self.store.audit("repair.reservation.delete", res, f"qualification of {name} ended")
                 self.store.delete_node_state(name, QUALIFY_KEY)
         verdict.duration_s = time.monotonic() - t0
+        slow = against_baseline(self.site, self.store, name, verdict.tests) if verdict.passed else None
+        if slow is not None:
+            from ..burnin.fleet import describe
+
+            verdict.status, verdict.failed_test = "fail", "straggler"
+            verdict.detail = f"straggler: {describe(slow)}"
         if verdict.status != "pass":
             from . import blame, incidents
 
@@ -315,6 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("health", lambda: bnode.health_suite(spec["step_timeout"])),
     ]
     tests = []
+    standin = bnode.stand_in_gpus(node)  # the dev cluster's stand-in straggler and GPU rates, as burn-in's job
     for name, step in steps:
         start = time.monotonic()
         try:
@@ -322,6 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - an unexpected failure is this test's error
             result = TestResult(name, "error", f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:400])
         result.duration_s = result.duration_s or time.monotonic() - start
+        result = bnode.as_stand_in(result, standin)
         if name == "health" and ack is not None and not ack["ok"] and result.status != "pass":
             result.detail = f"{result.detail} (repair's XID acknowledgement was not written: {ack['detail']})"
         tests.append(result)

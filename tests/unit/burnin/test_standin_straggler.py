@@ -46,6 +46,33 @@ def test_slow_down_scales_the_rates_and_says_so_without_failing():
     assert nodejob.slow_down(TestResult("stress", "pass", "x", value=2.0), 0.0).value == 2.0
 
 
+def test_the_stand_in_gpus_give_a_rate_the_machine_s_load_does_not_move(tmp_path):
+    """The CPU stand-in's own rate is the machine's (a loaded machine is slow); the stand-in GPUs'
+    matmul rate is STANDIN_TFLOPS less their slowdown: the slowed GPU is the node's stress-tflops,
+    a GPU off the bus gives none, and the CPU rate is still reported beside it."""
+    from slurmadm.burnin import fleet
+
+    gpus.write_healthy(tmp_path, "b200-003", B200, driver_version="570.133.20")
+    env = {"SLURMADM_FAKE_NVML_DIR": str(tmp_path)}
+    assert nodejob.stand_in_gpus("b200-003", env) == {i: 0.0 for i in range(8)}
+    gpus.inject(tmp_path, "b200-003", 2, "slow", "40")
+    gpus.inject(tmp_path, "b200-003", 5, "missing-gpu", None)
+    standin = nodejob.stand_in_gpus("b200-003", env)
+    assert standin == {0: 0.0, 1: 0.0, 2: 40.0, 3: 0.0, 4: 0.0, 6: 0.0, 7: 0.0}
+    assert nodejob.stand_in_gpus("b200-001", env) is None and nodejob.stand_in_gpus("b200-003", {}) is None
+    cpu = TestResult("stress", "warn", "CPU stand-in ran 3 s: copy 0.49 GB/s", value=0.5, unit="GB/s (CPU)",
+                     data={"device": "cpu"})
+    out = nodejob.as_stand_in(cpu, standin)
+    assert out.data["per_gpu"]["2"] == {"tflops": 600.0, "stand_in": True} and "5" not in out.data["per_gpu"]
+    assert out.status == "warn"  # still the labelled CPU stand-in
+    values = fleet.node_values({"node": "b200-003", "tests": [out.to_json()]})
+    assert values == {"stress-cpu": pytest.approx(0.3), "stress-tflops": 600.0}
+    health = TestResult("health", "pass", "12 checks passed")
+    assert "per_gpu" not in nodejob.stand_in_rates(health, standin).data
+    plain = nodejob.as_stand_in(TestResult("stress", "warn", "x", value=2.0, data={"device": "cpu"}), None)
+    assert "per_gpu" not in plain.data and plain.value == 2.0  # not a dev cluster: as it was
+
+
 def test_the_dev_site_leaves_fleet_verdicts_off(tmp_path):
     from tests.unit.devcluster.test_devsite import derive
 

@@ -143,33 +143,30 @@ def test_a_sleeping_call_gets_no_time_back_and_is_hung_at_its_limit(monkeypatch)
         release.set()
 
 
-def test_no_time_is_granted_past_until_or_without_it(monkeypatch):
+@pytest.fixture()
+def starved(monkeypatch):
+    """The worker always waiting for a CPU; the event its hung call waits on, set at the end."""
     release = threading.Event()
-    run_delay, _ = starved_clock()
-    monkeypatch.setattr(runner, "run_delay_s", run_delay)
-    try:
-        until = time.monotonic() + 0.2
-        with pytest.raises(TimedOut) as exc:
-            call_with_deadline(lambda: release.wait(30), 0.05, until=until)
-        assert exc.value.starved(0.05) and exc.value.elapsed_s >= 0.2 - 0.01
-        with pytest.raises(TimedOut) as exc:  # no `until` (config's NVML read): the limit as before
-            call_with_deadline(lambda: release.wait(30), 0.05)
-        assert not exc.value.starved(0.05)
-    finally:
-        release.set()
+    monkeypatch.setattr(runner, "run_delay_s", starved_clock()[0])
+    yield release
+    release.set()
 
 
-def test_a_starved_nvml_start_is_not_called_a_hung_gpu(monkeypatch):
-    release = threading.Event()
-    run_delay, _ = starved_clock()
-    monkeypatch.setattr(runner, "run_delay_s", run_delay)
+def test_no_time_is_granted_past_until_or_without_it(starved):
+    until = time.monotonic() + 0.2
+    with pytest.raises(TimedOut) as exc:
+        call_with_deadline(lambda: starved.wait(30), 0.05, until=until)
+    assert exc.value.starved(0.05) and exc.value.elapsed_s >= 0.2 - 0.01
+    with pytest.raises(TimedOut) as exc:  # no `until` (config's NVML read): the limit as before
+        call_with_deadline(lambda: starved.wait(30), 0.05)
+    assert not exc.value.starved(0.05)
+
+
+def test_a_starved_nvml_start_is_not_called_a_hung_gpu(starved):
     c = cfg(check_timeout_s=0.05)
     pols = [C.policy(spec("gpu-count", finds), c)]
-    try:
-        results = run_checks(pols, C.Ctx(cfg=c, context="prolog", now=time.time()), deadline=time.monotonic() + 0.3,
-                             open_nvml=lambda: release.wait(30) and Nvml())
-    finally:
-        release.set()
+    results = run_checks(pols, C.Ctx(cfg=c, context="prolog", now=time.time()), deadline=time.monotonic() + 0.3,
+                         open_nvml=lambda: starved.wait(30) and Nvml())
     assert results[0].status == "error", results
     assert "waiting for a CPU (the node's CPUs are overloaded; not judged a hung GPU)" in results[0].detail
     assert "hung driver" not in results[0].detail
