@@ -4,7 +4,7 @@ the dev cluster under three policies, and measure what each loses.
 
     .venv/bin/python bench/fleet_replay.py [--nodes 32] [--minutes 20] [--seed 1]
         [--compression 2000] [--rate-scale 1] [--policies a,b,c] [--jobs FILE] [--faults FILE]
-        [--out DIR] [--port-base 37000] [--state-dir /tmp/slurmadm-replay] [--write-schedules DIR]
+        [--out DIR] [--port-base 24000] [--state-dir /tmp/slurmadm-replay] [--write-schedules DIR]
 
 Root, as `dev-cluster up`. Per policy, one dev cluster of --nodes fake B200 nodes with BMCs and
 sshd comes up fresh; two streams run at once for --minutes:
@@ -26,7 +26,9 @@ Policies, on the same schedules:
      (when this slurmadm has the repair ladder), `bmc health` (the BMC sweep a site runs from cron)
      and `bmc recover` for dead nodes; once a site night (--burnin-every) `burnin run` on up to
      the example's share of idle nodes (8 of 128: one at 8 nodes), whose known-answer test is
-     the only path to a drain for silent data corruption. A sweep's own time is not compressed
+     the only path to a drain for silent data corruption, and whose fleet-relative verdict on
+     the stand-in GPUs' rate the only one for a straggler (judged against the baseline that a
+     commissioning sweep of 8 nodes seeds before the streams start). A sweep's own time is not compressed
      (about 40 s real, a site day at 2,000x): its nodes count as out of service meanwhile.
      And its people: when the schedule repairs a part (its repair time passed: the part was
      replaced) on a node the ladder holds as an RMA candidate, `repair clear` then `repair
@@ -89,6 +91,52 @@ def site_for(policy: str, out: Path, nodes: int = 128) -> Path:
     path = out / f"site-{policy}.toml"
     path.write_text(tomli_w.dumps(data))
     return path
+
+
+def straggler_verdicts(site_path: Path) -> None:
+    """Policy (a)'s burn-in judges stragglers: the dev site leaves fleet verdicts off (its CPU
+    stand-in's rate is the loaded machine's), so they are turned on for the stand-in GPUs' matmul
+    rate (`stress-tflops`, burnin/node.py STANDIN_TFLOPS less the stand-in's slowdown), which no
+    load moves; the site's thresholds otherwise. Edits the dev cluster's site file in place."""
+    data = tomllib.loads(site_path.read_text())
+    burnin = data.setdefault("burnin", {})
+    burnin["straggler"] = {**burnin.get("straggler", {}), "enabled": True, "metrics": ["stress-tflops"]}
+    site_path.write_text(tomli_w.dumps(data))
+
+
+def commission(env: dict[str, str], site_path: Path, nodes: list[str], out: Path, attempts: int = 2) -> dict:
+    """The site's commissioning burn-in, before the streams start: one sweep of the first
+    max(burnin.straggler.min_nodes, 4) nodes at once (a copy of the site with burnin.max_nodes
+    that large), whose passed fleet verdicts seed the profile's baseline (Sweep._seed_baselines).
+    The nightly sweep takes 1 or 2 nodes, too few for a fleet verdict: the baseline judges them.
+    A node that fails it was fixed before go-live: `repair clear --resume` ends what its drain
+    opened and returns it, and the sweep runs again (at most `attempts` sweeps)."""
+    data = tomllib.loads(site_path.read_text())
+    size = min(len(nodes), max(4, int(data["burnin"].get("straggler", {}).get("min_nodes", 4))))
+    data["burnin"]["max_nodes"] = size
+    copy = out / "site-commissioning.toml"
+    copy.write_text(tomli_w.dumps(data))
+    names = ",".join(nodes[:size])
+    sweeps, baseline = [], None
+    for _ in range(attempts):
+        r = slurmadm(env, "burnin", "run", "--site", str(copy), "--nodes", names, "--json", timeout=900)
+        try:
+            summary = json.loads(r.stdout)
+        except ValueError:
+            summary = {}
+        failed = sorted(n["node"] for n in summary.get("nodes") or [] if n.get("verdict") != "pass")
+        sweeps.append({"exit": r.returncode, "failed": failed,
+                       **({"error": (r.stderr or r.stdout).strip()[-300:]} if r.returncode and not failed else {})})
+        for node in failed:
+            slurmadm(env, "repair", "clear", node, "--resume", "--reason", "fleet replay: fixed at commissioning")
+        b = slurmadm(env, "burnin", "baseline", "show", "--json", timeout=120)
+        try:
+            baseline = json.loads(b.stdout).get("baselines") if b.returncode == 0 else None
+        except ValueError:
+            baseline = None
+        if baseline or (r.returncode and not failed):
+            break
+    return {"nodes": names, "sweeps": sweeps, "exit": sweeps[-1]["exit"], "baselines": baseline}
 
 
 def slurmadm(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -500,9 +548,14 @@ def keep_logs(dc: DevCluster, dest: Path) -> None:
             src.backup(dst)
 
 
-def markdown(cmp: dict, results: dict, args) -> str:
+def markdown(cmp: dict, results: dict, args, commissioned: dict | None = None) -> str:
     lines = [f"fleet replay: {args.nodes} nodes, {args.minutes} min, seed {args.seed}, "
              f"compression {args.compression:g}x, rate scale {args.rate_scale:g}", ""]
+    for p, c in (commissioned or {}).items():
+        base = ", ".join(f"{prof} stress-tflops {m['stress-tflops']['median']:g}"
+                         for prof, m in sorted((c.get("baselines") or {}).items()) if "stress-tflops" in m)
+        lines += [f"commissioning ({p}): burn-in of {c['nodes']}, {len(c.get('sweeps') or [])} sweep(s), "
+                  f"exit {c['exit']}; baseline {base or 'none'}", ""]
     lines.append("| policy | faults detected | jobs on faulty nodes (known) | killed | false drains | returned by ladder | "
                  "lemons | node-h out | GPU-h lost | ETTR | GPU-h slowed |")
     lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -532,7 +585,10 @@ def main() -> int:
     ap.add_argument("--faults")
     ap.add_argument("--write-schedules")
     ap.add_argument("--out", default="/tmp/slurmadm-replay-out")
-    ap.add_argument("--port-base", type=int, default=37000)
+    # below Linux's ephemeral range (32768-60999) with the wide plan's 2,200 ports: at 37000 an
+    # outgoing connection's source port took a burn-in all-reduce's rendezvous port (EADDRINUSE,
+    # the commissioning sweep of 2026-12-07); the tests' clusters start at 27000
+    ap.add_argument("--port-base", type=int, default=24000)
     ap.add_argument("--state-dir", default="/tmp/slurmadm-replay")
     ap.add_argument("--repair-every", type=float, default=10.0)
     ap.add_argument("--watch-every", type=float, default=60.0)
@@ -574,7 +630,7 @@ def main() -> int:
         (d / "faults.csv").write_text(schedule.write_faults(faults))
         (d / "jobs.csv").write_text(schedule.write_jobs(jobs))
     signal = {r.cls: r.signal == "node" for r in mix}
-    results, watched, errors, timeline, technician = {}, {}, {}, {}, {}
+    results, watched, errors, timeline, technician, commissioned = {}, {}, {}, {}, {}, {}
     for policy in policies:
         dc = DevCluster(Path(args.state_dir) / policy)
         dc.down(purge=True)
@@ -596,6 +652,9 @@ def main() -> int:
             # ladder's qualification jobs run under (without them Slurm refuses every one)
             ensure_burnin_accounting(env, dc.site())
             shorten_health_interval(dc, env, args.health_interval)
+            if policy == "a" and args.burnin_every > 0:
+                straggler_verdicts(dc.site_path)
+                commissioned[policy] = commission(env, dc.site_path, nodes, out)
             run = Run(policy, dc, env, jobs, faults, signal, args)
             obs = run.run(args.minutes * 60)
             results[policy] = measure.measure(obs)
@@ -613,12 +672,12 @@ def main() -> int:
             dc.down(purge=True)
     cmp = measure.compare(results)
     report = {"args": vars(args), "results": results, "compare": cmp, "watched": watched, "errors": errors,
-              "timeline": timeline, "technician": technician,
+              "timeline": timeline, "technician": technician, "commissioning": commissioned,
               "assumptions": measure.__doc__}
     (out / "replay.json").write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
-    (out / "report.md").write_text(markdown(cmp, results, args))
+    (out / "report.md").write_text(markdown(cmp, results, args, commissioned))
     (out / "report.html").write_text(html.render_html(json.loads(json.dumps(report, default=str))))
-    print(markdown(cmp, results, args))
+    print(markdown(cmp, results, args, commissioned))
     return 0
 
 

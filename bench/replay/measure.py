@@ -46,6 +46,7 @@ Assumptions, stated in the report too:
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass, field
 
@@ -155,6 +156,30 @@ def maintenance(reason: str) -> bool:
 # A straggler (`slow`: the node is slower, no check fails) is seen only by the burn-in's
 # fleet-relative verdict, drained `slurmadm: burnin-straggler: ...` after two slow sweeps.
 ACTIVE_MECHANISMS = {"sdc": ("burnin-kat",), "straggler": ("burnin-straggler",)}
+# The incident class the ladder opens for that drain (slurmadm/repair/data/classes.toml): the
+# ladder may take the node over (`slurmadm: repair: reboot: node BURNIN ...`) within a second of
+# the sweep's end, before a poll has seen the burn-in's own reason; on the faulty node, its
+# ladder step for that class is the same detection, seen one step later.
+ACTIVE_CLASSES = {"sdc": ("SDC",), "straggler": ("BURNIN",)}
+_LADDER_CLASS = re.compile(r"^slurmadm: repair: [\w-]+: [^(]*?\b([A-Z][A-Z_]{2,})\b")
+
+
+def ladder_class(reason: str) -> str:
+    """The incident class a repair ladder's drain reason names (`slurmadm: repair: reboot: node
+    BURNIN (rung 1 of 2 ...)` -> BURNIN), else ""."""
+    m = _LADDER_CLASS.match(reason)
+    return m.group(1) if m else ""
+
+
+def active_detection(cls: str, reason: str) -> str:
+    """The mechanism by which a drain with `reason` detects a fault of class `cls` that has no
+    node-level signal (its active test's check id, or `repair-CLASS` for the ladder's step on
+    it), else ""."""
+    m = mechanism(reason)
+    if m in ACTIVE_MECHANISMS.get(cls, ()):
+        return m
+    c = ladder_class(reason)
+    return f"repair-{c}" if c and c in ACTIVE_CLASSES.get(cls, ()) else ""
 SLOW_KINDS = ("slow",)  # the stand-in's straggler: its value is percent slower
 
 
@@ -240,11 +265,11 @@ def measure(obs: Observed) -> dict:
         # test (the burn-in's known-answer test) may find it: only such a drain is its detection
         first = next((d for d in sorted(drains, key=lambda d: d.t_s)
                       if d.node == fault.node and d.t_s >= since(fault)
-                      and (signal or mechanism(d.reason) in ACTIVE_MECHANISMS.get(fault.cls, ()))
+                      and (signal or active_detection(fault.cls, d.reason))
                       and (fault.duration_s == 0 or d.t_s <= fault.t_s + fault.duration_s + window)), None)
         if first is not None:
             row["detected"] += 1
-            m = mechanism(first.reason)
+            m = mechanism(first.reason) if signal else active_detection(fault.cls, first.reason)
             row["mechanisms"][m] = row["mechanisms"].get(m, 0) + 1
             row["latency_s"].append(max(first.t_s - fault.t_s, 0.0) * c)
     per_class = {}
@@ -260,7 +285,7 @@ def measure(obs: Observed) -> dict:
     for f, signal in obs.faults:
         if not signal:
             d = next((d.t_s for d in sorted(drains, key=lambda d: d.t_s) if d.node == f.node and d.t_s >= f.t_s
-                      and mechanism(d.reason) in ACTIVE_MECHANISMS.get(f.cls, ())), None)
+                      and active_detection(f.cls, d.reason)), None)
             found[id(f)] = obs.horizon_s + 1 if d is None else d
 
     def active(f: Fault, t: float) -> bool:

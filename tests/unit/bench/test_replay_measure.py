@@ -4,6 +4,7 @@ repair and cost, and the targets of policy (a) against the NHC-like policy (c)."
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -321,3 +322,27 @@ def test_a_fault_until_the_ladder_acts_kills_runs_only_until_the_node_returns():
         return m.measure(obs)["jobs"]["killed_by_faults"]
 
     assert (killed(12.0), killed(20.5), killed(30.0)) == (1, 1, 0)  # 20.5: inside the window after the return
+
+
+def test_the_ladder_taking_over_a_burn_in_drain_is_still_that_test_s_detection():
+    """The straggler replay: the burn-in drained b200-001 `burnin-straggler` and `repair run`
+    rebooted it within the second, so the poll's first reason was the ladder's step on a BURNIN
+    incident: on the straggler's node that is the burn-in's detection; a BURNIN step on another
+    class's fault, or a ladder step of another class, is not."""
+    assert m.ladder_class("slurmadm: repair: reboot: node BURNIN (rung 1 of 2: reboot -> qualify) [repair]") == "BURNIN"
+    assert m.ladder_class("slurmadm: repair: reset: GPU2 serial 1655000001 RESET_GPU (rung 1 of 3) [repair]") \
+        == "RESET_GPU"
+    assert m.ladder_class("slurmadm: burnin-straggler: stress-tflops 700 = 70% of baseline median 1000") == ""
+    f = Fault(10, "n1", "slow", "gpu", "0", "30", 0.0, "straggler")
+    ladder = "slurmadm: repair: reboot: node BURNIN (rung 1 of 2: reboot -> qualify -> resume) [repair]"
+
+    def detected(reason, cls="straggler"):
+        g = replace(f, cls=cls)
+        r = m.measure(observed(faults=[(g, False)], drains=[m.Drain(20.0, "n1", reason)]))["per_class"][cls]
+        return r["detected"], r["mechanisms"]
+
+    assert detected(ladder) == (1, {"repair-BURNIN": 1})
+    assert detected("slurmadm: burnin-straggler: stress-tflops 700 = 70% of baseline median 1000 [burnin]") == \
+        (1, {"burnin-straggler": 1})
+    assert detected("slurmadm: repair: reboot: node SDC (rung 1 of 2) [repair]") == (0, {})
+    assert detected(ladder, cls="sdc") == (0, {})
