@@ -245,10 +245,12 @@ step "the head sees the whole fleet: every node ships its records to a central s
 slurmadm dev-cluster central-store on --state-dir "$STATE"   # per-node stores + a slurmadm database
 slurmadm dev-cluster gpu-fault b200-001 --gpu 3 --kind ecc-uncorrected
 job=$(sbatch --parsable -w b200-001 --gres=gpu:8 -J victim -o /dev/null --wrap 'hostname')
-# the job's prolog (or slurmd's HealthCheckProgram, whichever runs first) drains b200-001 there
-wait_until 90 "b200-001's own drain" sh -c "scontrol show node b200-001 | grep -q 'Reason=slurmadm: ecc-uncorrected'"
-wait_until 120 "the drain to reach the head (shipped by the next periodic run)" \
-  sh -c "slurmadm audit log --json --host b200-001 --action node.drain | grep -q ecc-uncorrected"
+# the job's prolog (or slurmd's HealthCheckProgram, whichever runs first) drains b200-001 there;
+# the monitoring stack is still up, so its GpuEccUncorrected alert may drain it first
+wait_until 90 "b200-001's drain" sh -c \
+  "scontrol show node b200-001 | grep -Eq 'Reason=slurmadm: (ecc-uncorrected|alert-GpuEccUncorrected)'"
+wait_until 120 "b200-001's failed check to reach the head (shipped by its next periodic run)" \
+  sh -c "slurmadm health status --nodes b200-001 --json | grep -q 'GPU3 volatile uncorrected ECC'"
 slurmadm audit log --host b200-001 --limit 3
 slurmadm health status --nodes b200-001 || true   # exit 1: a failing check
 slurmadm store status || true
