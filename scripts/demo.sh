@@ -250,7 +250,7 @@ job=$(sbatch --parsable -w b200-001 --gres=gpu:8 -J victim -o /dev/null --wrap '
 wait_until 90 "b200-001's drain" sh -c \
   "scontrol show node b200-001 | grep -Eq 'Reason=slurmadm: (ecc-uncorrected|alert-GpuEccUncorrected)'"
 wait_until 120 "b200-001's failed check to reach the head (shipped by its next periodic run)" \
-  sh -c "slurmadm health status --nodes b200-001 --json | grep -q 'GPU3 volatile uncorrected ECC'"
+  sh -c "slurmadm health status --nodes b200-001 --json 2>/dev/null | grep -q 'GPU3 volatile uncorrected ECC'"
 slurmadm audit log --host b200-001 --limit 3
 slurmadm health status --nodes b200-001 || true   # exit 1: a failing check
 slurmadm store status || true
