@@ -28,7 +28,7 @@ Policies, on the same schedules:
      the example's share of idle nodes (8 of 128: one at 8 nodes), whose known-answer test is
      the only path to a drain for silent data corruption, and whose fleet-relative verdict on
      the stand-in GPUs' rate the only one for a straggler (judged against the baseline that a
-     commissioning sweep of 8 nodes seeds before the streams start). A sweep's own time is not compressed
+     commissioning sweep of 4 nodes seeds before the streams start). A sweep's own time is not compressed
      (about 40 s real, a site day at 2,000x): its nodes count as out of service meanwhile.
      And its people: when the schedule repairs a part (its repair time passed: the part was
      replaced) on a node the ladder holds as an RMA candidate, `repair clear` then `repair

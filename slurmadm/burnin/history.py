@@ -121,7 +121,7 @@ def last_tested(store: Store) -> dict[str, float]:
 
 def suspects(store: Store) -> dict[str, str]:
     """node -> why it is suspected (`slow in sweep S: stress-tflops 700 = 70% of baseline median
-    1e+03`): the newest sweep that tested the node passed it and found it slow against its fleet
+    1002`): the newest sweep that tested the node passed it and found it slow against its fleet
     or baseline. The next sweep takes such a node first (select.py), so that a straggler is
     confirmed (drained after burnin.straggler.drain_after sweeps in a row) or cleared the next
     night instead of at its turn."""

@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import SlurmadmError
+from ..errors import SlurmadmError, UsageError
 from ..proc import run
 from ..health import allreduce
 from ..health.hook import local_node
@@ -54,31 +54,20 @@ STANDIN_TFLOPS = 1000.0
 
 def stand_in_gpus(node: str, env: dict[str, str] | None = None) -> dict[int, float] | None:
     """GPU index -> percent slower, for each stand-in GPU NVML enumerates on this node (None: not a
-    dev cluster node, or no stand-in state for it)."""
+    dev cluster node, or no stand-in state for it). Read as the stand-in keeps it
+    (devcluster/gpus.py, imported only on a dev cluster node)."""
     env = os.environ if env is None else env
     d = env.get("SLURMADM_FAKE_NVML_DIR")
     if not d:
         return None
+    from ..devcluster import gpus as standin
+
     try:
-        with open(os.path.join(d, f"{os.path.basename(node)}.state"), encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError:
+        effective = standin.effective_gpus(standin.read_state(d, os.path.basename(node)))
+    except UsageError:
         return None
-    present: dict[int, bool] = {}
-    slow: dict[int, float] = {}
-    for line in text.splitlines():
-        key, _, value = line.partition("=")
-        parts = key.split(".")
-        if len(parts) != 3 or parts[0] != "gpu" or not parts[1].isdigit():
-            continue
-        try:
-            if parts[2] == "present":
-                present[int(parts[1])] = value.strip() not in ("0", "")
-            elif parts[2] == STANDIN_SLOWDOWN_KEY:
-                slow[int(parts[1])] = min(max(float(value), 0.0), 95.0)
-        except ValueError:
-            continue
-    return {i: slow.get(i, 0.0) for i, here in sorted(present.items()) if here}
+    return {i: min(max(float(g.get(STANDIN_SLOWDOWN_KEY) or 0), 0.0), 95.0)
+            for i, g in enumerate(effective) if g.get("present")}
 
 
 def stand_in_slowdown(node: str, env: dict[str, str] | None = None) -> float:
