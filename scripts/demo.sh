@@ -142,11 +142,16 @@ open(sys.argv[2], "w").write(tomli_w.dumps(d))
 PY
 slurmadm dev-cluster gpu-fault b200-003 --gpu 0 --kind slow --value 70
 slurmadm burnin run --site "$STATE/site-straggler.toml" || echo "(exit $?: see the report)"
-slurmadm burnin status --site "$STATE/site-straggler.toml" --limit 2   # the straggler, flagged (a second slow sweep drains it)
+slurmadm burnin status --site "$STATE/site-straggler.toml" --limit 2   # the straggler, found slow once
 slurmadm burnin history b200-003 --site "$STATE/site-straggler.toml" --limit 2
-# found slow once: the next sweep takes it first (taken as: suspect), to confirm it the next night
+# found slow once: held out of service (no repair incident) until the next sweep re-tests it,
+# which drains it burnin-straggler if it is slow again, or resumes it
+sinfo -h -R -n b200-003 -o "%100E %N"
 slurmadm burnin run --site "$STATE/site-straggler.toml" --dry-run
 slurmadm dev-cluster gpu-fault b200-003 --clear --kind slow
+# its GPU fixed: the re-test finds it at speed and resumes it
+slurmadm burnin run --site "$STATE/site-straggler.toml" --nodes b200-003 || echo "(exit $?: see the report)"
+sinfo -h -n b200-003 -o "%N %T"
 
 step "fleet: every node's software stack over SSH (and its BMC's firmware, fw:*); b200-004 has an older NCCL than the baseline"
 slurmadm dev-cluster set-software b200-004 nccl=2.21.5 >/dev/null   # its own namespace, its own stack

@@ -39,6 +39,7 @@ POLL_S = 0.5
 RECOVER_WAIT_S = 120.0
 CONTEXT = "burnin"
 STRAGGLER_REASON = "slurmadm: burnin-straggler:"
+SUSPECT_TEST = "suspect"  # `slurmadm: burnin-suspect: ...`: found slow, held for the next sweep's re-test
 TREND_SWEEPS = 8  # sweeps per node in the report's trend table
 # the ladder counts as running while an acting `repair run` began within this many of its
 # timer's intervals (repair.interval_s; at least an hour: a run qualifying nodes takes a while)
@@ -565,6 +566,13 @@ class Sweep:
         return (run.verdict == "pass" and bool(run.fleet) and run.fleet["level"] == "slow"
                 and run.fleet.get("worst") is not None and run.slow_streak >= self.b.straggler.drain_after)
 
+    def _suspect_held(self, run: NodeRun) -> bool:
+        """Found slow, not yet in drain_after sweeps in a row: held out of service for the next
+        sweep's re-test (burnin.straggler.hold_suspects)."""
+        return (self.b.straggler.hold_suspects and run.verdict == "pass" and bool(run.fleet)
+                and run.fleet["level"] == "slow" and run.fleet.get("worst") is not None
+                and run.slow_streak < self.b.straggler.drain_after)
+
     def _act(self) -> None:
         if not self.runs:
             return
@@ -586,6 +594,11 @@ class Sweep:
                 self._drain_failed(run, node, view)
             elif self._straggler_due(run):
                 self._drain_failed(run, node, view, test="straggler", detail=fleet.describe(run.fleet["worst"]))
+            elif self._suspect_held(run):
+                n, of = run.slow_streak, self.b.straggler.drain_after
+                self._drain_failed(run, node, view, test=SUSPECT_TEST, held=True,
+                                   detail=f"{fleet.describe(run.fleet['worst'])} (slow in {n} sweep{'s' * (n > 1)} "
+                                          f"of {of}; held for the next sweep's re-test)")
             elif run.prior_reason and run.verdict == "pass":
                 run.action = "resumed"
                 view[name] = actual[name]
@@ -598,7 +611,7 @@ class Sweep:
                 self.store.delete_node_state(name, history.REQUALIFY_KEY)
 
     def _drain_failed(self, run: NodeRun, node: NodeInfo, view: dict[str, NodeInfo], *, test: str = "",
-                      detail: str = "") -> None:
+                      detail: str = "", held: bool = False) -> None:
         reason = format_reason(f"burnin-{test or run.failed_test}", detail or run.detail, CONTEXT)
         if not run.prior_reason:  # a node in service: ownership rules and the breaker apply
             verdict = may_drain(node)
@@ -612,7 +625,7 @@ class Sweep:
                 return
         self.backend.drain([node.name], reason)
         view[node.name] = replace(view[node.name], flags=view[node.name].flags | {"DRAIN"}, reason=reason)
-        run.action, run.reason = "drained", reason
+        run.action, run.reason = ("held for a re-test" if held else "drained"), reason
         self.store.audit("node.drain", node.name, reason, by="burnin", sweep=self.id)
 
     # ------------------------------------------------------------------ record and report

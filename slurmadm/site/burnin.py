@@ -37,6 +37,12 @@ class StragglerSection(Strict):
     mad_k: Annotated[float, Field(ge=0, le=100)] = 3.0
     # Slow in this many sweeps in a row (the node's sweeps): drained `burnin-straggler`.
     drain_after: Annotated[int, Field(ge=1, le=10)] = 2
+    # A node found slow in fewer sweeps than drain_after is held out of service (`burnin-suspect`,
+    # no repair incident) until the next sweep re-tests it: drained again `burnin-straggler` if it
+    # is slow again, resumed if not. On a busy fleet a node is rarely idle when a sweep comes, so
+    # a suspect left in service waits weeks for its second verdict while it slows every
+    # multi-node job it is in. false: it stays in service until a sweep finds it idle.
+    hold_suspects: bool = True
     # The metrics compared with the fleet (each node against its profile's peers in the sweep).
     metrics: list[FleetMetric] = ["stress-tflops", "stress-copy", "stress-cpu", "gpu-clock", "gpu-temp",
                                   "allreduce-node", "allreduce-pair", "hca-rate", "thermal", "hca-symbol-errors",

@@ -19,9 +19,11 @@ NODES = [f"b200-{i:03d}" for i in range(1, 129)]
 
 
 def big_sweep(site, tmp_path, slurm, day: int, *, slow: dict[str, float], fails: dict[str, str],
-              bad_link: str | None = None):
+              bad_link: str | None = None, prior: dict[str, str] | None = None):
     """A sweep of NODES: `slow` node -> its slowest GPU's TFLOPS, `fails` node -> the health
-    failure that fails it in phase 1; `bad_link` a node whose pairs run at a tenth of the rest."""
+    failure that fails it in phase 1; `bad_link` a node whose pairs run at a tenth of the rest;
+    `prior` node -> the drain reason it is re-qualified from (resumed by the caller, as _prepare does)."""
+    prior = prior or {}
     sw = Sweep(site, backend=slurm, store=Store(site.store.path), site_file=str(EXAMPLE),
                report_dir=str(tmp_path / "reports"), now=dt.datetime(2026, 12, day, 1, 30))
     history.start_sweep(sw.store, sw.id, pid=1, host="h", actor="root", nodes="b200-[001-128]")
@@ -34,7 +36,8 @@ def big_sweep(site, tmp_path, slurm, day: int, *, slow: dict[str, float], fails:
             sw.runs[n] = NodeRun(n, "idle", verdict="fail", failed_test="health", detail=fails[n], tests=tests,
                                  job_id=str(1000 + i), output=f"jobs/slurmadm-burnin.{sw.id}.{n}.out")
         else:
-            sw.runs[n] = NodeRun(n, "idle", verdict="pass", tests=tests, job_id=str(1000 + i),
+            sw.runs[n] = NodeRun(n, "requalify" if n in prior else "idle", prior_reason=prior.get(n, ""),
+                                 verdict="pass", tests=tests, job_id=str(1000 + i),
                                  output=f"jobs/slurmadm-burnin.{sw.id}.{n}.out")
     ready = [n for n in NODES if n not in fails]
     floor = site.burnin.pair_busbw_floor_gbps

@@ -27,12 +27,14 @@ def invoke(*args):
 
 @pytest.fixture()
 def swept(tmp_path):
-    """Three sweeps: b200-008 slow, slow (drained), then clean (resumed; seeds the baseline)."""
+    """Three sweeps: b200-008 slow (held for a re-test), slow (drained), then clean (resumed;
+    seeds the baseline)."""
     path = site_copy(tmp_path)
     site = parse_site(path.read_text())
     slurm = FakeSlurm(fleet(40))
-    one_sweep(site, tmp_path, slurm, 1, {"b200-008": 800.0})
-    sw2, _ = one_sweep(site, tmp_path, slurm, 2, {"b200-008": 800.0})
+    sw1, _ = one_sweep(site, tmp_path, slurm, 1, {"b200-008": 800.0})
+    slurm.resume(["b200-008"])
+    sw2, _ = one_sweep(site, tmp_path, slurm, 2, {"b200-008": 800.0}, prior={"b200-008": sw1.runs["b200-008"].reason})
     slurm.resume(["b200-008"])
     sw3, _ = one_sweep(site, tmp_path, slurm, 3, {}, prior={"b200-008": sw2.runs["b200-008"].reason})
     return path, site, sw3.id
@@ -44,7 +46,7 @@ def test_history_of_a_node_as_share_of_the_fleet_median(swept):
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert [h["fleet"]["level"] for h in data["sweeps"]] == ["ok", "slow", "slow"]
-    assert [h["action"] for h in data["sweeps"]] == ["resumed", "drained", ""]
+    assert [h["action"] for h in data["sweeps"]] == ["resumed", "drained", "held for a re-test"]
     assert data["sweeps"][1]["shares"]["stress-tflops"] == pytest.approx(800 / 1002.5, abs=1e-3)
     text = invoke("burnin", "history", "b200-008", "--site", str(path))
     assert text.exit_code == 0 and "80%" in text.output and "stress-tflops" in text.output

@@ -50,8 +50,10 @@ def page(tmp_path_factory) -> tuple[Path, dict]:
     text = EXAMPLE.read_text().replace("/var/lib/slurmadm/slurmadm.db", f"{tmp}/s.db")
     site = parse_site(text.replace("/var/log/slurmadm/audit.jsonl", f"{tmp}/audit.jsonl"))
     slurm = FakeSlurm(fleet(40))
-    one_sweep(site, tmp, slurm, 1, {"b200-008": 800.0})
-    _, summary = one_sweep(site, tmp, slurm, 2, {"b200-008": 800.0, "b200-007": 915.0})
+    first, _ = one_sweep(site, tmp, slurm, 1, {"b200-008": 800.0})
+    slurm.resume(["b200-008"])  # held for a re-test by the first: the second re-qualifies it
+    _, summary = one_sweep(site, tmp, slurm, 2, {"b200-008": 800.0, "b200-007": 915.0},
+                           prior={"b200-008": first.runs["b200-008"].reason})
     return Path(summary["report"]), summary
 
 

@@ -22,13 +22,26 @@ pytestmark = pytest.mark.unit
 
 NODES = [f"b200-{i:03d}" for i in range(1, 9)]
 REASON = "slurmadm: burnin-straggler: stress-tflops 800 = 80% of fleet median 1002 [burnin]"
+HELD = ("slurmadm: burnin-suspect: stress-tflops 800 = 80% of fleet median 1002 (slow in 1 sweep of 2; "
+        "held for the next sweep's re-test) [burnin]")
+
+
+def site_text(tmp_path) -> str:
+    text = EXAMPLE.read_text().replace("/var/lib/slurmadm/slurmadm.db", f"{tmp_path}/s.db")
+    return text.replace("/var/log/slurmadm/audit.jsonl", f"{tmp_path}/audit.jsonl")
 
 
 @pytest.fixture()
 def site(tmp_path):
-    text = EXAMPLE.read_text().replace("/var/lib/slurmadm/slurmadm.db", f"{tmp_path}/s.db")
-    text = text.replace("/var/log/slurmadm/audit.jsonl", f"{tmp_path}/audit.jsonl")
-    return parse_site(text)
+    return parse_site(site_text(tmp_path))
+
+
+@pytest.fixture()
+def unheld(tmp_path):
+    """burnin.straggler.hold_suspects = false: a node found slow once stays in service."""
+    text = site_text(tmp_path)
+    assert "\nhold_suspects = true " in text
+    return parse_site(text.replace("\nhold_suspects = true ", "\nhold_suspects = false"))
 
 
 def one_sweep(site, tmp_path, slurm, day: int, slow: dict[str, float], prior: dict[str, str] | None = None,
@@ -47,23 +60,27 @@ def one_sweep(site, tmp_path, slurm, day: int, slow: dict[str, float], prior: di
     return sw, sw._finish()
 
 
-def test_slow_twice_in_a_row_is_drained_and_a_clean_sweep_resumes_it(site, tmp_path):
+def test_slow_once_is_held_slow_twice_drained_and_a_clean_sweep_resumes_it(site, tmp_path):
+    """Found slow once: held out of service for the next sweep's re-test (burnin.straggler.
+    hold_suspects, the default), which finds it slow again and drains it `burnin-straggler`."""
     slurm = FakeSlurm(fleet(40))
     sw1, s1 = one_sweep(site, tmp_path, slurm, 1, {"b200-008": 800.0})
     r1 = sw1.runs["b200-008"]
-    assert (r1.fleet["level"], r1.slow_streak, r1.action) == ("slow", 1, "")
-    assert slurm.calls == [] and s1["exit_code"] == 0
+    assert (r1.fleet["level"], r1.slow_streak, r1.action, r1.reason) == ("slow", 1, "held for a re-test", HELD)
+    assert slurm.calls == [("drain", ("b200-008",), HELD)] and s1["exit_code"] == 0
+    assert all(r.action == "" for n, r in sw1.runs.items() if n != "b200-008")
     v = report.verdict(s1)
     assert v["counts"]["straggler"] == 1 and v["counts"]["fail"] == 0
     assert "1/8 STRAGGLER: b200-008 stress-tflops 800 = 80% of fleet median 1002" in v["text"]
     assert history.baselines(sw1.store) == {}  # a sweep with a straggler seeds no baseline
 
-    sw2, s2 = one_sweep(site, tmp_path, slurm, 2, {"b200-008": 800.0})
+    slurm.resume(["b200-008"])  # what the next sweep's _prepare does inside its reservation
+    sw2, s2 = one_sweep(site, tmp_path, slurm, 2, {"b200-008": 800.0}, prior={"b200-008": HELD})
     r2 = sw2.runs["b200-008"]
     assert (r2.slow_streak, r2.action, r2.reason) == (2, "drained", REASON)
-    assert slurm.calls == [("drain", ("b200-008",), REASON)]
+    assert slurm.calls[1:] == [("resume", ("b200-008",)), ("drain", ("b200-008",), REASON)]
     assert s2["exit_code"] == 1
-    assert [e.target for e in sw2.store.events(action="node.drain")] == ["b200-008"]
+    assert [e.target for e in sw2.store.events(action="node.drain")] == ["b200-008", "b200-008"]
     assert "drained" in report.verdict(s2)["text"]
 
     # the next sweep re-qualifies it (an own drain): clean this time, so it is resumed
@@ -78,7 +95,33 @@ def test_slow_twice_in_a_row_is_drained_and_a_clean_sweep_resumes_it(site, tmp_p
     assert [h["fleet"]["level"] for h in hist] == ["ok", "slow", "slow"]
 
 
-def test_a_requalifying_straggler_still_slow_stays_drained(site, tmp_path):
+def test_a_held_suspect_at_speed_in_its_re_test_is_resumed_and_opens_no_incident(site, tmp_path):
+    """One slow sweep was noise: the re-test finds the node at speed and resumes it. The hold is no
+    fault: the repair ladder opens no incident for it (class SUSPECT) and leaves it to burn-in."""
+    from slurmadm.repair import classes
+
+    slurm = FakeSlurm(fleet(40))
+    one_sweep(site, tmp_path, slurm, 1, {"b200-008": 800.0})
+    slurm.resume(["b200-008"])
+    sw2, s2 = one_sweep(site, tmp_path, slurm, 2, {}, prior={"b200-008": HELD})
+    assert (sw2.runs["b200-008"].action, sw2.runs["b200-008"].slow_streak, s2["exit_code"]) == ("resumed", 0, 0)
+    assert history.suspects(sw2.store) == {}
+    faults = classes.classify("burnin-suspect", HELD.split("burnin-suspect: ", 1)[1])
+    assert [f.cls for f in faults] == ["SUSPECT"] and not classes.classes()["SUSPECT"].incident
+    assert [f.cls for f in classes.classify("burnin-straggler", "stress-tflops 800")] == ["BURNIN"]
+
+
+def test_held_suspects_count_against_the_breaker(site, tmp_path):
+    drained = {f"b200_0{i}": node(f"b200-0{i}", flags={"DRAIN"}, reason="slurmadm: xid: x [prolog]")
+               for i in (30, 31, 32, 33)}  # 4 of 40 already: the cap (drain_cap_fraction 0.10)
+    slurm = FakeSlurm(fleet(40, **drained))
+    sw, s = one_sweep(site, tmp_path, slurm, 1, {"b200-008": 800.0})
+    assert sw.runs["b200-008"].action.startswith("not drained (breaker)") and slurm.calls == []
+    assert s["exit_code"] == 0
+
+
+def test_a_requalifying_straggler_still_slow_stays_drained(unheld, tmp_path):
+    site = unheld
     slurm = FakeSlurm(fleet(40))
     one_sweep(site, tmp_path, slurm, 1, {"b200-008": 800.0})
     one_sweep(site, tmp_path, slurm, 2, {"b200-008": 800.0})
@@ -88,7 +131,8 @@ def test_a_requalifying_straggler_still_slow_stays_drained(site, tmp_path):
     assert sw3.runs["b200-008"].reason.startswith("slurmadm: burnin-straggler: stress-tflops 790 = 79%")
 
 
-def test_the_breaker_caps_straggler_drains(site, tmp_path):
+def test_the_breaker_caps_straggler_drains(unheld, tmp_path):
+    site = unheld
     drained = {f"b200_0{i}": node(f"b200-0{i}", flags={"DRAIN"}, reason="slurmadm: xid: x [prolog]")
                for i in (30, 31, 32, 33)}  # 4 of 40 already: the cap (drain_cap_fraction 0.10)
     slurm = FakeSlurm(fleet(40, **drained))
@@ -120,9 +164,11 @@ def test_straggler_verdicts_can_be_turned_off(tmp_path):
     assert sw.runs["b200-008"].fleet is None and slurm.calls == [] and s["fleet"] is None
 
 
-def test_the_next_sweep_takes_a_suspected_straggler_first(site, tmp_path):
-    """Found slow once, the node is swept again the next night before the 32 never-tested nodes
-    (max_nodes 8 of 40): a straggler is confirmed in two nights, not at its turn."""
+def test_the_next_sweep_takes_a_suspected_straggler_first(unheld, tmp_path):
+    """Found slow once and left in service (no hold), the node is swept again the next night
+    before the 32 never-tested nodes (max_nodes 8 of 40): a straggler is confirmed in two nights,
+    not at its turn."""
+    site = unheld
     slurm = FakeSlurm(fleet(40))
     sw1, _ = one_sweep(site, tmp_path, slurm, 1, {"b200-008": 800.0})
     assert history.suspects(sw1.store) == {
@@ -138,9 +184,10 @@ def test_the_next_sweep_takes_a_suspected_straggler_first(site, tmp_path):
     assert history.suspects(sw1.store) == {}
 
 
-def test_a_one_node_sweep_is_judged_against_the_baseline(site, tmp_path):
+def test_a_one_node_sweep_is_judged_against_the_baseline(unheld, tmp_path):
     """Too few nodes for a fleet verdict (burnin.straggler.min_nodes 4): the profile's baseline
     (from a commissioning sweep) still finds the straggler, and two such nights drain it."""
+    site = unheld
     slurm = FakeSlurm(fleet(40))
     store = Store(site.store.path)
     history.set_baselines(store, {"hgx-b200": {"stress-tflops": {"median": 1002.0, "mad": 2.0, "nodes": 8}}},
