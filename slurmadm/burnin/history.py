@@ -111,6 +111,13 @@ def mark_abandoned(store: Store, sweep_id: str) -> None:
                    (time.time(), sweep_id))
 
 
+def first_sweep(store: Store) -> float | None:
+    """When the store's first sweep began (None: none yet): the start of the burn-in history a
+    node never tested is counted from (burnin.due_days)."""
+    row = store.db.execute("SELECT MIN(started) AS t FROM burnin_sweeps").fetchone()
+    return None if row is None or row["t"] is None else float(row["t"])
+
+
 def last_tested(store: Store) -> dict[str, float]:
     rows = store.db.execute("SELECT node, MAX(ts) AS ts FROM burnin_nodes WHERE verdict != 'skipped' GROUP BY node")
     return {r["node"]: r["ts"] for r in rows}

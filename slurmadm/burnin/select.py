@@ -8,6 +8,10 @@ Taken, in this order, up to `burnin.max_nodes`:
      found slow (`suspects`: a straggler is drained after burnin.straggler.drain_after slow
      sweeps in a row, so the next sweep confirms or clears it rather than waiting for the node's
      turn, 16 nights at 8 of 128 a night), then those tested longest ago.
+Held for the next sweep (`due`, burnin.due_days): inside the window, busy nodes not burned in
+for due_days (counted from `since`, the store's first sweep, for a node never tested), oldest
+first, as many as the next sweep has room for (max_nodes less the nodes already held so): the
+sweep drains them `burnin-due` so that their jobs end, and the next sweep re-qualifies them.
 Never taken: nodes drained by someone else, nodes in a state another party handles (reboot,
 power, someone else's reservation), busy or unresponsive nodes, nodes outside the partition, and
 nodes the repair ladder holds (`slurmadm: repair: ...`: mid-ladder, an RMA candidate, a lemon):
@@ -28,7 +32,7 @@ from dataclasses import dataclass, field
 from ..errors import UsageError
 from ..site import Site, require_nodes
 from ..slurm.model import NodeInfo
-from ..slurm.ownership import foreign_state, is_ours, owner
+from ..slurm.ownership import foreign_state, is_ours, owner, reason_check_id
 
 NAMED = "named"
 REQUALIFY = "requalify"
@@ -41,6 +45,7 @@ class Selection:
     chosen: dict[str, str] = field(default_factory=dict)  # node -> why (named|requalify|idle)
     skipped: dict[str, str] = field(default_factory=dict)  # node -> why not
     in_window: bool = False
+    due: dict[str, str] = field(default_factory=dict)  # busy node -> why the next sweep should test it
 
 
 def in_window(now: dt.time, start: str, end: str) -> bool:
@@ -83,12 +88,17 @@ def named_nodes(site: Site, pattern: str) -> list[str]:
     return wanted
 
 
+DUE_CHECK = "burnin-due"  # the drain reason's check id of a node held for the next sweep
+
+
 def select(site: Site, nodes: list[NodeInfo], *, now: dt.datetime, named: str | None = None,
            last_tested: Mapping[str, float] | None = None, reservation_enabled: bool = True,
-           repairing: Mapping[str, str] | None = None, suspects: Mapping[str, str] | None = None) -> Selection:
+           repairing: Mapping[str, str] | None = None, suspects: Mapping[str, str] | None = None,
+           since: float | None = None) -> Selection:
     """`repairing`: node -> its open repair incidents (text), when the ladder is running; a
     drained one is left to it. `suspects`: node -> what the last sweep that tested it found slow
-    (history.suspects): taken first among idle nodes."""
+    (history.suspects): taken first among idle nodes. `since`: when the store's first sweep
+    began (None: no sweep yet, so no node is due)."""
     b = site.burnin
     repairing = repairing or {}
     suspects = suspects or {}
@@ -139,4 +149,39 @@ def select(site: Site, nodes: list[NodeInfo], *, now: dt.datetime, named: str | 
             consider(name, SUSPECT if name in suspects else IDLE)
         elif name not in sel.chosen:
             sel.skipped.setdefault(name, f"outside the burn-in window {b.window_start}-{b.window_end}")
+    if sel.in_window and b.due_days > 0 and since is not None and reservation_enabled:
+        _due(sel, site, [by_name[n] for n in rest], now=now, last_tested=last_tested, since=since)
     return sel
+
+
+def _due(sel: Selection, site: Site, nodes: list[NodeInfo], *, now: dt.datetime,
+         last_tested: Mapping[str, float], since: float) -> None:
+    """Busy nodes not burned in for burnin.due_days, oldest first, as many as the next sweep has
+    room for: nodes already held so count against it."""
+    b = site.burnin
+    part = burnin_partition(site)
+    # already held for a sweep, and not tested by this one: the next sweep's room is taken
+    held = sum(1 for n in nodes if n.name not in sel.chosen and is_ours(n) and reason_check_id(n.reason) == DUE_CHECK)
+    horizon = now.timestamp() - b.due_days * 86400
+    busy = [n for n in nodes if n.name not in sel.chosen and part in n.partitions and not n.drained
+            and n.state in ("ALLOCATED", "MIXED") and not foreign_state(n) and "RESERVED" not in n.flags
+            and "NOT_RESPONDING" not in n.flags]
+    busy.sort(key=lambda n: (last_tested.get(n.name, since), site.node_names.index(n.name)))
+    for node in busy[:max(b.max_nodes - held, 0)]:
+        last = last_tested.get(node.name)
+        at = last if last is not None else since
+        if at > horizon:
+            break
+        age = _age(now.timestamp() - at)
+        sel.due[node.name] = (f"last burned in {age} ago" if last is not None else
+                              f"never burned in ({age} of burn-in history)") + \
+            f" (burnin.due_days {b.due_days:g}); held for the next sweep"
+
+
+def _age(seconds: float) -> str:
+    """`45 days`, `30 h`, `12 min`."""
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.0f} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.0f} h"
+    return f"{max(seconds, 0) / 60:.0f} min"

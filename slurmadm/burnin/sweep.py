@@ -31,7 +31,7 @@ from ..store import Store, actor
 from . import fleet, history, report
 from .model import PairResult, TestResult, is_failure
 from .pairs import PairPlan
-from .select import Selection, burnin_partition, named_nodes, select
+from .select import DUE_CHECK, Selection, burnin_partition, named_nodes, select
 
 JOB_PREFIX = "slurmadm-burnin"
 OWN_RESERVATION_FLAGS = frozenset({"MAINTENANCE", "RESERVED"})
@@ -153,6 +153,7 @@ class Sweep:
         self.reserved = False
         self.timings: dict[str, float] = {}  # seconds per phase
         self.fleet: dict[str, Any] | None = None  # fleet.evaluate() of this sweep (None: off)
+        self.held: dict[str, dict[str, str]] = {}  # busy node due for burn-in -> why, what was done (_hold_due)
         self.secs = {k: slurm_time_seconds(getattr(self.b, k)) or 0
                      for k in ("job_time_limit", "start_timeout", "sweep_time_limit")}
 
@@ -170,7 +171,7 @@ class Sweep:
         nodes = self.backend.nodes()
         return select(self.site, nodes, now=self.now, named=named, last_tested=history.last_tested(self.store),
                       reservation_enabled=self.reservation is not None, repairing=self.repairing(),
-                      suspects=history.suspects(self.store))
+                      suspects=history.suspects(self.store), since=history.first_sweep(self.store))
 
     def repairing(self) -> dict[str, str]:
         """Node -> its open repair incidents, while the ladder runs (an acting `repair run` began
@@ -190,6 +191,7 @@ class Sweep:
         return {
             "would_recover": leftovers,
             "selection": {"chosen": sel.chosen, "skipped": sel.skipped, "in_window": sel.in_window},
+            "would_hold": sel.due,
             "reservation": self.reservation if sel.chosen else None,
             "node_job": self._node_request(next(iter(sel.chosen))).srun_argv() if sel.chosen else None,
             "prerequisites": self.prerequisites(),
@@ -230,6 +232,7 @@ class Sweep:
             self.id = history.unique_sweep_id(self.store, self.id)
             history.start_sweep(self.store, self.id, pid=os.getpid(), host=socket.gethostname(), actor=actor(),
                                 nodes=compress(sel.chosen))
+            self._hold_due(sel)
             deadline = time.monotonic() + self.secs["sweep_time_limit"]
             error: BaseException | None = None
             try:
@@ -328,6 +331,31 @@ class Sweep:
                              f"burn-in sweep {self.id}", was=node.reason)
         self.progress(f"sweep {self.id}: {len(nodes)} node(s) {compress(nodes)}"
                       + (f" in reservation {self.reservation}" if self.reservation else ""))
+
+    def _hold_due(self, sel: Selection) -> None:
+        """Drain the busy nodes due for burn-in (burnin.due_days, select.py): their jobs finish,
+        and the next sweep takes them first (a node slurmadm drained, at any hour) and resumes
+        them on a pass. Under the breaker; a node that changed since the selection is left."""
+        if not sel.due:
+            return
+        every = {n.name: n for n in self.backend.nodes()}
+        for name, why in sel.due.items():
+            node = every.get(name)
+            verdict = may_drain(node) if node is not None else None
+            if verdict is None or not verdict.act:
+                self.held[name] = {"why": why, "action": f"not held: {verdict.why if verdict else 'not reported'}"}
+                continue
+            reason = format_reason(DUE_CHECK, why, CONTEXT)
+            capped = breaker(node, list(every.values()), self.site.health.drain_cap_fraction)
+            if capped:
+                self.held[name] = {"why": why, "action": f"not held (breaker): {capped}"}
+                self.store.audit("burnin.drain-capped", name, reason, sweep=self.id, why=capped)
+                continue
+            self.backend.drain([name], reason)
+            every[name] = replace(node, flags=node.flags | {"DRAIN"}, reason=reason)
+            self.held[name] = {"why": why, "action": "held for the next sweep", "reason": reason}
+            self.store.audit("node.drain", name, reason, by="burnin", sweep=self.id)
+            self.progress(f"{name}: {why}")
 
     def _ours_stripped(self, node: NodeInfo) -> NodeInfo:
         """Inside our own reservation, its MAINT/RESERVED flags are ours, not someone else's."""
@@ -652,6 +680,7 @@ class Sweep:
                        "node_busbw_gbps": {n: self.node_spec(n)["node_floor_gbps"] for n in self.runs}},
             "reservation": self.reservation, "qos": self.b.qos, "account": self.b.account,
             "selection": {"chosen": sel.chosen, "skipped": sel.skipped, "in_window": sel.in_window},
+            "held_for_next": self.held,
             "nodes": [r.to_json() for r in self.runs.values()],
             "pairs": [p.to_json() for p in (self.plan.results if self.plan else [])],
             "links": [vars(link) for link in self.links],

@@ -42,6 +42,8 @@ def run(site_file, nodes, report_dir, dry_run, as_json) -> None:
             print_json(plan)
             return
         _show_selection(plan["selection"])
+        for node, why in plan["would_hold"].items():
+            console.print(f"would drain {node} for the next sweep: {why}")
         if plan["would_recover"] and any(plan["would_recover"].values()):
             console.print(f"would first clean up after an earlier sweep: {plan['would_recover']}")
         if plan["node_job"]:
@@ -86,6 +88,8 @@ def _show_summary(s: dict) -> None:
             info(f"not tested: {node}: {why}")
     elif skipped:
         info(f"{len(skipped)} node(s) not tested (see the report)")
+    for node, held in (s.get("held_for_next") or {}).items():
+        info(f"due for burn-in: {node}: {held['why']}: {held['action']}")
     for line in report.warnings(s):
         warn(f"slower: {line}")
     say(("verdict: ", "bold"), report.verdict(s)["text"])

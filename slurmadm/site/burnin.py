@@ -67,6 +67,13 @@ class BurninSection(Strict):
     window_end: HHMM = "05:00"
     # Never more than this many nodes under burn-in at once (users keep capacity).
     max_nodes: PositiveInt = 8
+    # A node not burned in for this many days is due: a sweep in the window that finds it busy
+    # drains it `burnin-due` (its jobs finish; no repair incident) so that the next sweep, which
+    # takes the nodes slurmadm drained first and at any hour, tests it. Up to max_nodes held at
+    # once, oldest first, under the drain breaker; days count from the store's first sweep for a
+    # node never tested. On a busy fleet the nodes Slurm fills first are never idle in the window
+    # and would never be tested. 0: never (idle nodes only).
+    due_days: Annotated[float, Field(ge=0, le=3650)] = 30.0
     partition: SlurmName | None = None  # default: the default partition
     qos: SlurmName = "burnin"
     account: SlurmName = "ops"

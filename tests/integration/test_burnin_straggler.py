@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 import tomli_w
 
+from slurmadm.devcluster.daemons import wait_for
 from tests.integration.helpers import run_slurmadm
-from tests.integration.test_burnin import NODES, burnin, burnin_env, clean, settled  # noqa: F401 (fixture)
+from tests.integration.test_burnin import NODES, burnin, burnin_env, clean, node_states, settled  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.integration
 
@@ -116,3 +117,42 @@ def test_a_straggler_warns_then_is_drained_and_a_clean_sweep_resumes_it(burnin_e
     finally:
         burnin(env, "baseline", "reset", "--reason", "straggler test done")
         clean(burnin_env)
+
+
+def test_a_busy_node_due_for_burn_in_is_held_and_the_next_sweep_tests_and_resumes_it(burnin_env, dev_cluster,
+                                                                                   tmp_path):
+    """burnin.due_days on real Slurm: a sweep finds b200-002 running a job and not burned in
+    lately, drains it `burnin-due` (the job keeps running: DRAINING), tests the idle ones; once
+    the job has ended, the next sweep takes b200-002 first (its own drain), tests it and resumes it."""
+    clean(burnin_env)
+    data = tomllib.loads(dev_cluster.site_path.read_text())
+    data["burnin"]["due_days"] = 1e-9  # any node tested before this sweep is due
+    data["burnin"]["max_nodes"] = 4
+    path = tmp_path / "site-due.toml"
+    path.write_text(tomli_w.dumps(data))
+    env = {**burnin_env, "SLURMADM_SITE": str(path)}
+    busy = "b200-002"
+    assert burnin(env, "run", "--nodes", busy, "--json").returncode == 0  # burned in once: the history starts
+    job = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "-w", busy, "--wrap", "sleep 600"], env=env,
+                         capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    try:
+        assert wait_for(lambda: node_states(env)[busy][0] in ("allocated", "mixed"), 60), node_states(env)
+        plan = json.loads(burnin(env, "run", "--dry-run", "--json").stdout)
+        assert list(plan["would_hold"]) == [busy] and busy not in plan["selection"]["chosen"]
+        s1 = sweep(env)
+        held = s1["held_for_next"][busy]
+        assert held["action"] == "held for the next sweep" and busy not in {n["node"] for n in s1["nodes"]}
+        assert re.fullmatch(r"slurmadm: burnin-due: last burned in \d+ min ago \(burnin\.due_days 1e-09\); held "
+                            r"for the next sweep \[burnin\]", held["reason"]), held
+        state, shown = node_states(env)[busy]
+        assert state == "draining" and shown == held["reason"]  # its job still runs
+    finally:
+        subprocess.run(["scancel", job], env=env, capture_output=True, timeout=60)
+    state, shown = settled(burnin_env)[busy]
+    assert state == "drained" and shown == held["reason"]
+    s2 = sweep(env)
+    by = {n["node"]: n for n in s2["nodes"]}
+    assert by[busy]["why"] == "requalify" and by[busy]["prior_reason"] == held["reason"]
+    assert by[busy]["verdict"] == "pass" and by[busy]["action"] == "resumed", by[busy]
+    assert settled(burnin_env)[busy][0] == "idle"
+    clean(burnin_env)

@@ -158,3 +158,55 @@ def test_drained_nodes_with_an_open_incident_are_left_to_a_running_ladder(site):
     # an idle node with an incident still open (health resumed it) is in service: tested as any other
     sel = select(site, fleet(), now=NIGHT, repairing={"b200-003": text})
     assert sel.chosen["b200-003"] == IDLE
+
+
+DAY = 86400.0
+
+
+def test_busy_nodes_not_burned_in_for_due_days_are_held_for_the_next_sweep_oldest_first(site):
+    """burnin.due_days (30 in the example): on a busy fleet the nodes Slurm fills first are never
+    idle in the window; a sweep holds them (oldest first, as many as the next sweep has room for)
+    so that their jobs end and the next sweep tests them."""
+    now = NIGHT.timestamp()
+    since = now - 100 * DAY  # the store's first sweep
+    tested = {f"b200-{i:03d}": now - 5 * DAY for i in range(1, 17)}
+    tested.update({"b200-001": now - 45 * DAY, "b200-002": now - 31 * DAY, "b200-003": now - 29 * DAY,
+                   "b200-004": now - 60 * DAY})
+    del tested["b200-005"]  # never tested: counted from the first sweep
+    busy = {f"b200_{i:03d}": node(f"b200-{i:03d}", state="ALLOCATED") for i in range(1, 6)}
+    busy["b200_006"] = node("b200-006", state="MIXED", flags={"DRAIN"})  # draining: someone's already
+    sel = select(site, fleet(**busy), now=NIGHT, last_tested=tested, since=since)
+    assert list(sel.due) == ["b200-005", "b200-004", "b200-001", "b200-002"]  # not b200-003 (29 days)
+    assert sel.due["b200-004"] == "last burned in 60 days ago (burnin.due_days 30); held for the next sweep"
+    assert sel.due["b200-005"].startswith("never burned in (100 days of burn-in history)")
+    from slurmadm.burnin.select import _age
+    assert [_age(s) for s in (45 * DAY, 30 * 3600.0, 43.2, -1.0)] == ["45 days", "30 h", "1 min", "0 min"]
+    assert not set(sel.due) & set(sel.chosen)  # the idle ones are this sweep's
+    assert len(sel.chosen) == 8
+
+    # the next sweep's room: max_nodes (8) less those already held and not tested now (7 still
+    # running their jobs, draining)
+    held = {f"b200_{i:03d}": node(f"b200-{i:03d}", state="ALLOCATED", flags={"DRAIN"},
+                                  reason="slurmadm: burnin-due: last burned in 40 days ago [burnin]")
+            for i in range(9, 16)}
+    sel = select(site, fleet(**busy, **held), now=NIGHT, last_tested=tested, since=since)
+    assert all(sel.skipped[f"b200-{i:03d}"].startswith("busy") for i in range(9, 16))
+    assert list(sel.due) == ["b200-005"]
+    # held earlier and idle now: this sweep re-qualifies them, so they leave the room free
+    idle_held = {k: node(v.name, state="IDLE", flags={"DRAIN"}, reason=v.reason) for k, v in held.items()}
+    sel = select(site, fleet(**busy, **idle_held), now=NIGHT, last_tested=tested, since=since)
+    assert [n for n, why in sel.chosen.items() if why == REQUALIFY] == [f"b200-{i:03d}" for i in range(9, 16)]
+    assert list(sel.due) == ["b200-005", "b200-004", "b200-001", "b200-002"]
+
+
+def test_no_node_is_due_outside_the_window_without_history_or_when_turned_off(site):
+    now = NIGHT.timestamp()
+    busy = {"b200_001": node("b200-001", state="ALLOCATED")}
+    tested = {"b200-001": now - 45 * DAY}
+    assert select(site, fleet(**busy), now=NOON, last_tested=tested, since=now - 99 * DAY).due == {}
+    assert select(site, fleet(**busy), now=NIGHT, last_tested=tested, since=None).due == {}
+    assert select(site, fleet(**busy), now=NIGHT, last_tested=tested, since=now - 99 * DAY,
+                  named="b200-002").due == {}
+    off = site.model_copy(update={"burnin": site.burnin.model_copy(update={"due_days": 0.0})})
+    assert select(off, fleet(**busy), now=NIGHT, last_tested=tested, since=now - 99 * DAY).due == {}
+    assert list(select(site, fleet(**busy), now=NIGHT, last_tested=tested, since=now - 99 * DAY).due) == ["b200-001"]

@@ -308,3 +308,28 @@ def test_a_drained_node_with_an_open_incident_is_left_to_the_ladder_while_it_run
     incidents.mark_ladder_run(sw.store)
     incidents.clear(sw.store, "b200-003", "GPU replaced")
     assert sw.select(None).chosen.get("b200-003") == "requalify"
+
+
+def test_a_busy_node_due_for_burn_in_is_drained_for_the_next_sweep_under_the_breaker(site, tmp_path):
+    """burnin.due_days: the sweep drains a due busy node `burnin-due` (its jobs finish; the next
+    sweep re-qualifies it); no repair incident follows; the breaker caps it like any drain."""
+    from slurmadm.burnin.select import Selection
+    from slurmadm.repair import classes
+
+    busy = replace(node("b200-002"), state="ALLOCATED")
+    sw, slurm = sweep(site, tmp_path, fleet(b200_002=busy))
+    why = "last burned in 45 days ago (burnin.due_days 30); held for the next sweep"
+    sw._hold_due(Selection(due={"b200-002": why}))
+    reason = f"slurmadm: burnin-due: {why} [burnin]"
+    assert slurm.calls == [("drain", ("b200-002",), reason)]
+    assert sw.held == {"b200-002": {"why": why, "action": "held for the next sweep", "reason": reason}}
+    assert [(e.target, e.reason) for e in sw.store.events(action="node.drain")] == [("b200-002", reason)]
+    assert [f.cls for f in classes.classify("burnin-due", why)] == ["DUE"] and not classes.classes()["DUE"].incident
+    sw._hold_due(Selection(due={"b200-002": why}))  # again (a re-run): already ours, left alone
+    assert len(slurm.calls) == 1 and sw.held["b200-002"]["action"].startswith("not held: already drained")
+
+    drained = {f"b200_0{i}": node(f"b200-0{i}", flags={"DRAIN"}, reason="slurmadm: xid: x [prolog]")
+               for i in (30, 31, 32, 33)}  # 4 of 40: the cap (drain_cap_fraction 0.10)
+    sw, slurm = sweep(site, tmp_path, fleet(b200_002=busy, **drained))
+    sw._hold_due(Selection(due={"b200-002": why}))
+    assert slurm.calls == [] and sw.held["b200-002"]["action"].startswith("not held (breaker)")
