@@ -5,6 +5,7 @@ the dev cluster under three policies, and measure what each loses.
     .venv/bin/python bench/fleet_replay.py [--nodes 32] [--minutes 20] [--seed 1]
         [--compression 2000] [--rate-scale 1] [--policies a,b,c] [--jobs FILE] [--faults FILE]
         [--out DIR] [--port-base 24000] [--state-dir /tmp/slurmadm-replay] [--write-schedules DIR]
+        [--burnin-every S] [--burnin-due-days D]
 
 Root, as `dev-cluster up`. Per policy, one dev cluster of --nodes fake B200 nodes with BMCs and
 sshd comes up fresh; two streams run at once for --minutes:
@@ -14,7 +15,8 @@ sshd comes up fresh; two streams run at once for --minutes:
   NODE_FAIL;
 - faults (bench/replay/fault_mix.csv, a source per rate), injected through `dev-cluster gpu-fault`
   / `ib-fault` / `bmc-fault` or by stopping a node's slurmd, and repaired (cleared, the node
-  booted) after the class's repair time.
+  booted) after the class's repair time; a fault no hook sees (a straggler, silent data
+  corruption) stays until its active test finds it, and is repaired that long after.
 Times are compressed (--compression site seconds per replay second); the dev cluster's Slurm and
 health clocks are already short (devsite.py).
 
@@ -28,7 +30,9 @@ Policies, on the same schedules:
      the example's share of idle nodes (8 of 128: one at 8 nodes), whose known-answer test is
      the only path to a drain for silent data corruption, and whose fleet-relative verdict on
      the stand-in GPUs' rate the only one for a straggler (judged against the baseline that a
-     commissioning sweep of 4 nodes seeds before the streams start). A sweep's own time is not compressed
+     commissioning sweep of 4 nodes seeds before the streams start; a busy node not burned in
+     for --burnin-due-days site days is drained `burnin-due` for the next sweep, planned
+     maintenance in the report). A sweep's own time is not compressed
      (about 40 s real, a site day at 2,000x): its nodes count as out of service meanwhile.
      And its people: when the schedule repairs a part (its repair time passed: the part was
      replaced) on a node the ladder holds as an RMA candidate, `repair clear` then `repair
@@ -93,14 +97,18 @@ def site_for(policy: str, out: Path, nodes: int = 128) -> Path:
     return path
 
 
-def straggler_verdicts(site_path: Path) -> None:
+def straggler_verdicts(site_path: Path, *, due_days: float | None = None, compression: float = 1.0) -> None:
     """Policy (a)'s burn-in judges stragglers: the dev site leaves fleet verdicts off (its CPU
     stand-in's rate is the loaded machine's), so they are turned on for the stand-in GPUs' matmul
     rate (`stress-tflops`, burnin/node.py STANDIN_TFLOPS less the stand-in's slowdown), which no
-    load moves; the site's thresholds otherwise. Edits the dev cluster's site file in place."""
+    load moves; the site's thresholds otherwise. `due_days` (site days): burnin.due_days, in the
+    replay's compressed time (burn-in reads the real clock). Edits the dev cluster's site file in
+    place."""
     data = tomllib.loads(site_path.read_text())
     burnin = data.setdefault("burnin", {})
     burnin["straggler"] = {**burnin.get("straggler", {}), "enabled": True, "metrics": ["stress-tflops"]}
+    if due_days is not None:
+        burnin["due_days"] = due_days / compression
     site_path.write_text(tomli_w.dumps(data))
 
 
@@ -159,7 +167,10 @@ IN_SERVICE = ("idle", "mix", "alloc", "comp", "plnd")
 _GPU_PART = ("RESET_GPU", "RESTART_BM", "GPU_LOST", "ECC", "NVLINK", "RMA", "PCIE", "MECHANICAL", "SDC")
 REPLACED_PART_CLASSES = {"psu": ("PSU",), "fan": ("FAN",), "network": ("HCA",), "nic": ("HCA",),
                          "host": ("NODE_DOWN", "BOARD", "MEMORY"),
-                         **{c: _GPU_PART for c in ("faulty-gpu", "gpu-hbm", "gpu-sram", "gpu-gsp", "sdc")}}
+                         **{c: _GPU_PART for c in ("faulty-gpu", "gpu-hbm", "gpu-sram", "gpu-gsp", "sdc")},
+                         # a straggler's GPU: its burn-in drain opens BURNIN, whose qualification
+                         # (slow against the baseline) holds the node for RMA
+                         "straggler": ("BURNIN", *_GPU_PART)}
 
 
 def rma_for(incidents: list, cls: str) -> bool:
@@ -179,6 +190,11 @@ def out_of_service(state: str) -> bool:
     return st not in IN_SERVICE
 
 
+# burn-in's rotation (burnin.due_days): a busy node not burned in lately, drained so that the next
+# sweep tests it. Planned maintenance, not a verdict on the node: no drain, its time apart.
+DUE_REASON = "slurmadm: burnin-due:"
+
+
 def reserved(state: str) -> bool:
     """sinfo's short state of a node in a reservation: `maint`, `resv`, or a `$` suffix
     (`idle$`, `alloc$`: in a maintenance reservation)."""
@@ -186,8 +202,40 @@ def reserved(state: str) -> bool:
     return st.endswith("$") or st in ("maint", "resv")
 
 
+def found_at(drains: list[measure.Drain], fault: schedule.Fault, since: float) -> float | None:
+    """When a fault that no hook sees was found: the first drain of its node from `since` (its
+    injection's start) by the active test that sees its class (`burnin-kat` for silent data
+    corruption, `burnin-straggler` for a straggler, or the ladder's step for that drain:
+    measure.active_detection); None: not found (yet)."""
+    return next((d.t_s for d in sorted(drains, key=lambda d: d.t_s)
+                 if d.node == fault.node and d.t_s >= since and measure.active_detection(fault.cls, d.reason)), None)
+
+
+def maint_reserved(text: str) -> set[str]:
+    """The nodes of the active MAINT reservations in `scontrol -o show reservation`'s lines. Slurm
+    marks a node in a new reservation (`idle$`, `maint`) only at its next pass over the
+    reservations, seconds later: a node the ladder's qualification resumes into its reservation
+    looked in service in between (the straggler run's "returned by the ladder" between its
+    reboot and its qualification)."""
+    out: set[str] = set()
+    for line in text.splitlines():
+        kv = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        nodes = kv.get("Nodes", "")
+        if kv.get("State") == "ACTIVE" and "MAINT" in kv.get("Flags", "").split(",") and nodes not in ("", "(null)"):
+            out.update(expand(nodes))
+    return out
+
+
+def with_reservations(rows: list[tuple[str, str, str]], maint: set[str]) -> list[tuple[str, str, str]]:
+    """sinfo's rows with a node in an active MAINT reservation shown as Slurm shows it once it has
+    marked it (`idle` -> `idle$`)."""
+    return [(node, state.strip().rstrip("*") + "$" if node in maint and not reserved(state) else state, reason)
+            for node, state, reason in rows]
+
+
 def as_observed(faults: list[schedule.Fault], took_effect: dict[int, float],
-                repaired_at: dict[int, float], asked_at: dict[int, float] | None = None) -> list[schedule.Fault]:
+                repaired_at: dict[int, float], asked_at: dict[int, float] | None = None,
+                until_found: set[int] | frozenset[int] = frozenset()) -> list[schedule.Fault]:
     """The faults that took effect, as they were in the run: from when the injection returned to
     when the repair did (the schedule's times are when each was asked for; on a loaded machine
     both take a while, and a fault shifted to its injection's return with the schedule's
@@ -195,7 +243,9 @@ def as_observed(faults: list[schedule.Fault], took_effect: dict[int, float],
     node). A repair that had not come when the run ended keeps the schedule's end; a fault left
     to the ladder (duration 0) stays so. `asked_at`: when each injection began (`asked_s`: the
     injector writes the fault before it returns, so a check that ran in between saw it and its
-    drain has a cause)."""
+    drain has a cause). `until_found`: the faults whose repair time counts from when they were
+    found (no node-level signal): one not repaired when the run ended is in its part until its
+    node returns after that detection, or to the end (duration 0, as measure reads it)."""
     asked_at = asked_at or {}
     out = []
     for i, f in enumerate(faults):
@@ -203,7 +253,9 @@ def as_observed(faults: list[schedule.Fault], took_effect: dict[int, float],
             continue
         start = round(took_effect[i], 3)
         asked = round(min(asked_at.get(i, start), start), 3)
-        if f.duration_s > 0:
+        if i in until_found and i not in repaired_at:
+            out.append(replace(f, t_s=start, duration_s=0.0, asked_s=asked))
+        elif f.duration_s > 0:
             end = repaired_at.get(i, f.t_s + f.duration_s)
             out.append(replace(f, t_s=start, duration_s=round(max(end - start, 0.001), 3), asked_s=asked))
         else:
@@ -249,7 +301,9 @@ class Stretches:
         seen: dict[str, str] = {}
         for node, state, reason in rows:
             if out_of_service(state):
-                if reason.strip() not in ("", "none"):
+                if reason.startswith(DUE_REASON):  # burn-in's rotation: maintenance on a schedule
+                    seen[node] = f"maintenance ({reason.strip()[:60]})"
+                elif reason.strip() not in ("", "none"):
                     seen[node] = reason
                 elif reserved(state):
                     seen[node] = f"maintenance ({state.strip()})"
@@ -308,6 +362,7 @@ class Run:
         self.asked_at: dict[int, float] = {}  # schedule index -> replay time its injection began
         self.took_effect: dict[int, float] = {}  # schedule index -> replay time its injection returned
         self.repaired_at: dict[int, float] = {}  # schedule index -> replay time its repair (clear) returned
+        self.found: dict[int, float] = {}  # schedule index -> replay time a fault no hook sees was found
         self.nodelist = ",".join(f"b200-{i:03d}" for i in range(1, args.nodes + 1))
         self.user_fail = dc.p("replay-user-fail")
         self.user_fail.mkdir(exist_ok=True)
@@ -344,14 +399,29 @@ class Run:
             else:
                 self.errors.append(f"sbatch {job.name}: {r.stderr.strip()[:200]}")
 
+    def until_found(self, f: schedule.Fault) -> bool:
+        """A fault no hook sees (its class has no node-level signal: a straggler, silent data
+        corruption) with a repair time: at a site it stays until someone finds it, and its part is
+        replaced that long after (schedule.py); never found, never replaced."""
+        return f.duration_s > 0 and not self.signal.get(f.cls, True)
+
     def inject_faults(self) -> None:
         repairs: list[tuple[float, schedule.Fault]] = []
         pending = list(self.faults)
+        waiting: list[schedule.Fault] = []  # injected, repaired only once found
         index = {id(f): i for i, f in enumerate(self.faults)}
-        while not self.stop.is_set() and (pending or repairs):
-            nxt = min([f.t_s for f in pending[:1]] + [t for t, _ in repairs], default=None)
+        while not self.stop.is_set() and (pending or repairs or waiting):
+            # while a fault waits to be found, look at the poll's drains once a replay second
+            nxt = min([f.t_s for f in pending[:1]] + [t for t, _ in repairs]
+                      + ([self.now() + 1.0] if waiting else []), default=None)
             if nxt is None or not self._at(nxt):
                 return
+            for f in list(waiting):
+                found = found_at(list(self.drains), f, self.asked_at[index[id(f)]])
+                if found is not None:
+                    waiting.remove(f)
+                    self.found[index[id(f)]] = found
+                    repairs.append((found + f.duration_s, f))
             t = self.now()
             for due in [r for r in repairs if r[0] <= t]:
                 repairs.remove(due)
@@ -363,7 +433,9 @@ class Run:
                 self.asked_at[index[id(f)]] = self.now()
                 self._fault(f, clear=False)
                 self.took_effect[index[id(f)]] = self.now()
-                if f.duration_s > 0:
+                if self.until_found(f):
+                    waiting.append(f)
+                elif f.duration_s > 0:
                     repairs.append((f.t_s + f.duration_s, f))
 
     def _fault(self, f: schedule.Fault, *, clear: bool) -> None:
@@ -458,14 +530,17 @@ class Run:
 
     def poll(self) -> None:
         """Drains and returns as Slurm shows them, once a replay second (`Stretches`): the same for
-        every policy and independent of what slurmadm records."""
+        every policy and independent of what slurmadm records. A node in an active MAINT
+        reservation is read as reserved before sinfo marks it (maint_reserved)."""
         seen = Stretches(self.drains, self.returns, self.lemons)
         while not self.stop.is_set():
             r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N|%t|%E"], env=self.env, capture_output=True,
                                text=True, timeout=30)
-            rows = [(line.split("|", 2) + ["", ""])[:3] for line in r.stdout.splitlines()]
+            rows = [tuple((line.split("|", 2) + ["", ""])[:3]) for line in r.stdout.splitlines()]
             self.sinfo = {node: (state, reason) for node, state, reason in rows}
-            seen.sample(self.now(), rows)
+            res = subprocess.run(["scontrol", "-o", "show", "reservation"], env=self.env, capture_output=True,
+                                 text=True, timeout=30)
+            seen.sample(self.now(), with_reservations(rows, maint_reserved(res.stdout)))
             self.stop.wait(1.0)
         seen.finish()
 
@@ -502,7 +577,8 @@ class Run:
         subprocess.run(["scancel", "--full", "-u", "root"], env=self.env, capture_output=True, timeout=60)
         return measure.Observed(self.policy, self.args.compression, seconds,
                                 [(f, self.signal[f.cls])
-                                 for f in as_observed(self.faults, self.took_effect, self.repaired_at, self.asked_at)],
+                                 for f in as_observed(self.faults, self.took_effect, self.repaired_at, self.asked_at,
+                                                      {i for i, f in enumerate(self.faults) if self.until_found(f)})],
                                 self.drains, self.returns, self.runs(), sorted(self.lemons))
 
     def runs(self) -> list[measure.Run]:
@@ -595,6 +671,9 @@ def main() -> int:
     ap.add_argument("--burnin-every", type=float, default=None,
                     help="policy (a)'s nightly burn-in, every this many replay seconds (default: one site "
                          "night, 86400 / --compression; 0: none)")
+    ap.add_argument("--burnin-due-days", type=float, default=None,
+                    help="policy (a)'s burnin.due_days in site days (default: the site's, 30): a busy node not "
+                         "burned in for that long is drained for the next sweep")
     ap.add_argument("--no-monitoring", action="store_true",
                     help="policy a without the alert path and the central store (local stores, no exporters, "
                          "Prometheus, Alertmanager or webhook)")
@@ -653,7 +732,7 @@ def main() -> int:
             ensure_burnin_accounting(env, dc.site())
             shorten_health_interval(dc, env, args.health_interval)
             if policy == "a" and args.burnin_every > 0:
-                straggler_verdicts(dc.site_path)
+                straggler_verdicts(dc.site_path, due_days=args.burnin_due_days, compression=args.compression)
                 commissioned[policy] = commission(env, dc.site_path, nodes, out)
             run = Run(policy, dc, env, jobs, faults, signal, args)
             obs = run.run(args.minutes * 60)

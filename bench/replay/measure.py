@@ -154,8 +154,9 @@ def maintenance(reason: str) -> bool:
 # such a node (a burn-in pair test failing on a loaded machine) detects nothing; a user's own bug
 # (`software`) is found by no test.
 # A straggler (`slow`: the node is slower, no check fails) is seen only by the burn-in's
-# fleet-relative verdict, drained `slurmadm: burnin-straggler: ...` after two slow sweeps.
-ACTIVE_MECHANISMS = {"sdc": ("burnin-kat",), "straggler": ("burnin-straggler",)}
+# fleet-relative verdict: held `slurmadm: burnin-suspect: ...` for a re-test after one slow sweep
+# (burnin.straggler.hold_suspects), drained `slurmadm: burnin-straggler: ...` after two.
+ACTIVE_MECHANISMS = {"sdc": ("burnin-kat",), "straggler": ("burnin-suspect", "burnin-straggler")}
 # The incident class the ladder opens for that drain (slurmadm/repair/data/classes.toml): the
 # ladder may take the node over (`slurmadm: repair: reboot: node BURNIN ...`) within a second of
 # the sweep's end, before a poll has seen the burn-in's own reason; on the faulty node, its

@@ -14,7 +14,10 @@ Fault CSV columns: t_s,node,kind,injector,part,value,duration_s,cls
   value      the kind's value (an XID, a temperature, ...), may be empty
   duration_s replay seconds until the part is repaired (the fault cleared); 0 = until the ladder acts
              (the replay never clears it; the measure counts it in its part until the node's
-             first return to service after it)
+             first return to service after it). For a class no hook sees (fault_mix.csv signal
+             `none`: a straggler, silent data corruption), counted from when the fault is found
+             (its active test's drain): it stays until then, as at a site, and is never
+             repaired where nothing finds it
   cls        the fault class of fault_mix.csv
 Job CSV columns: t_s,name,nodes,duration_s
 """

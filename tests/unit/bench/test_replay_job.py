@@ -145,3 +145,120 @@ def test_a_node_is_back_only_when_two_samples_say_so():
     # dated just after the last sample that saw it out (a job may start before the next sample)
     assert returns == [m.Return(30.001, "b200-002", "ladder"), m.Return(40.001, "b200-002", "clean-runs")]
     assert lemons == set()
+
+
+def test_a_fault_no_hook_sees_is_repaired_only_once_its_active_test_found_it():
+    """At a site a straggler stays until someone finds it: its repair time counts from its active
+    test's drain (burn-in's fleet verdict, or the ladder's step on that drain), not from its
+    injection; another part's drain of the node finds nothing; one never found stays to the end."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from bench import fleet_replay
+    from bench.replay import measure as m
+
+    slow = schedule.Fault(5.0, "b200-001", "slow", "gpu", "0", "30", 43.2, "straggler")
+    before = m.Drain(4.0, "b200-001", "slurmadm: burnin-straggler: stress-tflops 700 = 70% of baseline median 1000 [burnin]")
+    other = m.Drain(20.0, "b200-001", "slurmadm: gpu-xid: GPU3 Xid 79 [prolog]")
+    elsewhere = m.Drain(30.0, "b200-002", "slurmadm: burnin-straggler: stress-tflops 700 = 70% of fleet median 1000 [burnin]")
+    assert fleet_replay.found_at([before, other, elsewhere], slow, 5.0) is None
+    ladder = m.Drain(61.0, "b200-001", "slurmadm: repair: reboot: node BURNIN (rung 1 of 2) [repair]")
+    own = m.Drain(64.0, "b200-001", "slurmadm: burnin-straggler: stress-tflops 700 = 70% of baseline median 1000 [burnin]")
+    assert fleet_replay.found_at([own, other, ladder], slow, 5.0) == 61.0  # the ladder took its drain over first
+    assert fleet_replay.found_at([own, other], slow, 5.0) == 64.0
+    sdc = schedule.Fault(5.0, "b200-001", "corrupt", "gpu", "4", "", 43.2, "sdc")
+    assert fleet_replay.found_at([own], sdc, 5.0) is None  # the straggler's verdict does not find an SDC
+    kat = m.Drain(70.0, "b200-001", "slurmadm: burnin-kat: GPU4 answered wrong [burnin]")
+    assert fleet_replay.found_at([own, kat], sdc, 5.0) == 70.0
+
+    # as the run saw it: found and repaired (the part replaced 43.2 s after the drain) ends at its
+    # repair; not repaired by the end (or never found) stays until its node's return after its
+    # detection (duration 0, as measure reads a fault left to the ladder)
+    got = fleet_replay.as_observed([slow, sdc], {0: 5.5, 1: 6.0}, {0: 107.7}, {0: 5.1, 1: 5.9}, until_found={0, 1})
+    assert [(g.t_s, g.duration_s, g.asked_s) for g in got] == [(5.5, 102.2, 5.1), (6.0, 0.0, 5.9)]
+    # the schedule's own duration is no end for it: unrepaired without `until_found` it would end at 48.2
+    assert fleet_replay.as_observed([slow], {0: 5.0}, {})[0].duration_s == 43.2
+    # the technician returns a straggler held for RMA after its GPU is replaced
+    assert fleet_replay.rma_for([{"class": "BURNIN", "state": "rma"}], "straggler")
+    assert not fleet_replay.rma_for([{"class": "BURNIN", "state": "rma"}], "psu")
+
+
+def test_the_run_repairs_a_fault_no_hook_sees_only_after_it_is_found():
+    """Run.until_found: a class without a node-level signal (the mix's `none`) and a repair time;
+    a user's own bug (no repair time) and a signalled class keep their schedule's repair."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from bench import fleet_replay
+
+    run = fleet_replay.Run.__new__(fleet_replay.Run)
+    run.signal = {r.cls: r.signal == "node" for r in schedule.load_mix()}
+    assert run.until_found(schedule.Fault(5.0, "n1", "slow", "gpu", "0", "30", 43.2, "straggler"))
+    assert run.until_found(schedule.Fault(5.0, "n1", "corrupt", "gpu", "4", "", 36.7, "sdc"))
+    assert not run.until_found(schedule.Fault(5.0, "n1", "corrupt", "gpu", "4", "", 0.0, "sdc"))
+    assert not run.until_found(schedule.Fault(5.0, "n1", "exit", "user", "", "1", 0.0, "software"))
+    assert not run.until_found(schedule.Fault(5.0, "n1", "xid", "gpu", "1", "79", 36.7, "faulty-gpu"))
+
+
+def test_a_node_resumed_into_its_qualification_reservation_is_no_return():
+    """Slurm marks a node in a new MAINT reservation (`idle$`) only at its next pass over the
+    reservations, seconds later: the straggler run counted the ladder's qualification as a return
+    (the node `idle` for two samples after its reboot) and the qualification as maintenance. Read
+    with the active reservations, the reboot, the qualification and its failure are one stretch."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from bench import fleet_replay
+    from bench.replay import measure as m
+
+    show = ("ReservationName=slurmadm_repair-b200-001 StartTime=2026-12-07T10:20:17 EndTime=2026-12-07T11:20:17 "
+            "Duration=01:00:00 Nodes=b200-001 NodeCnt=1 CoreCnt=2 Features=(null) PartitionName=(null) "
+            "Flags=MAINT,IGNORE_JOBS,SPEC_NODES TRES=cpu=2 Users=root Groups=(null) Accounts=(null) "
+            "Licenses=(null) State=ACTIVE BurstBuffer=(null) MaxStartDelay=(null)\n"
+            "ReservationName=later StartTime=2027-01-01T00:00:00 EndTime=2027-01-02T00:00:00 Duration=1-00:00:00 "
+            "Nodes=b200-[002-003] NodeCnt=2 Flags=MAINT,SPEC_NODES State=INACTIVE\n"
+            "ReservationName=users StartTime=2026-12-07T10:00:00 EndTime=2026-12-08T10:00:00 Duration=1-00:00:00 "
+            "Nodes=b200-[004-005] NodeCnt=2 Flags=SPEC_NODES State=ACTIVE\n")
+    assert fleet_replay.maint_reserved(show) == {"b200-001"}  # not an inactive one, not a users' one
+    assert fleet_replay.maint_reserved("No reservations in the system\n") == set()
+    rows = [("b200-001", "idle", ""), ("b200-002", "idle", ""), ("b200-003", "alloc$", "")]
+    assert fleet_replay.with_reservations(rows, {"b200-001", "b200-003"}) == [
+        ("b200-001", "idle$", ""), ("b200-002", "idle", ""), ("b200-003", "alloc$", "")]
+
+    drains, returns, lemons = [], [], set()
+    s = fleet_replay.Stretches(drains, returns, lemons)
+    reboot = "slurmadm: repair: reboot: node BURNIN (rung 1 of 2: reboot -> qualify -> resume) [repair] : reboot issued"
+    failed = "slurmadm: repair: qualify: BURNIN: failed: straggler: stress-tflops 700 = 70% of baseline median 1000 [repair]"
+    for t, state, reason, maint in [(278.6, "drain", reboot, set()), (281.0, "idle", "", {"b200-001"}),
+                                    (282.0, "idle", "", {"b200-001"}), (283.0, "alloc$", "", {"b200-001"}),
+                                    (296.0, "drain", failed, set())]:
+        s.sample(t, fleet_replay.with_reservations([("b200-001", state, reason)], maint))
+    s.finish()
+    assert drains == [m.Drain(278.6, "b200-001", reboot)] and returns == []
+
+
+def test_burn_in_s_rotation_hold_is_maintenance_and_its_verdict_a_drain():
+    """A busy node due for burn-in (burnin.due_days) drained `burnin-due` is planned maintenance:
+    no drain (never false), its time apart; the sweep that then finds it slow holds it
+    `burnin-suspect`, a drain, and the straggler's detection."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from bench import fleet_replay
+    from bench.replay import measure as m
+
+    drains, returns, lemons = [], [], set()
+    s = fleet_replay.Stretches(drains, returns, lemons)
+    due = "slurmadm: burnin-due: last burned in 1 days ago (burnin.due_days 0.0005); held for the next sweep [burnin]"
+    suspect = ("slurmadm: burnin-suspect: stress-tflops 700 = 70% of baseline median 1000 (slow in 1 sweep of 2; "
+               "held for the next sweep's re-test) [burnin]")
+    for t, state, reason in [(50.0, "drng", due), (60.0, "drain", due), (64.0, "alloc$", ""), (70.0, "drain", suspect)]:
+        s.sample(t, [("b200-001", state, reason)])
+    s.finish()
+    assert [d.t_s for d in drains] == [50.0, 70.0] and m.maintenance(drains[0].reason) and drains[1].reason == suspect
+    slow = schedule.Fault(5.0, "b200-001", "slow", "gpu", "0", "30", 43.2, "straggler")
+    assert fleet_replay.found_at(drains, slow, 5.0) == 70.0
+    found_not_repaired = fleet_replay.as_observed([slow], {0: 5.0}, {}, until_found={0})[0]
+    r = m.measure(m.Observed("a", 2000.0, 100.0, [(found_not_repaired, False)], drains, returns))
+    assert r["drains"]["false"] == 0 and r["drains"]["maintenance"] == 1
+    assert r["per_class"]["straggler"]["mechanisms"] == {"burnin-suspect": 1}
