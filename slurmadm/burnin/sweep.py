@@ -596,8 +596,10 @@ class Sweep:
 
     def _suspect_held(self, run: NodeRun) -> bool:
         """Found slow, not yet in drain_after sweeps in a row: held out of service for the next
-        sweep's re-test (burnin.straggler.hold_suspects)."""
-        return (self.b.straggler.hold_suspects and run.verdict == "pass" and bool(run.fleet)
+        sweep's re-test (burnin.straggler.hold_suspects). Not without a reservation: no sweep
+        could re-qualify a drained node, so the hold would be for good."""
+        return (self.b.straggler.hold_suspects and self.reservation is not None and run.verdict == "pass"
+                and bool(run.fleet)
                 and run.fleet["level"] == "slow" and run.fleet.get("worst") is not None
                 and run.slow_streak < self.b.straggler.drain_after)
 

@@ -41,7 +41,8 @@ class StragglerSection(Strict):
     # no repair incident) until the next sweep re-tests it: drained again `burnin-straggler` if it
     # is slow again, resumed if not. On a busy fleet a node is rarely idle when a sweep comes, so
     # a suspect left in service waits weeks for its second verdict while it slows every
-    # multi-node job it is in. false: it stays in service until a sweep finds it idle.
+    # multi-node job it is in. false (or burnin.reservation ""; no sweep could re-test a drained
+    # node): it stays in service until a sweep finds it idle.
     hold_suspects: bool = True
     # The metrics compared with the fleet (each node against its profile's peers in the sweep).
     metrics: list[FleetMetric] = ["stress-tflops", "stress-copy", "stress-cpu", "gpu-clock", "gpu-temp",

@@ -111,6 +111,17 @@ def test_a_held_suspect_at_speed_in_its_re_test_is_resumed_and_opens_no_incident
     assert [f.cls for f in classes.classify("burnin-straggler", "stress-tflops 800")] == ["BURNIN"]
 
 
+def test_no_suspect_is_held_where_no_sweep_could_re_test_it(tmp_path):
+    """burnin.reservation = "": a sweep tests idle nodes only and never re-qualifies a drained
+    one, so a suspect held would stay drained for good: it stays in service instead."""
+    text = site_text(tmp_path)
+    assert '\nreservation = "slurmadm_burnin"' in text
+    site = parse_site(text.replace('\nreservation = "slurmadm_burnin"', '\nreservation = ""'))
+    slurm = FakeSlurm(fleet(40))
+    sw, _ = one_sweep(site, tmp_path, slurm, 1, {"b200-008": 800.0})
+    assert (sw.runs["b200-008"].fleet["level"], sw.runs["b200-008"].action) == ("slow", "") and slurm.calls == []
+
+
 def test_held_suspects_count_against_the_breaker(site, tmp_path):
     drained = {f"b200_0{i}": node(f"b200-0{i}", flags={"DRAIN"}, reason="slurmadm: xid: x [prolog]")
                for i in (30, 31, 32, 33)}  # 4 of 40 already: the cap (drain_cap_fraction 0.10)
