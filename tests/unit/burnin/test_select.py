@@ -207,6 +207,9 @@ def test_no_node_is_due_outside_the_window_without_history_or_when_turned_off(si
     assert select(site, fleet(**busy), now=NIGHT, last_tested=tested, since=None).due == {}
     assert select(site, fleet(**busy), now=NIGHT, last_tested=tested, since=now - 99 * DAY,
                   named="b200-002").due == {}
+    # without a reservation no sweep re-qualifies a drained node: the hold would be for good
+    assert select(site, fleet(**busy), now=NIGHT, last_tested=tested, since=now - 99 * DAY,
+                  reservation_enabled=False).due == {}
     off = site.model_copy(update={"burnin": site.burnin.model_copy(update={"due_days": 0.0})})
     assert select(off, fleet(**busy), now=NIGHT, last_tested=tested, since=now - 99 * DAY).due == {}
     assert list(select(site, fleet(**busy), now=NIGHT, last_tested=tested, since=now - 99 * DAY).due) == ["b200-001"]
