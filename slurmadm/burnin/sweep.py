@@ -340,21 +340,13 @@ class Sweep:
             return
         every = {n.name: n for n in self.backend.nodes()}
         for name, why in sel.due.items():
-            node = every.get(name)
-            verdict = may_drain(node) if node is not None else None
-            if verdict is None or not verdict.act:
-                self.held[name] = {"why": why, "action": f"not held: {verdict.why if verdict else 'not reported'}"}
-                continue
             reason = format_reason(DUE_CHECK, why, CONTEXT)
-            capped = breaker(node, list(every.values()), self.site.health.drain_cap_fraction)
-            if capped:
-                self.held[name] = {"why": why, "action": f"not held (breaker): {capped}"}
-                self.store.audit("burnin.drain-capped", name, reason, sweep=self.id, why=capped)
+            refused = self._refused(every[name], every, reason) if name in every else ": not reported"
+            if refused:
+                self.held[name] = {"why": why, "action": "not held" + refused}
                 continue
-            self.backend.drain([name], reason)
-            every[name] = replace(node, flags=node.flags | {"DRAIN"}, reason=reason)
+            self._drain(name, reason, every)
             self.held[name] = {"why": why, "action": "held for the next sweep", "reason": reason}
-            self.store.audit("node.drain", name, reason, by="burnin", sweep=self.id)
             self.progress(f"{name}: {why}")
 
     def _ours_stripped(self, node: NodeInfo) -> NodeInfo:
@@ -590,17 +582,20 @@ class Sweep:
             if entry["level"] == "slow":
                 run.slow_streak = 1 + history.slow_streak(self.store, name, before=self.id, limit=cfg.drain_after)
 
-    def _straggler_due(self, run: NodeRun) -> bool:
+    @staticmethod
+    def _slow(run: NodeRun) -> bool:
+        """Passed every test, slow against its fleet or baseline (a worst metric to name)."""
         return (run.verdict == "pass" and bool(run.fleet) and run.fleet["level"] == "slow"
-                and run.fleet.get("worst") is not None and run.slow_streak >= self.b.straggler.drain_after)
+                and run.fleet.get("worst") is not None)
+
+    def _straggler_due(self, run: NodeRun) -> bool:
+        return self._slow(run) and run.slow_streak >= self.b.straggler.drain_after
 
     def _suspect_held(self, run: NodeRun) -> bool:
         """Found slow, not yet in drain_after sweeps in a row: held out of service for the next
         sweep's re-test (burnin.straggler.hold_suspects). Not without a reservation: no sweep
         could re-qualify a drained node, so the hold would be for good."""
-        return (self.b.straggler.hold_suspects and self.reservation is not None and run.verdict == "pass"
-                and bool(run.fleet)
-                and run.fleet["level"] == "slow" and run.fleet.get("worst") is not None
+        return (self.b.straggler.hold_suspects and self.reservation is not None and self._slow(run)
                 and run.slow_streak < self.b.straggler.drain_after)
 
     def _act(self) -> None:
@@ -644,19 +639,29 @@ class Sweep:
                       detail: str = "", held: bool = False) -> None:
         reason = format_reason(f"burnin-{test or run.failed_test}", detail or run.detail, CONTEXT)
         if not run.prior_reason:  # a node in service: ownership rules and the breaker apply
-            verdict = may_drain(node)
-            if not verdict.act:
-                run.action = f"not drained: {verdict.why}"
+            refused = self._refused(node, view, reason)
+            if refused:
+                run.action = "not drained" + refused
                 return
-            why = breaker(view[node.name], list(view.values()), self.site.health.drain_cap_fraction)
-            if why:
-                run.action = f"not drained (breaker): {why}"
-                self.store.audit("burnin.drain-capped", node.name, reason, sweep=self.id, why=why)
-                return
-        self.backend.drain([node.name], reason)
-        view[node.name] = replace(view[node.name], flags=view[node.name].flags | {"DRAIN"}, reason=reason)
+        self._drain(node.name, reason, view)
         run.action, run.reason = ("held for a re-test" if held else "drained"), reason
-        self.store.audit("node.drain", node.name, reason, by="burnin", sweep=self.id)
+
+    def _refused(self, node: NodeInfo, view: dict[str, NodeInfo], reason: str) -> str:
+        """Why a node in service may not be drained now (`: <ownership>`, ` (breaker): <cap>`,
+        audited), else ''. `view`: every node as this sweep's drains leave them."""
+        verdict = may_drain(node)
+        if not verdict.act:
+            return f": {verdict.why}"
+        why = breaker(view.get(node.name, node), list(view.values()), self.site.health.drain_cap_fraction)
+        if why:
+            self.store.audit("burnin.drain-capped", node.name, reason, sweep=self.id, why=why)
+            return f" (breaker): {why}"
+        return ""
+
+    def _drain(self, name: str, reason: str, view: dict[str, NodeInfo]) -> None:
+        self.backend.drain([name], reason)
+        view[name] = replace(view[name], flags=view[name].flags | {"DRAIN"}, reason=reason)
+        self.store.audit("node.drain", name, reason, by="burnin", sweep=self.id)
 
     # ------------------------------------------------------------------ record and report
     def _finish(self) -> dict[str, Any]:
