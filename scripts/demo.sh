@@ -145,8 +145,8 @@ slurmadm burnin run --site "$STATE/site-straggler.toml" || echo "(exit $?: see t
 slurmadm burnin status --site "$STATE/site-straggler.toml" --limit 2   # the straggler, found slow once
 slurmadm burnin history b200-003 --site "$STATE/site-straggler.toml" --limit 2
 # found slow once: held out of service (no repair incident) until the next sweep re-tests it,
-# which drains it burnin-straggler if it is slow again, or resumes it
-sinfo -h -R -n b200-003 -o "%100E %N"
+# which drains it burnin-straggler if it is slow again, or resumes it (Slurm's drain reason)
+slurmadm burnin held
 slurmadm burnin run --site "$STATE/site-straggler.toml" --dry-run
 slurmadm dev-cluster gpu-fault b200-003 --clear --kind slow
 # its GPU fixed: the re-test finds it at speed and resumes it

@@ -172,13 +172,13 @@ def _due(sel: Selection, site: Site, nodes: list[NodeInfo], *, now: dt.datetime,
         at = last if last is not None else since
         if at > horizon:
             break
-        age = _age(now.timestamp() - at)
+        age = age_text(now.timestamp() - at)
         sel.due[node.name] = (f"last burned in {age} ago" if last is not None else
                               f"never burned in ({age} of burn-in history)") + \
             f" (burnin.due_days {b.due_days:g}); held for the next sweep"
 
 
-def _age(seconds: float) -> str:
+def age_text(seconds: float) -> str:
     """`45 days`, `30 h`, `12 min`."""
     if seconds >= 2 * 86400:
         return f"{seconds / 86400:.0f} days"

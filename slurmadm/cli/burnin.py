@@ -132,6 +132,36 @@ def status(site_file, limit, as_json) -> None:
         console.print(f"latest report: {latest['report']}")
 
 
+@burnin.command("held")
+@site_option
+@json_option
+def held_cmd(site_file, as_json) -> None:
+    """Nodes burn-in holds out of service now, from Slurm's drain reasons: a failed test or a
+    straggler (each a repair incident), a suspect held for the next sweep's re-test, a busy node
+    held for its turn (burnin.due_days). Nodes that agree are one row; --json is one per node."""
+    import time
+
+    from ..burnin import held as bheld
+    from ..slurm import get_backend
+
+    s = get_site(site_file)
+    items = bheld.held(s, get_backend().nodes())
+    if as_json:
+        print_json([h.as_dict() for h in items])
+        return
+    if not items:
+        console.print("burn-in holds no node")
+        return
+    say(bheld.summary(items))
+    console.print(table(None, ["nodes", "held for", "state", "held", "detail"], bheld.rows(items, time.time()),
+                        wrap=["detail"], optional=["state"]))
+    for kinds, nxt in bheld.releases(items):
+        say(f"{kinds}: released by {nxt}")
+    b = s.burnin
+    say(f"the sweeps: cron '{b.schedule}' (`slurmadm burnin install-schedule`), in the window "
+        f"{b.window_start}-{b.window_end}")
+
+
 @burnin.command("install-schedule")
 @site_option
 @click.option("--cron", "kind", flag_value="cron", default=True, help="A /etc/cron.d entry (default).")

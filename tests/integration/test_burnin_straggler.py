@@ -61,6 +61,13 @@ def sweep(env) -> dict:
     return json.loads(res.stdout)
 
 
+def held_now(env) -> list[tuple[str, str, str]]:
+    """`slurmadm burnin held --json`: (node, kind, check id) of what burn-in holds now."""
+    res = burnin(env, "held", "--json")
+    assert res.returncode == 0, res.stderr
+    return [(r["node"], r["kind"], r["check_id"]) for r in json.loads(res.stdout)]
+
+
 def test_a_straggler_warns_then_is_drained_and_a_clean_sweep_resumes_it(burnin_env, dev_cluster, tmp_path):
     clean(burnin_env)
     env = {**burnin_env, "SLURMADM_SITE": str(straggler_site(dev_cluster, tmp_path))}
@@ -86,6 +93,7 @@ def test_a_straggler_warns_then_is_drained_and_a_clean_sweep_resumes_it(burnin_e
         assert all(settled(burnin_env)[n][0] == "idle" for n in NODES if n != SLOW)
         status = json.loads(burnin(env, "status", "--json").stdout)[0]
         assert status["id"] == s1["sweep_id"] and status["stragglers"] == [SLOW]
+        assert held_now(env) == [(SLOW, "suspect", "burnin-suspect")]  # `burnin held`, from Slurm
         html = open(s1["report"]).read()
         assert "1 straggler" in html and f"dist-{dev_cluster.site().node_group_of[SLOW].profile}-stress-tflops" in html
 
@@ -101,6 +109,7 @@ def test_a_straggler_warns_then_is_drained_and_a_clean_sweep_resumes_it(burnin_e
         state, shown = settled(burnin_env)[SLOW]
         assert state.startswith("drain") and shown == reason
         assert all(by[n]["action"] == "" for n in NODES if n != SLOW)
+        assert held_now(env) == [(SLOW, "straggler", "burnin-straggler")]
     finally:
         run_slurmadm(env, "dev-cluster", "gpu-fault", SLOW, "--clear", "--kind", "slow")
     # 3: fault cleared: the next sweep re-qualifies it (our own drain) and resumes it
@@ -146,6 +155,9 @@ def test_a_busy_node_due_for_burn_in_is_held_and_the_next_sweep_tests_and_resume
                             r"for the next sweep \[burnin\]", held["reason"]), held
         state, shown = node_states(env)[busy]
         assert state == "draining" and shown == held["reason"]  # its job still runs
+        rows = json.loads(burnin(env, "held", "--json").stdout)
+        assert [(r["node"], r["kind"]) for r in rows] == [(busy, "due")] and "+DRAIN" in rows[0]["state"], rows
+        assert rows[0]["since"] > 0 and rows[0]["next"] == "the next sweep's test (resumed on a pass)"
     finally:
         subprocess.run(["scancel", job], env=env, capture_output=True, timeout=60)
     state, shown = settled(burnin_env)[busy]
@@ -155,4 +167,5 @@ def test_a_busy_node_due_for_burn_in_is_held_and_the_next_sweep_tests_and_resume
     assert by[busy]["why"] == "requalify" and by[busy]["prior_reason"] == held["reason"]
     assert by[busy]["verdict"] == "pass" and by[busy]["action"] == "resumed", by[busy]
     assert settled(burnin_env)[busy][0] == "idle"
+    assert held_now(env) == []
     clean(burnin_env)

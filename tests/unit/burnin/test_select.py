@@ -179,8 +179,8 @@ def test_busy_nodes_not_burned_in_for_due_days_are_held_for_the_next_sweep_oldes
     assert list(sel.due) == ["b200-005", "b200-004", "b200-001", "b200-002"]  # not b200-003 (29 days)
     assert sel.due["b200-004"] == "last burned in 60 days ago (burnin.due_days 30); held for the next sweep"
     assert sel.due["b200-005"].startswith("never burned in (100 days of burn-in history)")
-    from slurmadm.burnin.select import _age
-    assert [_age(s) for s in (45 * DAY, 30 * 3600.0, 43.2, -1.0)] == ["45 days", "30 h", "1 min", "0 min"]
+    from slurmadm.burnin.select import age_text
+    assert [age_text(s) for s in (45 * DAY, 30 * 3600.0, 43.2, -1.0)] == ["45 days", "30 h", "1 min", "0 min"]
     assert not set(sel.due) & set(sel.chosen)  # the idle ones are this sweep's
     assert len(sel.chosen) == 8
 
