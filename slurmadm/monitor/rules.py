@@ -295,6 +295,9 @@ def repair_rules(site: Site) -> list[Rule]:
     ]
 
 
+HOLD_REASONS = "burnin-suspect|burnin-due"  # burnin/held.py SUSPECT_CHECK, select.DUE_CHECK
+
+
 def burnin_rules(site: Site) -> list[Rule]:
     """Burn-in stragglers (burnin/fleet.py): a node that stays slower than its fleet, sweep after
     sweep, while it passes every check (the head exporter's slurmadm_burnin_slow_sweeps). It fires
@@ -307,6 +310,16 @@ def burnin_rules(site: Site) -> list[Rule]:
              "(passes every check; `slurmadm burnin history {{ $labels.node }}`)",
              "The node passes every burn-in check but its throughput or bandwidth stays below its hardware "
              "profile's fleet median (median and MAD, burnin.straggler): it slows every multi-node job it is in."),
+        # a hold for the next sweep (burnin-suspect, burnin-due) opens no repair incident, so
+        # RepairTooLong never sees it: idle and held past burnin.hold_alert_after_h, nothing tests it
+        Rule("BurninHoldStuck", 'max by (node, reason) (slurmadm_node_state{owner="slurmadm", state="drained", '
+             f'reason=~"{HOLD_REASONS}"}}) == 1', f"{site.burnin.hold_alert_after_h:g}h", "warning",
+             "slurmadm-burnin", "{{ $labels.node }}: held for the next burn-in sweep ({{ $labels.reason }}) and "
+             f"idle for over {site.burnin.hold_alert_after_h:g} h: no sweep has tested it (`slurmadm burnin held`)",
+             "Burn-in drained the node for the next sweep's test (a suspected straggler, or a node due for "
+             "burn-in) and the next sweep takes such a node first, at any hour; it is still held and idle. "
+             "The sweeps are not running (the cron entry or timer, a stale lock, burnin.reservation) or "
+             "leave it out (`slurmadm burnin run --dry-run` says why). It serves no jobs meanwhile."),
     ]
 
 

@@ -75,6 +75,11 @@ class BurninSection(Strict):
     # node never tested. On a busy fleet the nodes Slurm fills first are never idle in the window
     # and would never be tested. 0: never (idle nodes only).
     due_days: Annotated[float, Field(ge=0, le=3650)] = 30.0
+    # A node held for the next sweep (a suspect straggler, a node due) and idle this many hours
+    # fires BurninHoldStuck: the sweeps are not running or refuse it. Such a hold opens no repair
+    # incident, so nothing else alerts on it. Above the schedule's longest gap between sweeps
+    # (nightly: a day, and slack).
+    hold_alert_after_h: Annotated[float, Field(gt=0, le=8760)] = 36.0
     partition: SlurmName | None = None  # default: the default partition
     qos: SlurmName = "burnin"
     account: SlurmName = "ops"

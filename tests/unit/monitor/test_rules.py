@@ -168,6 +168,22 @@ CASES["BurninStraggler"] = ({sel("slurmadm_burnin_slow_sweeps", node="b200-001")
                             "b200-001: slower than the fleet in 2 burn-in sweeps in a row (passes every check; "
                             "`slurmadm burnin history b200-001`)", "1m")
 
+# a node held for the next sweep and idle (state drained) for 36 h (burnin.hold_alert_after_h):
+# b200-001 held burnin-due from minute 1 (draining while its job ran, minute 1..9), drained from 10;
+# b200-002 drained burnin-suspect for 30 h then re-tested (quiet); b200-003 drained by health (quiet)
+_H = 36 * 60
+CASES["BurninHoldStuck"] = (
+    {sel("slurmadm_node_state", node="b200-001", state="draining", owner="slurmadm", reason="burnin-due"):
+     "_ 1x8",
+     sel("slurmadm_node_state", node="b200-001", state="drained", owner="slurmadm", reason="burnin-due"):
+     f"_x9 1x{_H + 10}",
+     sel("slurmadm_node_state", node="b200-002", state="drained", owner="slurmadm", reason="burnin-suspect"):
+     f"1x{30 * 60} _x{_H}",
+     sel("slurmadm_node_state", node="b200-003", state="drained", owner="slurmadm", reason="xid"): f"1x{_H + 20}"},
+    f"{_H + 12}m", {"node": "b200-001", "reason": "burnin-due", "severity": "warning"},
+    "b200-001: held for the next burn-in sweep (burnin-due) and idle for over 36 h: no sweep has tested it "
+    "(`slurmadm burnin held`)", f"{_H + 8}m")
+
 
 # issue 25: the hooks of b200-001 and b200-002 cannot load the site (b200-003's can again)
 CASES["HealthEnforcementOff"] = (
