@@ -369,6 +369,7 @@ class Run:
         self.replaced: dict[str, str] = {}  # node -> class of a part the schedule has repaired (replaced)
         self.technician_runs: list[dict] = []
         self.sinfo: dict[str, tuple[str, str]] = {}  # node -> (short state, reason): the poll's last read
+        self.timer_runs: dict[str, list[tuple[float, float, int]]] = {}  # timer -> (start, end, exit) replay s
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -487,7 +488,9 @@ class Run:
 
     def act(self, name: str, argv: list[str], every: float) -> None:
         while self._at(self.now() + every):
+            start = self.now()
             r = slurmadm(self.env, *argv, timeout=300)
+            self.timer_runs.setdefault(name, []).append((round(start, 2), round(self.now(), 2), r.returncode))
             if r.returncode not in (0, 1):
                 self.errors.append(f"{' '.join(argv[:2])}: exit {r.returncode}: {(r.stderr or r.stdout).strip()[:200]}")
 
@@ -624,7 +627,31 @@ def keep_logs(dc: DevCluster, dest: Path) -> None:
             src.backup(dst)
 
 
-def markdown(cmp: dict, results: dict, args, commissioned: dict | None = None) -> str:
+def cadence(runs: list[tuple[float, float, int]], *, every: float, compression: float) -> dict:
+    """How often a timer really ran: a timer waits `every` replay seconds after its last run ends
+    (fleet_replay.Run.act), so a run that takes long on a loaded machine stretches the site time
+    between runs (a burn-in sweep of 100 s at 2,000x is 2.3 site days). Site hours; None when it
+    ran fewer than twice."""
+    starts = [r[0] for r in runs]
+    took = sorted(r[1] - r[0] for r in runs)
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    site_h = compression / 3600
+    return {"runs": len(runs), "asked_site_h": round(every * site_h, 1),
+            "every_site_h": round(sum(gaps) / len(gaps) * site_h, 1) if gaps else None,
+            "took_p50_s": round(took[len(took) // 2], 1) if took else None,
+            "failed": sum(1 for r in runs if r[2] not in (0, 1))}
+
+
+def cadence_line(policy: str, name: str, c: dict) -> str:
+    """`policy a's burnin: 4 runs, one every 84.2 site h (asked: 24.0); a run took 110.6 s (p50)`."""
+    every = f"one every {c['every_site_h']:g} site h" if c["every_site_h"] is not None else "too few to space"
+    failed = f"; {c['failed']} failed" if c["failed"] else ""
+    took = f"; a run took {c['took_p50_s']:g} s (p50)" if c["took_p50_s"] is not None else ""
+    return f"policy {policy}'s {name}: {c['runs']} runs, {every} (asked: {c['asked_site_h']:g}){took}{failed}"
+
+
+def markdown(cmp: dict, results: dict, args, commissioned: dict | None = None,
+             timers: dict | None = None) -> str:
     lines = [f"fleet replay: {args.nodes} nodes, {args.minutes} min, seed {args.seed}, "
              f"compression {args.compression:g}x, rate scale {args.rate_scale:g}", ""]
     for p, c in (commissioned or {}).items():
@@ -646,6 +673,9 @@ def markdown(cmp: dict, results: dict, args, commissioned: dict | None = None) -
                      f"{r['cost'].get('gpu_hours_slowed', 0)} |")
     lines += ["", "targets (policy a): " + ", ".join(f"{k}: {'met' if v else 'NOT met'}"
                                                      for k, v in cmp["targets"].items())]
+    for p, by_name in (timers or {}).items():
+        if "burnin" in by_name:
+            lines += ["", cadence_line(p, "burn-in", by_name["burnin"])]
     return "\n".join(lines) + "\n"
 
 
@@ -709,7 +739,7 @@ def main() -> int:
         (d / "faults.csv").write_text(schedule.write_faults(faults))
         (d / "jobs.csv").write_text(schedule.write_jobs(jobs))
     signal = {r.cls: r.signal == "node" for r in mix}
-    results, watched, errors, timeline, technician, commissioned = {}, {}, {}, {}, {}, {}
+    results, watched, errors, timeline, technician, commissioned, timers = {}, {}, {}, {}, {}, {}, {}
     for policy in policies:
         dc = DevCluster(Path(args.state_dir) / policy)
         dc.down(purge=True)
@@ -740,6 +770,9 @@ def main() -> int:
             watched[policy] = {k: {m: watch.growth([s[m] for s in v]) for m in v[0]} for k, v in run.samples.items()}
             errors[policy] = run.errors[:50]
             technician[policy] = run.technician_runs
+            every = {name: e for name, _, e in run.timers()}
+            timers[policy] = {name: {**cadence(runs, every=every[name], compression=args.compression), "at": runs}
+                              for name, runs in run.timer_runs.items()}
             timeline[policy] = {"drains": [[round(d.t_s, 2), d.node, d.reason] for d in obs.drains],
                                 "returns": [[round(r.t_s, 2), r.node, r.by] for r in obs.returns],
                                 "runs": [[r.name, ",".join(r.nodes), round(r.start_s, 2), round(r.end_s, 2), r.state]
@@ -751,12 +784,12 @@ def main() -> int:
             dc.down(purge=True)
     cmp = measure.compare(results)
     report = {"args": vars(args), "results": results, "compare": cmp, "watched": watched, "errors": errors,
-              "timeline": timeline, "technician": technician, "commissioning": commissioned,
+              "timeline": timeline, "technician": technician, "commissioning": commissioned, "timers": timers,
               "assumptions": measure.__doc__}
     (out / "replay.json").write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
-    (out / "report.md").write_text(markdown(cmp, results, args, commissioned))
+    (out / "report.md").write_text(markdown(cmp, results, args, commissioned, timers))
     (out / "report.html").write_text(html.render_html(json.loads(json.dumps(report, default=str))))
-    print(markdown(cmp, results, args, commissioned))
+    print(markdown(cmp, results, args, commissioned, timers))
     return 0
 
 

@@ -346,3 +346,21 @@ def test_the_ladder_taking_over_a_burn_in_drain_is_still_that_test_s_detection()
         (1, {"burnin-straggler": 1})
     assert detected("slurmadm: repair: reboot: node SDC (rung 1 of 2) [repair]") == (0, {})
     assert detected(ladder, cls="sdc") == (0, {})
+
+
+def test_a_timer_s_cadence_is_what_it_really_ran_in_site_hours():
+    """A timer waits its interval after each run ends, so a slow run stretches the site time
+    between runs: the report says how often the burn-in really ran (fleet_replay.cadence)."""
+    from bench.fleet_replay import cadence, cadence_line
+
+    # asked every 43.2 replay s (a site night at 2,000x); each sweep took 100 s: one every 143.2 s
+    runs = [(43.2, 143.2, 0), (186.4, 286.4, 1), (329.6, 429.6, 0)]
+    c = cadence(runs, every=43.2, compression=2000)
+    assert c == {"runs": 3, "asked_site_h": 24.0, "every_site_h": 79.6, "took_p50_s": 100.0, "failed": 0}
+    assert cadence_line("a", "burn-in", c) == ("policy a's burn-in: 3 runs, one every 79.6 site h (asked: 24); "
+                                               "a run took 100 s (p50)")
+    one = cadence([(43.2, 50.0, 3)], every=43.2, compression=2000)
+    assert one["every_site_h"] is None and one["failed"] == 1
+    assert cadence_line("a", "burn-in", one) == ("policy a's burn-in: 1 runs, too few to space (asked: 24); "
+                                                 "a run took 6.8 s (p50); 1 failed")
+    assert cadence([], every=43.2, compression=2000)["runs"] == 0
