@@ -226,6 +226,22 @@ def maint_reserved(text: str) -> set[str]:
     return out
 
 
+def qualifying(text: str) -> set[str]:
+    """The nodes in a qualification's own reservation (the repair ladder's, or `repair qualify`'s:
+    `<burnin.reservation>-<node>` over that one node, repair/qualify.py), active, in `scontrol -o
+    show reservation`'s lines. A node returned after one was returned by the ladder, whatever its
+    drain reason said: a GPU reset takes a second and leaves the health check's reason in place
+    (no `slurmadm: repair: ...` reason for the poll to see, unlike a reboot)."""
+    out: set[str] = set()
+    for line in text.splitlines():
+        kv = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        node = kv.get("Nodes", "")
+        if kv.get("State") == "ACTIVE" and "MAINT" in kv.get("Flags", "").split(",") \
+                and kv.get("ReservationName", "").endswith(f"-{node}") and node:
+            out.add(node)
+    return out
+
+
 def with_reservations(rows: list[tuple[str, str, str]], maint: set[str]) -> list[tuple[str, str, str]]:
     """sinfo's rows with a node in an active MAINT reservation shown as Slurm shows it once it has
     marked it (`idle` -> `idle$`)."""
@@ -296,8 +312,11 @@ class Stretches:
         self.stretch: dict[str, str] = {}  # node -> what opened its stretch out of service, or the latest reason
         self.leaving: dict[str, tuple[float, str]] = {}  # node -> (when it came back, by what)
         self.last_out: dict[str, float] = {}  # node -> the last sample that saw it out of service
+        self.qualified: set[str] = set()  # nodes seen in a qualification's reservation in this stretch
 
-    def sample(self, t: float, rows: list[tuple[str, str, str]] | list[list[str]]) -> None:
+    def sample(self, t: float, rows: list[tuple[str, str, str]] | list[list[str]],
+               qualifying: set[str] | frozenset[str] = frozenset()) -> None:
+        """`qualifying`: the nodes in a qualification's own reservation now (qualifying())."""
         seen: dict[str, str] = {}
         for node, state, reason in rows:
             if out_of_service(state):
@@ -311,6 +330,8 @@ class Stretches:
                     seen[node] = f"none ({state.strip()})"
         for node, label in seen.items():
             self.last_out[node] = t
+            if node in qualifying:
+                self.qualified.add(node)
             self.leaving.pop(node, None)  # out again at the next sample: it never came back
             prev = self.stretch.get(node)
             named = not label.startswith(("none (", "maintenance ("))
@@ -325,17 +346,20 @@ class Stretches:
             if node in self.leaving:
                 first, by = self.leaving.pop(node)
                 del self.stretch[node]
+                self.qualified.discard(node)
                 self.returns.append(measure.Return(first, node, by))
             else:
                 prev = self.stretch[node]
                 back = round(self.last_out.get(node, t) + 0.001, 3)
-                self.leaving[node] = (back, "ladder" if prev.startswith("slurmadm: repair:") else
+                ladder = prev.startswith("slurmadm: repair:") or node in self.qualified
+                self.leaving[node] = (back, "ladder" if ladder else
                                       "maintenance" if prev.startswith("maintenance (") else "clean-runs")
 
     def finish(self) -> None:
         """The run ended: a node seen back once is back."""
         for node, (first, by) in sorted(self.leaving.items()):
             self.stretch.pop(node, None)
+            self.qualified.discard(node)
             self.returns.append(measure.Return(first, node, by))
         self.leaving.clear()
 
@@ -543,7 +567,7 @@ class Run:
             self.sinfo = {node: (state, reason) for node, state, reason in rows}
             res = subprocess.run(["scontrol", "-o", "show", "reservation"], env=self.env, capture_output=True,
                                  text=True, timeout=30)
-            seen.sample(self.now(), with_reservations(rows, maint_reserved(res.stdout)))
+            seen.sample(self.now(), with_reservations(rows, maint_reserved(res.stdout)), qualifying(res.stdout))
             self.stop.wait(1.0)
         seen.finish()
 

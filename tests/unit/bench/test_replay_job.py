@@ -262,3 +262,49 @@ def test_burn_in_s_rotation_hold_is_maintenance_and_its_verdict_a_drain():
     r = m.measure(m.Observed("a", 2000.0, 100.0, [(found_not_repaired, False)], drains, returns))
     assert r["drains"]["false"] == 0 and r["drains"]["maintenance"] == 1
     assert r["per_class"]["straggler"]["mechanisms"] == {"burnin-suspect": 1}
+
+
+def test_a_return_after_the_ladder_s_qualification_is_the_ladder_s_whatever_the_reason_said():
+    """A GPU reset takes a second and leaves health's drain reason in place, so the poll never saw
+    `slurmadm: repair: ...` and called the ladder's reset -> qualify -> resume a clean-runs return
+    (the 32-node run of 2026-12-07: its XID 145 then stayed 'in its part' to its repair time, and
+    two runs that started after the ladder mended it counted as started on a known-faulty node).
+    A node seen in a qualification's own reservation (`<burnin.reservation>-<node>`) in its
+    stretch is returned by the ladder; a burn-in sweep's reservation is not one."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from bench import fleet_replay
+    from bench.replay import measure as m
+
+    show = ("ReservationName=slurmadm_burnin-b200-009 StartTime=2026-12-07T14:00:48 EndTime=2026-12-07T15:00:48 "
+            "Duration=01:00:00 Nodes=b200-009 NodeCnt=1 Flags=MAINT,IGNORE_JOBS,SPEC_NODES State=ACTIVE\n"
+            "ReservationName=slurmadm_burnin StartTime=2026-12-07T14:00:40 EndTime=2026-12-07T14:30:40 "
+            "Duration=00:30:00 Nodes=b200-[005-006] NodeCnt=2 Flags=MAINT,IGNORE_JOBS,SPEC_NODES State=ACTIVE\n"
+            "ReservationName=old-b200-007 StartTime=2026-12-07T10:00:00 EndTime=2026-12-07T11:00:00 "
+            "Duration=01:00:00 Nodes=b200-007 NodeCnt=1 Flags=MAINT,SPEC_NODES State=INACTIVE\n")
+    assert fleet_replay.qualifying(show) == {"b200-009"}
+    assert fleet_replay.maint_reserved(show) == {"b200-009", "b200-005", "b200-006"}
+
+    xid = "slurmadm: xid: GPU0 XID 145 NVLINK_RLW_ERROR (WORKFLOW_NVLINK5_ERR) [periodic]"
+    flap = "slurmadm: infiniband: mlx5_0 link flapped 2 times in 6 h [periodic]"
+    drains, returns, lemons = [], [], set()
+    s = fleet_replay.Stretches(drains, returns, lemons)
+    q = fleet_replay.qualifying(show)
+    for t, rows, qual in [
+            (27.6, [("b200-009", "drain", xid), ("b200-005", "drain", flap)], set()),
+            (32.0, [("b200-009", "drain", xid), ("b200-005", "drain", flap)], set()),  # reset: reason kept
+            (33.0, fleet_replay.with_reservations([("b200-009", "idle", ""), ("b200-005", "idle", "")],
+                                                  fleet_replay.maint_reserved(show)), q),  # qualify / a sweep
+            (41.0, [("b200-009", "drain", xid), ("b200-005", "drain", flap)], set()),  # drained before the resv goes
+            (42.0, [("b200-009", "idle", ""), ("b200-005", "idle", "")], set()),
+            (43.0, [("b200-009", "alloc", ""), ("b200-005", "idle", "")], set())]:
+        s.sample(t, rows, qual)
+    s.finish()
+    assert [(r.node, r.t_s, r.by) for r in sorted(returns, key=lambda r: r.node)] == [
+        ("b200-005", 41.001, "clean-runs"), ("b200-009", 41.001, "ladder")]
+    # and the stand-in fault the reset cleared ends at that return: a run at 45 s is no harm
+    fault = schedule.Fault(18.1, "b200-009", "xid", "gpu", "0", "145", 36.7, "faulty-gpu")
+    run = m.Run("replay-00026", ("b200-009",), 45.9, 50.9, "COMPLETED")
+    r = m.measure(m.Observed("a", 2000.0, 100.0, [(fault, True)], drains, returns, [run]))
+    assert r["jobs"]["started_on_faulty_node"] == 0 and r["repair"]["returned_by_ladder"] == 1
