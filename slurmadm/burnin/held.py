@@ -22,10 +22,9 @@ from ..hostlist import fold, neutral
 from ..site import Site
 from ..slurm.model import NodeInfo
 from ..slurm.ownership import is_ours, reason_check_id, reason_detail
-from .select import DUE_CHECK, age_text
+from .select import DUE_CHECK, SUSPECT_CHECK, age_text
 
 PREFIX = "burnin-"
-SUSPECT_CHECK = "burnin-suspect"
 STRAGGLER_CHECK = "burnin-straggler"
 KINDS = ("failed", "straggler", "suspect", "due")  # the order rows are shown in
 

@@ -3,7 +3,8 @@ a selection with a reason for every node left out.
 
 Taken, in this order, up to `burnin.max_nodes`:
   1. nodes named with --nodes (any time of day);
-  2. nodes slurmadm drained that await re-qualification (any time; they serve no users);
+  2. nodes slurmadm drained that await re-qualification (any time; they serve no users): a
+     suspect held for its re-test first, a node held for its turn (`due`) last;
   3. idle nodes, only inside the burn-in window: first those the last sweep that tested them
      found slow (`suspects`: a straggler is drained after burnin.straggler.drain_after slow
      sweeps in a row, so the next sweep confirms or clears it rather than waiting for the node's
@@ -89,6 +90,12 @@ def named_nodes(site: Site, pattern: str) -> list[str]:
 
 
 DUE_CHECK = "burnin-due"  # the drain reason's check id of a node held for the next sweep
+SUSPECT_CHECK = "burnin-suspect"  # ... of a node found slow once, held for the next sweep's re-test
+# The order nodes slurmadm drained are re-qualified in when max_nodes cannot take them all: a
+# suspect's re-test first (its hold promised it the next sweep, and it decides a repair), the
+# rotation's holds last (routine; a sweep that held a suspect after holding them for the next one
+# overfilled it), the rest (health's drains) between, each in site order.
+REQUALIFY_ORDER = {SUSPECT_CHECK: 0, DUE_CHECK: 2}
 
 
 def select(site: Site, nodes: list[NodeInfo], *, now: dt.datetime, named: str | None = None,
@@ -139,9 +146,11 @@ def select(site: Site, nodes: list[NodeInfo], *, now: dt.datetime, named: str | 
         return sel
 
     site_nodes = set(site.node_names)
-    for node in nodes:
-        if node.name in site_nodes and is_ours(node):
-            consider(node.name, REQUALIFY)
+    ours = [n.name for n in nodes if n.name in site_nodes and is_ours(n)]
+    ours.sort(key=lambda name: (REQUALIFY_ORDER.get(reason_check_id(by_name[name].reason) or "", 1),
+                                site.node_names.index(name)))
+    for name in ours:
+        consider(name, REQUALIFY)
     rest = [n.name for n in nodes if n.name in site_nodes]
     rest.sort(key=lambda name: (name not in suspects, last_tested.get(name, 0.0), site.node_names.index(name)))
     for name in rest:

@@ -213,3 +213,24 @@ def test_no_node_is_due_outside_the_window_without_history_or_when_turned_off(si
     off = site.model_copy(update={"burnin": site.burnin.model_copy(update={"due_days": 0.0})})
     assert select(off, fleet(**busy), now=NIGHT, last_tested=tested, since=now - 99 * DAY).due == {}
     assert list(select(site, fleet(**busy), now=NIGHT, last_tested=tested, since=now - 99 * DAY).due) == ["b200-001"]
+
+
+def test_a_suspect_is_re_tested_first_and_the_rotation_s_holds_last(site):
+    """More nodes slurmadm drained than the next sweep takes: the suspect held for its re-test
+    goes first (its hold promised it the next sweep: the 32-node replay of 2026-12-07 held one at
+    the same sweep that had held two due nodes, and the due ones took both places), health's
+    drains next, the nodes held for their turn last; site order within each."""
+    two = site.model_copy(update={"burnin": site.burnin.model_copy(update={"max_nodes": 2})})
+    due = "slurmadm: burnin-due: last burned in 45 days ago (burnin.due_days 30); held for the next sweep [burnin]"
+    slow = ("slurmadm: burnin-suspect: stress-tflops 700 = 70% of baseline median 1000 (slow in 1 sweep of 2; "
+            "held for the next sweep's re-test) [burnin]")
+    xid = "slurmadm: xid: GPU2 XID 79 [prolog]"
+    held = dict(b200_002=node("b200-002", flags={"DRAIN"}, reason=due, user="root"),
+                b200_003=node("b200-003", flags={"DRAIN"}, reason=due, user="root"),
+                b200_009=node("b200-009", flags={"DRAIN"}, reason=slow, user="root"),
+                b200_012=node("b200-012", flags={"DRAIN"}, reason=xid, user="root"))
+    sel = select(two, fleet(**held), now=NOON)
+    assert sel.chosen == {"b200-009": REQUALIFY, "b200-012": REQUALIFY}
+    assert "max_nodes (2) reached" in sel.skipped["b200-002"] and "max_nodes (2) reached" in sel.skipped["b200-003"]
+    sel = select(site, fleet(**held), now=NOON)  # room for all: the suspect, health's, then the due ones
+    assert list(sel.chosen) == ["b200-009", "b200-012", "b200-002", "b200-003"]
