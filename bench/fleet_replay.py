@@ -202,13 +202,20 @@ def reserved(state: str) -> bool:
     return st.endswith("$") or st in ("maint", "resv")
 
 
-def found_at(drains: list[measure.Drain], fault: schedule.Fault, since: float) -> float | None:
+def found_at(drains: list[measure.Drain], fault: schedule.Fault, since: float, *,
+             confirmed: bool = False) -> float | None:
     """When a fault that no hook sees was found: the first drain of its node from `since` (its
     injection's start) by the active test that sees its class (`burnin-kat` for silent data
-    corruption, `burnin-straggler` for a straggler, or the ladder's step for that drain:
-    measure.active_detection); None: not found (yet)."""
+    corruption, `burnin-suspect` or `burnin-straggler` for a straggler, or the ladder's step for
+    that drain: measure.active_detection); None: not found (yet). `confirmed`: only a drain that
+    orders a repair (not a suspect's hold for its re-test, measure.SUSPICION_ONLY): the part is
+    replaced its repair time after that."""
+    def counts(reason: str) -> bool:
+        m = measure.active_detection(fault.cls, reason)
+        return bool(m) and not (confirmed and m in measure.SUSPICION_ONLY)
+
     return next((d.t_s for d in sorted(drains, key=lambda d: d.t_s)
-                 if d.node == fault.node and d.t_s >= since and measure.active_detection(fault.cls, d.reason)), None)
+                 if d.node == fault.node and d.t_s >= since and counts(d.reason)), None)
 
 
 def maint_reserved(text: str) -> set[str]:
@@ -386,7 +393,7 @@ class Run:
         self.asked_at: dict[int, float] = {}  # schedule index -> replay time its injection began
         self.took_effect: dict[int, float] = {}  # schedule index -> replay time its injection returned
         self.repaired_at: dict[int, float] = {}  # schedule index -> replay time its repair (clear) returned
-        self.found: dict[int, float] = {}  # schedule index -> replay time a fault no hook sees was found
+        self.found: dict[int, float] = {}  # schedule index -> replay time a fault no hook sees was confirmed
         self.nodelist = ",".join(f"b200-{i:03d}" for i in range(1, args.nodes + 1))
         self.user_fail = dc.p("replay-user-fail")
         self.user_fail.mkdir(exist_ok=True)
@@ -442,7 +449,9 @@ class Run:
             if nxt is None or not self._at(nxt):
                 return
             for f in list(waiting):
-                found = found_at(list(self.drains), f, self.asked_at[index[id(f)]])
+                # its part is replaced its repair time after a drain that orders a repair (a
+                # suspect's hold for its re-test does not); measure reads the detection itself
+                found = found_at(list(self.drains), f, self.asked_at[index[id(f)]], confirmed=True)
                 if found is not None:
                     waiting.remove(f)
                     self.found[index[id(f)]] = found

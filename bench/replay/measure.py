@@ -157,6 +157,10 @@ def maintenance(reason: str) -> bool:
 # fleet-relative verdict: held `slurmadm: burnin-suspect: ...` for a re-test after one slow sweep
 # (burnin.straggler.hold_suspects), drained `slurmadm: burnin-straggler: ...` after two.
 ACTIVE_MECHANISMS = {"sdc": ("burnin-kat",), "straggler": ("burnin-suspect", "burnin-straggler")}
+# A detection that orders no repair: a suspect held for the next sweep's re-test opens no
+# incident (repair/data/classes.toml SUSPECT, incident = false); nobody replaces a part on it, so
+# the fault's repair time counts from its confirmation (fleet_replay.found_at(confirmed=True)).
+SUSPICION_ONLY = ("burnin-suspect",)
 # The incident class the ladder opens for that drain (slurmadm/repair/data/classes.toml): the
 # ladder may take the node over (`slurmadm: repair: reboot: node BURNIN ...`) within a second of
 # the sweep's end, before a poll has seen the burn-in's own reason; on the faulty node, its

@@ -258,6 +258,13 @@ def test_burn_in_s_rotation_hold_is_maintenance_and_its_verdict_a_drain():
     assert [d.t_s for d in drains] == [50.0, 70.0] and m.maintenance(drains[0].reason) and drains[1].reason == suspect
     slow = schedule.Fault(5.0, "b200-001", "slow", "gpu", "0", "30", 43.2, "straggler")
     assert fleet_replay.found_at(drains, slow, 5.0) == 70.0
+    # found at the suspect's hold, but nobody replaces a part on a suspicion: its repair time
+    # counts from the re-test's confirmation (the 32-node run of 2026-12-07 replaced it before)
+    assert fleet_replay.found_at(drains, slow, 5.0, confirmed=True) is None
+    confirmed = m.Drain(90.0, "b200-001", "slurmadm: burnin-straggler: stress-tflops 700 = 70% of baseline "
+                                          "median 1000 [burnin]")
+    assert fleet_replay.found_at(drains + [confirmed], slow, 5.0, confirmed=True) == 90.0
+    assert fleet_replay.found_at(drains + [confirmed], slow, 5.0) == 70.0
     found_not_repaired = fleet_replay.as_observed([slow], {0: 5.0}, {}, until_found={0})[0]
     r = m.measure(m.Observed("a", 2000.0, 100.0, [(found_not_repaired, False)], drains, returns))
     assert r["drains"]["false"] == 0 and r["drains"]["maintenance"] == 1
