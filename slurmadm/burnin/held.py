@@ -18,14 +18,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from ..hostlist import fold, neutral
+from ..hostlist import compress, fold, neutral
 from ..site import Site
 from ..slurm.model import NodeInfo
 from ..slurm.ownership import is_ours, reason_check_id, reason_detail
-from .select import DUE_CHECK, SUSPECT_CHECK, age_text
+from .select import DUE_CHECK, STRAGGLER_CHECK, SUSPECT_CHECK, age_text
 
 PREFIX = "burnin-"
-STRAGGLER_CHECK = "burnin-straggler"
 KINDS = ("failed", "straggler", "suspect", "due")  # the order rows are shown in
 
 # what releases a node held for each kind (people's text; --json has it too)
@@ -107,5 +106,5 @@ def summary(items: list[Held]) -> str:
     for kind in KINDS:
         mine = [h.node for h in items if h.kind == kind]
         if mine:
-            parts.append(f"{len(mine)} {kind} ({fold((n, 0) for n in mine)[0].hostlist})")
+            parts.append(f"{len(mine)} {kind} ({compress(mine)})")
     return f"{len(items)} held: " + ", ".join(parts)

@@ -91,6 +91,7 @@ def named_nodes(site: Site, pattern: str) -> list[str]:
 
 DUE_CHECK = "burnin-due"  # the drain reason's check id of a node held for the next sweep
 SUSPECT_CHECK = "burnin-suspect"  # ... of a node found slow once, held for the next sweep's re-test
+STRAGGLER_CHECK = "burnin-straggler"  # ... of a node found slow in drain_after sweeps in a row
 # The order nodes slurmadm drained are re-qualified in when max_nodes cannot take them all: a
 # suspect's re-test first (its hold promised it the next sweep, and it decides a repair), the
 # rotation's holds last (routine; a sweep that held a suspect after holding them for the next one

@@ -31,14 +31,14 @@ from ..store import Store, actor
 from . import fleet, history, report
 from .model import PairResult, TestResult, is_failure
 from .pairs import PairPlan
-from .select import DUE_CHECK, Selection, burnin_partition, named_nodes, select
+from .select import DUE_CHECK, STRAGGLER_CHECK, Selection, burnin_partition, named_nodes, select
 
 JOB_PREFIX = "slurmadm-burnin"
 OWN_RESERVATION_FLAGS = frozenset({"MAINTENANCE", "RESERVED"})
 POLL_S = 0.5
 RECOVER_WAIT_S = 120.0
 CONTEXT = "burnin"
-STRAGGLER_REASON = "slurmadm: burnin-straggler:"
+STRAGGLER_REASON = f"slurmadm: {STRAGGLER_CHECK}:"
 SUSPECT_TEST = "suspect"  # `slurmadm: burnin-suspect: ...`: found slow, held for the next sweep's re-test
 TREND_SWEEPS = 8  # sweeps per node in the report's trend table
 # the ladder counts as running while an acting `repair run` began within this many of its

@@ -295,7 +295,11 @@ def repair_rules(site: Site) -> list[Rule]:
     ]
 
 
-HOLD_REASONS = "burnin-suspect|burnin-due"  # burnin/held.py SUSPECT_CHECK, select.DUE_CHECK
+def _hold_reasons() -> str:
+    """The check ids of burn-in's holds for the next sweep (burnin/select.py), as a regex."""
+    from ..burnin.select import DUE_CHECK, SUSPECT_CHECK
+
+    return f"{SUSPECT_CHECK}|{DUE_CHECK}"
 
 
 def burnin_rules(site: Site) -> list[Rule]:
@@ -313,7 +317,7 @@ def burnin_rules(site: Site) -> list[Rule]:
         # a hold for the next sweep (burnin-suspect, burnin-due) opens no repair incident, so
         # RepairTooLong never sees it: idle and held past burnin.hold_alert_after_h, nothing tests it
         Rule("BurninHoldStuck", 'max by (node, reason) (slurmadm_node_state{owner="slurmadm", state="drained", '
-             f'reason=~"{HOLD_REASONS}"}}) == 1', f"{site.burnin.hold_alert_after_h:g}h", "warning",
+             f'reason=~"{_hold_reasons()}"}}) == 1', f"{site.burnin.hold_alert_after_h:g}h", "warning",
              "slurmadm-burnin", "{{ $labels.node }}: held for the next burn-in sweep ({{ $labels.reason }}) and "
              f"idle for over {site.burnin.hold_alert_after_h:g} h: no sweep has tested it (`slurmadm burnin held`)",
              "Burn-in drained the node for the next sweep's test (a suspected straggler, or a node due for "
