@@ -149,11 +149,14 @@ def _show(st: dict) -> None:
 @click.argument("node")
 @click.option("--hca", default=None, help="The HCA (e.g. mlx5_3).")
 @click.option("--kind", type=click.Choice(["down", "rate", "errors", "missing", "flap"]), default=None,
-              help="down, rate (200 Gb/s), errors (symbol_error +5000, link_downed +3), missing, flap (2 x Link down).")
-@click.option("--clear", is_flag=True, help="Every stand-in HCA of NODE healthy again (kernel-log lines stay).")
+              help="down, rate (200 Gb/s), errors (symbol_error +5000, link_downed +3), missing, flap (2 x Link down; see --every).")
+@click.option("--every", type=click.FloatRange(0.5, 86400), default=None, metavar="SECONDS",
+              help="With --kind flap: the link keeps flapping, once every SECONDS (across reboots), until --clear.")
+@click.option("--clear", is_flag=True, help="Every stand-in HCA of NODE healthy again, its flapping stopped "
+              "(kernel-log lines stay).")
 @state_dir_option
 @json_option
-def ib_fault(node, hca, kind, clear, state_dir, as_json) -> None:
+def ib_fault(node, hca, kind, every, clear, state_dir, as_json) -> None:
     """Inject a fault into NODE's stand-in InfiniBand sysfs (what health.sysfs_root points at), or
     --clear. Every change is an audit event."""
     from ..devcluster import gpus, ibsysfs
@@ -162,18 +165,28 @@ def ib_fault(node, hca, kind, clear, state_dir, as_json) -> None:
     dc = _recorded_cluster(state_dir)
     if node not in dc.nodes():
         raise UsageError(f"NODE: {node!r} is not a node of this dev cluster ({', '.join(dc.nodes())})")
+    if every is not None and (clear or kind != "flap"):
+        raise UsageError("--every: only with --kind flap (how often the link goes on flapping)")
     site = dc.site()
     if clear:
+        stopped = ibsysfs.stop_flapping(dc.extra_daemons(), node)
         ibsysfs.write_healthy(dc.p("gpus"), node, site.node_profile(node))
-        out = {"node": node, "cleared": True}
-        what = "cleared stand-in InfiniBand faults"
+        out = {"node": node, "cleared": True, **({"stopped_flapping": stopped} if stopped else {})}
+        what = "cleared stand-in InfiniBand faults" + (f" (stopped flapping: {', '.join(stopped)})" if stopped else "")
     else:
         if not hca or not kind:
             raise UsageError("--hca and --kind: which HCA gets which fault (or --clear)")
-        ibsysfs.ib_fault(dc.p("gpus"), node, hca, kind, port=site.node_profile(node).nics.port,
-                         kmsg=gpus.kmsg_path(dc.p("gpus"), node))
+        port = site.node_profile(node).nics.port
+        kmsg = gpus.kmsg_path(dc.p("gpus"), node)
+        ibsysfs.ib_fault(dc.p("gpus"), node, hca, kind, port=port, kmsg=kmsg)
         out = {"node": node, "hca": hca, "kind": kind}
         what = f"stand-in {hca}: {kind}"
+        if every is not None:
+            d = dc.daemon(ibsysfs.flap_daemon_name(node, hca))
+            if not d.alive():
+                d.start(ibsysfs.flapper_argv(dc.p("gpus"), node, hca, port, kmsg, every))
+            out["every_s"] = every
+            what += f", every {every:g} s until cleared"
     with Store.for_site(site) as store:
         store.audit("dev-cluster.ib-fault", node, what, **{k: v for k, v in out.items() if k != "node"})
     if as_json:

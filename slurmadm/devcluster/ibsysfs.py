@@ -5,7 +5,10 @@ node takes with /sys. Values as the kernel prints them (Documentation/ABI/stable
 
 Faults (`ib_fault`): `down` (state 1: DOWN, phys_state 3: Disabled), `rate` (200 Gb/sec HDR),
 `errors` (adds to symbol_error and link_downed), `missing` (the HCA's directory is gone),
-`flap` (two "mlx5_core ... Link down" lines in the node's kernel log).
+`flap` (two "mlx5_core ... Link down" lines in the node's kernel log; with `every`, a link that
+keeps flapping: `flapper` below, run as a dev-cluster daemon `ib-flap-<node>.<hca>`, logs "Link
+down" and "Link up" and adds 1 to link_downed every `every` seconds, across the node's reboots, until
+`--clear` or `down` stops it, as a bad cable goes on flapping until it is replaced).
 
 Beside the profile's compute HCAs each node has one RoCE port (`ROCE_HCA`, link_layer
 "Ethernet", as a BlueField/ConnectX front-end NIC shows), which the `infiniband` check (profile
@@ -127,10 +130,62 @@ def traffic_forever(state_dir: str, nodes: list[str], interval: float = 1.0) -> 
         last = now
 
 
-if __name__ == "__main__":
+FLAP_DAEMON = "ib-flap"
+FLAP_MAX_S = 86400.0  # a flapper left behind stops by itself (bounded kernel-log growth)
+
+
+def flap_daemon_name(node: str, hca: str) -> str:
+    """The dev-cluster daemon of one flapping link (its pid file under the cluster's run/)."""
+    return f"{FLAP_DAEMON}-{node}.{hca}"
+
+
+def flap_lines(node: str, hca: str, when: datetime) -> list[str]:
+    """One flap as mlx5_core logs it: the link goes down, and comes back up."""
+    stamp = when.astimezone(timezone.utc).isoformat(timespec="microseconds")
+    return [f"{stamp} {node} kernel: mlx5_core 0000:0c:00.0 {hca}: Link down\n",
+            f"{stamp} {node} kernel: mlx5_core 0000:0c:00.0 {hca}: Link up\n"]
+
+
+def flap_once(kmsg: Path, node: str, hca: str, port_dir: Path, now: datetime | None = None) -> None:
+    """One more flap: its kernel-log lines, and link_downed up by one (at most 255, the counter's
+    width) where the port is there (a node whose tree was rewritten still logs the flap)."""
+    with open(kmsg, "a", encoding="utf-8") as fh:
+        fh.writelines(flap_lines(node, hca, now or datetime.now(timezone.utc)))
+    f = port_dir / "counters" / "link_downed"
+    try:
+        write_atomic(f, f"{min(int(f.read_text().strip() or 0) + 1, 255)}\n")
+    except (OSError, ValueError):
+        pass
+
+
+def flapper(kmsg: str, node: str, hca: str, port_dir: str, every: float, max_s: float = FLAP_MAX_S) -> None:
+    """`python -m slurmadm.devcluster.ibsysfs --flap KMSG NODE HCA PORT_DIR EVERY`: a flap every
+    EVERY seconds until stopped (SIGTERM) or FLAP_MAX_S have passed."""
+    import time
+
+    end = time.monotonic() + max_s
+    while time.monotonic() < end:
+        time.sleep(every)
+        flap_once(Path(kmsg), node, hca, Path(port_dir))
+
+
+def stop_flapping(daemons, node: str) -> list[str]:
+    """Stop NODE's flapping links (their `flap_daemon_name` daemons among `daemons`), each gone
+    before this returns (no flap is logged after it). Returns the HCAs stopped."""
+    prefix = f"{FLAP_DAEMON}-{node}."
+    stopped = []
+    for d in daemons:
+        if d.name.startswith(prefix) and d.stop():
+            stopped.append(d.name[len(prefix):])
+    return sorted(stopped)
+
+
+def flapper_argv(state_dir: str | Path, node: str, hca: str, port: int, kmsg: Path, every: float) -> list[str]:
     import sys
 
-    traffic_forever(sys.argv[1], sys.argv[2:])
+    port_dir = root_of(state_dir, node) / "class" / "infiniband" / hca / "ports" / str(port)
+    return [sys.executable, "-m", "slurmadm.devcluster.ibsysfs", "--flap", str(kmsg), node, hca, str(port_dir),
+            f"{every:g}"]
 
 
 def ib_fault(state_dir: str | Path, node: str, hca: str, kind: str, *, port: int = 1, kmsg: Path | None = None,
@@ -159,3 +214,12 @@ def ib_fault(state_dir: str | Path, node: str, hca: str, kind: str, *, port: int
         with open(kmsg, "a", encoding="utf-8") as fh:
             for _ in range(2):
                 fh.write(f"{when} {node} kernel: mlx5_core 0000:0c:00.0 {hca}: Link down\n")
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] == ["--flap"]:
+        flapper(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], float(sys.argv[6]))
+    else:
+        traffic_forever(sys.argv[1], sys.argv[2:])

@@ -493,3 +493,18 @@ def test_a_broken_site_on_a_node_that_never_loaded_it_goes_to_the_defaults(tmp_p
     assert hookerror.last_good_paths("b200-009") == (hookerror.DEFAULT_RESULTS_LOG, hookerror.DEFAULT_STORE, None)
     assert hookerror.record("b200-009", "prolog", "site-invalid", "x") == []
     assert "hook_error" in (tmp_path / "log" / "health.jsonl").read_text()
+
+
+def test_a_link_that_keeps_flapping_is_counted_by_its_downs(node):
+    """The stand-in's flapping link (`ib-fault --kind flap --every S`, ibsysfs.flap_once) logs
+    "Link down" and "Link up" as mlx5_core does, stamped to the microsecond: the check counts the
+    downs only, and the port's link_downed moves with them."""
+    port = node.gdir / f"{NODE}.sysfs" / "class" / "infiniband" / "mlx5_4" / "ports" / "1"
+    kmsg = gpus.kmsg_path(node.gdir, NODE)
+    ibsysfs.flap_once(kmsg, NODE, "mlx5_4", port)
+    r = node("infiniband")["by_id"]["infiniband"]
+    assert r["status"] == "pass", r  # one down (and its up): within health.ib_flaps_max 2
+    ibsysfs.flap_once(kmsg, NODE, "mlx5_4", port)
+    r = node("infiniband")["by_id"]["infiniband"]
+    assert r["status"] == "fail" and "mlx5_4 link flapped 2 times in 6 h" in r["detail"], r
+    assert (port / "counters" / "link_downed").read_text().strip() == "2"
