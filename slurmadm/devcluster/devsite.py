@@ -337,6 +337,9 @@ def derive(src: Site, *, nodes: int, state_dir: Path, ports: Ports, hostname: st
     # the repair breaker's share of a partition: 10 % of 4 nodes is one node in repair at a time;
     # half, as the health breaker here, so the demo's reset and its lemon can be in repair together
     data["repair"]["breaker_fraction"] = max(data["repair"].get("breaker_fraction", 0.1), 0.5)
+    # a node repaired for an HCA: its qualification watches the links a few of the stand-in
+    # flapper's periods (`ib-fault --kind flap --every 2`), not a site's ten minutes
+    data["repair"]["link_watch_s"] = min(float(data["repair"].get("link_watch_s", 6)), 6.0)
     data["slurm"].update({
         "config_dir": f"{d}/etc",
         "slurmctld_port": ports.slurmctld,

@@ -31,7 +31,8 @@ from typing import Any
 from ..errors import UsageError
 from ..slurm.model import NodeInfo
 from ..slurm.ownership import foreign_state, is_ours, reason_check_id
-from .run import CHECK_ID, ORDER, Action, Report, _busy, _slots, reason
+from . import incidents, ladder
+from .run import CHECK_ID, ORDER, Action, Report, _busy, _slots, link_watch_s, qualification_text, reason
 
 ASKED = "asked by an admin"
 HELD_STATES = {"rma": "an RMA case holds it: `slurmadm repair rma qualify` after the new part is in",
@@ -136,8 +137,12 @@ def _qualify(ex, a: Action) -> dict[str, Any]:
         ex.backend.drain([a.node], a.reason)
     elif not foreign and n.reason != a.reason:
         ex.backend.set_reason([a.node], a.reason)
-    ex._audit(a, "qualification job: stress, single-node all-reduce, known-answer test, health suite")
-    q = ex.qualifier.qualify(ex._node(a.node), ex.site.health.on_error)
+    # a node an admin cleared (the part replaced) is watched as its cleared incidents ask
+    mine = incidents.list_incidents(ex.store, node=a.node)
+    cleared = ladder.cleared_at(a.node, mine)
+    watch = link_watch_s(ex.site, {i.cls for i in mine if i.step == "clear" and cleared and i.closed_ts == cleared})
+    ex._audit(a, qualification_text(watch))
+    q = ex.qualifier.qualify(ex._node(a.node), ex.site.health.on_error, link_watch_s=watch)
     if a.incident:  # someone else's drain over our incident: the result is evidence for it
         ex.incidents.record_qualification(a.incident, a.node, q)
     ex.store.audit("repair.qualify.result", a.node, f"{q.status}: {q.detail}", incident=a.incident,

@@ -9,11 +9,14 @@ reservation, then one whole-node job in the burn-in partition, QOS and account:
     python -m slurmadm.repair.qualify --spec '{...}'    (on the node, by srun)
 
 which first writes what repair's reset or reboot cleared into the node's own store as the XID
-check's acknowledgement (`acknowledge_xids`: the head's time travels in the spec), then runs, in
-order, a short GPU stress (burnin/stress.py), the single-node all-reduce (the
-burn-in's), the known-answer compute test (kat.py) and the full health suite (`slurmadm health
-run --dry-run --json`, as burn-in runs it), printing burn-in's JSON event lines; a node slow
-against its profile's burn-in baseline fails too (`against_baseline`). Afterwards the
+check's acknowledgement (`acknowledge_xids`: the head's time travels in the spec; the link flaps
+logged before repair's reboot or an admin's `repair clear` likewise), then runs, in order, a short
+GPU stress (burnin/stress.py), the single-node all-reduce (the burn-in's), the known-answer
+compute test (kat.py), the full health suite (`slurmadm health run --dry-run --json`, as burn-in
+runs it) and the link watch (`links_test`: no compute HCA port went down while the job ran, by
+the kernel log's "Link down" lines and link_downed; a node repaired for an HCA is watched at
+least `repair.link_watch_s`), printing burn-in's JSON event lines; a node slow against its
+profile's burn-in baseline fails too (`against_baseline`). Afterwards the
 node is drained again with its old reason *before* the reservation goes, whatever the outcome:
 `repair run` resumes it only on a pass. An interrupted qualification (SIGKILL, power loss) is
 undone by the next run (`recover()`): its job cancelled, the node drained again, the reservation
@@ -26,6 +29,7 @@ import argparse
 import getpass
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -47,7 +51,11 @@ XID_ACK_KEY = "repair-xid-ack"
 XID_RESET_ACK_KEY = "repair-xid-reset-ack"
 QUALIFY_STRESS_MAX_S = 120  # a short stress: burnin.stress_seconds, at most this
 POLL_S = 0.5
-TESTS = ("stress", "allreduce-node", "kat", "health")
+TESTS = ("stress", "allreduce-node", "kat", "health", "links")
+# Any link down while the qualification watches fails it: NVIDIA's Health-Validation counts link
+# flaps at `fatal_flap_threshold` = 1 (shared/anchors/fault-taxonomy-2026-12.md); the health
+# check's own rule (health.ib_flaps_max in health.ib_flap_window_hours) is for a node in service
+LINK_FLAPS_MAX = 0
 REFUSED = "refused"  # failed_test of a job Slurm would not allocate: nothing ran on the node
 # srun's words when slurmctld refuses the allocation outright (an unknown account or QOS, an
 # account/partition pair with no association, a partition gone): the site's setup, not the node
@@ -159,14 +167,16 @@ class Qualifier:
         return f"{JOB_PREFIX}.{node}"
 
     # ------------------------------------------------------------------ the job
-    def spec(self, node: str) -> dict[str, Any]:
+    def spec(self, node: str, link_watch_s: float = 0.0) -> dict[str, Any]:
         from ..burnin.sweep import Sweep
+        from . import incidents, ladder
 
         sweep = Sweep(self.site, backend=self.backend, store=self.store, site_file=self.site_file)
         spec = sweep.node_spec(node)
         stress_s = self.site.repair.qualify_stress_seconds or min(self.site.burnin.stress_seconds,
                                                                   QUALIFY_STRESS_MAX_S)
-        spec.update(stress_seconds=stress_s, dcgm_level=0, kat=True)
+        spec.update(stress_seconds=stress_s, dcgm_level=0, kat=True,
+                    xid_source=self.site.health.xid_source.replace("{node}", node), link_watch_s=link_watch_s)
         for key, name in ((XID_ACK_KEY, "xid_ack"), (XID_RESET_ACK_KEY, "xid_reset_ack")):
             try:
                 ack = float(self.store.get_node_state(node, key) or 0)
@@ -174,15 +184,21 @@ class Qualifier:
                 ack = 0.0
             if ack > 0:
                 spec[name] = round(ack, 3)
+        # the link flaps logged before repair's reboot, or before an admin's `repair clear` (the
+        # cable replaced), are acknowledged as the XIDs are: the watch judges what comes after
+        cleared = ladder.cleared_at(node, incidents.list_incidents(self.store, node=node))
+        link_ack = max(float(spec.get("xid_ack") or 0), cleared)
+        if link_ack > 0:
+            spec["link_ack"] = round(link_ack, 3)
         return spec
 
-    def request(self, node: str) -> sjobs.JobRequest:
+    def request(self, node: str, link_watch_s: float = 0.0) -> sjobs.JobRequest:
         from ..burnin.select import burnin_partition
         from ..site import site_path
 
         b = self.site.burnin
         argv = [b.python or sys.executable, "-m", "slurmadm.repair.qualify", "--spec",
-                json.dumps(self.spec(node), sort_keys=True)]
+                json.dumps(self.spec(node, link_watch_s), sort_keys=True)]
         return sjobs.JobRequest(
             name=self.job_name(node), nodes=[node], argv=argv, time_limit=b.job_time_limit,
             partition=burnin_partition(self.site), qos=b.qos, account=b.account, reservation=self.reservation(node),
@@ -225,13 +241,14 @@ class Qualifier:
         return list(left)
 
     # ------------------------------------------------------------------ one node
-    def qualify(self, node: NodeInfo, on_error: str = "fail") -> Qualification:
+    def qualify(self, node: NodeInfo, on_error: str = "fail", *, link_watch_s: float = 0.0) -> Qualification:
         """Hold `node` (drained by repair, no job) in its own reservation, run the job, drain it
-        again with its reason, delete the reservation; the verdict."""
+        again with its reason, delete the reservation; the verdict. `link_watch_s`: how long the
+        job watches the node's links at least (a node repaired for an HCA)."""
         name, prior = node.name, node.reason
         res = self.reservation(name)
         t0 = time.monotonic()
-        request = self.request(name)
+        request = self.request(name, link_watch_s)
         if sjobs.reservation(res) is None:
             sjobs.create_reservation(res, [name], users=self.user, flags=["MAINT", "IGNORE_JOBS"])
         self.store.audit("repair.reservation.create", res, f"qualification of {name}", nodes=name)
@@ -285,24 +302,26 @@ def kat_test():
     return known_answer_test()
 
 
-def acknowledge_xids(node: str, ack: float, reset_ack: float = 0.0) -> dict[str, Any]:
+def acknowledge_xids(node: str, ack: float, reset_ack: float = 0.0, link_ack: float = 0.0) -> dict[str, Any]:
     """On the node: what repair's reboot (`ack`: every XID line before it) or GPU reset
     (`reset_ack`: the reset-class lines before it) cleared is acknowledged where this node's
     health reads it (its own store, `health.xid-ack` / `health.xid-reset-ack`, never moved back;
     `health.xid-held` 0: the drain is repair's now, and no admin's resume is to be read into its
-    end). The event line."""
+    end); `link_ack` likewise the link flaps logged before it (`health.ib-ack`, `health.ib-held`
+    0). The event line."""
     from ..health.checks import XID_ACK_KEY as HEALTH_ACK
     from ..health.checks import XID_RESET_ACK_KEY as HEALTH_RESET_ACK
-    from ..health.engine import XID_HELD_KEY
+    from ..health.engine import HELD, XID_HELD_KEY
     from ..health.record import NodeState
     from ..site import load_site
     from ..store import Store
 
+    ib_held, ib_ack = HELD["infiniband"]
     try:
         site = load_site()
         with Store.for_site(site, node=node) as store:
             state = NodeState(store, node)
-            for key, value in ((HEALTH_ACK, ack), (HEALTH_RESET_ACK, reset_ack)):
+            for key, value in ((HEALTH_ACK, ack), (HEALTH_RESET_ACK, reset_ack), (ib_ack, link_ack)):
                 if value <= 0:
                     continue
                 try:
@@ -310,15 +329,67 @@ def acknowledge_xids(node: str, ack: float, reset_ack: float = 0.0) -> dict[str,
                 except ValueError:
                     before = 0.0
                 state.set(key, f"{max(before, value):.3f}")
-            state.set(XID_HELD_KEY, "0")
+            if ack > 0 or reset_ack > 0:
+                state.set(XID_HELD_KEY, "0")
+            if link_ack > 0:
+                state.set(ib_held, "0")
             state.flush()
             path = site.store.local_path(node)
     except Exception as exc:  # noqa: BLE001 - the tests still run; the health test says what it finds
-        return {"event": "xid-ack", "ok": False, "ts": ack or reset_ack,
+        return {"event": "xid-ack", "ok": False, "ts": ack or reset_ack or link_ack,
                 "detail": f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:300]}
     what = "; ".join(filter(None, [f"XID lines up to {ack:.3f}" if ack > 0 else "",
-                                   f"reset-class XID lines up to {reset_ack:.3f}" if reset_ack > 0 else ""]))
-    return {"event": "xid-ack", "ok": True, "ts": ack or reset_ack, "detail": f"{what} acknowledged in {path}"}
+                                   f"reset-class XID lines up to {reset_ack:.3f}" if reset_ack > 0 else "",
+                                   f"link flaps up to {link_ack:.3f}" if link_ack > 0 else ""]))
+    return {"event": "xid-ack", "ok": True, "ts": ack or reset_ack or link_ack,
+            "detail": f"{what} acknowledged in {path}"}
+
+
+def links_test(spec: dict[str, Any], started: float, before: dict[str, dict[str, int]], *,
+               clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep):
+    """The link watch: waits until `spec["link_watch_s"]` have passed since the job `started`
+    (wall clock; the other tests' time counts), then fails when a compute HCA port went down
+    meanwhile: a "Link down" line of it in the kernel log (`spec["xid_source"]`, as the health
+    check reads it) logged since `started`, or its link_downed counter risen since `before`."""
+    from ..burnin import node as bnode
+    from ..burnin.model import TestResult
+    from ..health import xid as xidmod
+    from ..health.nodechecks import FLAP_RE
+
+    watch = float(spec.get("link_watch_s") or 0)
+    hcas = list(spec.get("hcas") or [])
+    if not hcas:
+        return TestResult("links", "skip", "no compute HCAs in the profile")
+    left = started + watch - clock()
+    if left > 0:
+        sleep(left)
+    now = clock()
+    downs: dict[str, int] = {}
+    source = str(spec.get("xid_source") or "kmsg")
+    try:
+        lines = xidmod.kernel_lines(source, spec.get("node") or "", now, FLAP_RE)
+    except (OSError, ValueError) as exc:
+        lines = []
+        unread = f"; kernel log unreadable ({type(exc).__name__})"
+    else:
+        unread = ""
+    for ts, line in lines:
+        if ts < started:
+            continue
+        for hca in hcas:
+            if re.search(rf"\b{re.escape(hca)}\b", line):
+                downs[hca] = downs.get(hca, 0) + 1
+    rise = bnode.counter_rise(before, bnode.read_counters(spec))
+    for hca, counters in rise.items():
+        downs[hca] = max(downs.get(hca, 0), counters.get("link_downed", 0))
+    bad = {h: n for h, n in sorted(downs.items()) if n > LINK_FLAPS_MAX}
+    watched = f"{len(hcas)} port(s) watched {now - started:.0f} s"
+    data = {"watched_s": round(now - started, 1), "downs": bad}
+    if bad:
+        what = ", ".join(f"{h} {n}x" for h, n in bad.items())
+        return TestResult("links", "fail", f"link down while watched: {what} ({watched}){unread}",
+                          value=float(sum(bad.values())), unit="downs", data=data)
+    return TestResult("links", "pass", f"no link down ({watched}){unread}", value=0.0, unit="downs", data=data)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -332,8 +403,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = json.loads(ap.parse_args(argv).spec)
     node = local_node(None)
     bnode._emit({"event": "started", "node": node, "job_id": os.environ.get("SLURM_JOB_ID", ""), "pid": os.getpid()})
-    ack = (acknowledge_xids(node, float(spec.get("xid_ack") or 0), float(spec.get("xid_reset_ack") or 0))
-           if spec.get("xid_ack") or spec.get("xid_reset_ack") else None)
+    started, counters = time.time(), bnode.read_counters(spec)
+    spec.setdefault("node", node)
+    ack = (acknowledge_xids(node, float(spec.get("xid_ack") or 0), float(spec.get("xid_reset_ack") or 0),
+                            float(spec.get("link_ack") or 0))
+           if spec.get("xid_ack") or spec.get("xid_reset_ack") or spec.get("link_ack") else None)
     if ack is not None:
         bnode._emit(ack)
     steps = [
@@ -341,6 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("allreduce-node", lambda: bnode.single_node_allreduce(spec)),
         ("kat", kat_test),
         ("health", lambda: bnode.health_suite(spec["step_timeout"])),
+        ("links", lambda: links_test(spec, started, counters)),
     ]
     tests = []
     standin = bnode.stand_in_gpus(node)  # the dev cluster's stand-in straggler and GPU rates, as burn-in's job

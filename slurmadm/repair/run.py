@@ -137,6 +137,17 @@ def repair_breaker(node: NodeInfo, everyone: Sequence[NodeInfo], in_repair: set[
     return ""
 
 
+def link_watch_s(site, classes) -> float:
+    """How long a qualification watches the node's links at least: `repair.link_watch_s` for a
+    node repaired for an HCA (a link down or flapping), else no longer than its other tests."""
+    return float(site.repair.link_watch_s) if "HCA" in classes else 0.0
+
+
+def qualification_text(watch: float) -> str:
+    return ("qualification job: stress, single-node all-reduce, known-answer test, health suite, link watch"
+            + (f" (at least {watch:g} s)" if watch else ""))
+
+
 def rebooted_back(n: NodeInfo) -> bool:
     """Back from our reboot: slurmd registered again, no reboot pending or issued."""
     return not (n.flags & OUR_REBOOT_FLAGS) and n.state not in ("UNKNOWN", "FUTURE")
@@ -721,8 +732,9 @@ class Executor:
                                    outcome="ok")
         self.incidents.advance(a.incident, "qualifying", "qualify", evidence=None, why=a.why, outcome="running",
                                rung=a.rung)
-        self._audit(a, "qualification job: stress, single-node all-reduce, known-answer test, health suite")
-        q = self.qualifier.qualify(self._node(a.node), self.site.health.on_error)
+        watch = link_watch_s(self.site, [a.cls])
+        self._audit(a, qualification_text(watch))
+        q = self.qualifier.qualify(self._node(a.node), self.site.health.on_error, link_watch_s=watch)
         self.incidents.record_qualification(a.incident, a.node, q)
         for key in (REBOOT_AT, CYCLED_AT, BOOT_BEFORE):
             self.store.delete_node_state(a.node, key)

@@ -47,6 +47,9 @@ class RepairSection(Strict):
     reboot_timeout_s: Annotated[float, Field(ge=60, le=86400)] = 1800.0
     # the qualification job's GPU stress, seconds (unset: [burnin] stress_seconds, at most 120)
     qualify_stress_seconds: Annotated[int, Field(ge=10, le=3600)] | None = None
+    # the qualification of a node repaired for an HCA (a link down or flapping) watches its links
+    # at least this long, seconds: any link down meanwhile fails it (0: as long as its tests take)
+    link_watch_s: Annotated[float, Field(ge=0, le=86400)] = 600.0
     # RMA cases (`slurmadm repair rma`): where their evidence bundles go and how long the node's
     # nvidia-bug-report.sh may take
     rma: RmaSettings = RmaSettings()

@@ -8,6 +8,9 @@ reset, reset-fail and corrupt faults, the health hook's drains, real Slurm jobs 
 - b200-004: silent corruption (`--kind corrupt`): the reset works, the qualification's known-answer
   test fails; the reboot rung, the second qualification fails -> a lemon, never resumed by
   health's clean runs; `repair clear --resume` brings it back.
+- b200-002 last: a link that keeps flapping (`ib-fault --kind flap --every 2`) -> the ladder's
+  reboot -> the qualification's link watch fails -> an RMA candidate; the cable replaced
+  (`ib-fault --clear`, `repair clear`) -> `repair qualify` passes and resumes it.
 - b200-002 first, by hand (`repair qualify`, issue 45): in service -> drained, qualified, resumed;
   with a corrupting GPU -> fails on the known-answer test and stays drained, repair's reason;
   with a GPU that throttles only under load -> health passes, the gate's stress fails; cleared.
@@ -127,7 +130,7 @@ def test_an_admin_qualifies_a_node_by_hand(dev_cluster, env):
     done = json.loads(slurmadm(env, "repair", "qualify", node, "--json"))["done"]
     assert [d["ok"] for d in done] == [True] and "resumed" in done[0]["detail"], done
     tests = {t["test"]: t["status"] for t in done[0]["qualification"]["tests"]}
-    assert set(tests) == {"stress", "allreduce-node", "kat", "health"} and tests["kat"] == "pass", tests
+    assert set(tests) == {"stress", "allreduce-node", "kat", "health", "links"} and tests["kat"] == "pass", tests
     info = slurm_node(env, node)
     assert not info.drained and info.state == "IDLE", info
 
@@ -180,7 +183,7 @@ def test_reset_qualify_resume_then_a_third_incident_is_an_rma_candidate(dev_clus
     assert done["ok"] and done["reset"]["ok"], done
     assert done["qualification"]["status"] == "pass", done["qualification"]
     tests = {t["test"]: t["status"] for t in done["qualification"]["tests"]}
-    assert set(tests) == {"stress", "allreduce-node", "kat", "health"} and tests["kat"] == "pass", tests
+    assert set(tests) == {"stress", "allreduce-node", "kat", "health", "links"} and tests["kat"] == "pass", tests
     info = slurm_node(env, OK)
     assert not info.drained and info.state == "IDLE", info
     hist = json.loads(slurmadm(env, "repair", "history", OK, "--json"))
@@ -281,3 +284,46 @@ def test_two_failed_qualifications_make_a_lemon(dev_cluster, env):
     assert ("node", LEMON) not in {(d["kind"], d["name"]) for d in
                                    json.loads(slurmadm(env, "repair", "lemons", "--json"))}
     assert run(env)["done"] == []
+
+
+def test_a_link_that_keeps_flapping_fails_its_qualification_after_the_reboot(dev_cluster, env):
+    """The 32-node fleet replay's flapping link (issue 37): drained for its flaps, the HCA
+    ladder's reboot brought it back between flaps and the qualification passed. The stand-in's
+    link now keeps flapping across the reboot; the qualification's link watch sees it go down and
+    fails, and the ladder's next rung holds it as an RMA candidate. The cable replaced (the
+    flapping stops, `repair clear`), `repair qualify` watches the links quiet and resumes it."""
+    node, hca = FAILS, "mlx5_3"
+    responding(env, node)
+    slurmadm(env, "dev-cluster", "ib-fault", node, "--hca", hca, "--kind", "flap", "--every", "2")
+    try:
+        p, _ = hook(dev_cluster, "healthcheck.sh", node)
+        info = slurm_node(env, node)
+        assert info.drained and info.reason.startswith(f"slurmadm: infiniband: {hca} link flapped"), (p.stderr, info)
+        inc = incident(env, node)
+        assert (inc["class"], inc["next"]) == ("HCA", "reboot"), inc
+        before = boot_time(env, node)
+        assert step_of(run(env), node)["step"] == "reboot"
+        wait_back(env, node, before)  # the flapper goes on across the reboot, as a bad cable does
+        responding(env, node)
+        done = step_of(run(env, code=1), node)
+        q = done["qualification"]
+        tests = {t["test"]: t for t in q["tests"]}
+        assert q["status"] == "fail" and tests["links"]["status"] == "fail", q
+        assert tests["links"]["detail"].startswith(f"link down while watched: {hca} "), tests["links"]
+        info = slurm_node(env, node)
+        assert info.drained and info.reason.startswith("slurmadm: repair: qualify: HCA: failed: "), info
+        report = run(env)  # the HCA ladder's next rung: a person replaces the cable
+        assert step_of(report, node)["step"] == "rma", report
+        assert slurm_node(env, node).reason.startswith("slurmadm: repair: rma"), slurm_node(env, node)
+    finally:
+        cleared = json.loads(slurmadm(env, "dev-cluster", "ib-fault", node, "--clear", "--json"))
+    assert cleared.get("stopped_flapping") == [hca], cleared
+    slurmadm(env, "repair", "clear", node, "--reason", "cable replaced")
+    responding(env, node)
+    done = json.loads(slurmadm(env, "repair", "qualify", node, "--json"))["done"]
+    q = done[0]["qualification"]
+    tests = {t["test"]: t for t in q["tests"]}
+    assert done[0]["ok"] and tests["links"]["status"] == "pass" and tests["health"]["status"] == "pass", q
+    assert tests["links"]["data"]["watched_s"] >= 6, tests["links"]  # the dev site's repair.link_watch_s
+    info = slurm_node(env, node)
+    assert not info.drained and info.state == "IDLE", info

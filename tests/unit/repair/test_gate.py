@@ -152,7 +152,7 @@ def test_a_refused_job_puts_an_in_service_node_back(site):
     from slurmadm.repair.qualify import REFUSED, Qualification
 
     class Refused(FakeQualifier):
-        def qualify(self, n, on_error="fail"):
+        def qualify(self, n, on_error="fail", *, link_watch_s=0.0):
             self.ran.append(n.name)
             return Qualification(n.name, "error", "qualification job refused by Slurm: Invalid qos", REFUSED)
 
@@ -183,12 +183,35 @@ def test_a_job_that_started_while_an_earlier_node_qualified_leaves_the_node_alon
     slurm = FakeSlurm([idle(n) for n in site.node_names])
 
     class Slow(FakeQualifier):
-        def qualify(self, n, on_error="fail"):
+        def qualify(self, n, on_error="fail", *, link_watch_s=0.0):
             slurm._set(b, state="ALLOCATED")  # a job started on b while a was being qualified
-            return super().qualify(n, on_error)
+            return super().qualify(n, on_error, link_watch_s=link_watch_s)
 
     ex = rr.Executor(site, slurm, Store(site.store.path), incidents=FakeIncidents([]), qualifier=Slow(["pass"]))
     report = gate.run(ex, [a, b])
     assert report.done[0]["ok"] is True
     assert report.done[1]["ok"] is False and "jobs still on the node" in report.done[1]["detail"]
     assert not any(c[1] == (b,) for c in slurm.calls) and report.exit_code == 1
+
+
+def test_a_node_an_admin_cleared_of_an_hca_incident_is_qualified_with_the_link_watch(site):
+    """The technician's way back (the cable replaced: `repair clear`, then `repair qualify`): the
+    qualification watches the links as the ladder's own would; a node cleared of a GPU's does not."""
+    import time
+
+    from slurmadm.repair import incidents
+    from tests.unit.repair.helpers import health_drain
+
+    a, b = site.node_names[:2]
+    slurm = FakeSlurm([idle(n) for n in site.node_names])
+    ex, store, q = _ex(site, slurm, results=["pass", "pass"])
+    now = time.time()
+    health_drain(store, a, [("infiniband", "mlx5_3 link flapped 2 times in 6 h")], ts=now - 60, run_id="r1")
+    health_drain(store, b, [("xid", "GPU2 XID 46 ROBUST_CHANNEL_GPU_TIMEOUT_ERROR (RESET_GPU)")], ts=now - 60,
+                 run_id="r2")
+    incidents.ingest(store, now=now - 50)
+    assert {i.node: i.cls for i in incidents.list_incidents(store)}[a] == "HCA"
+    incidents.clear(store, a, "cable replaced", now=now - 40)
+    incidents.clear(store, b, "GPU replaced", now=now - 40)
+    report = gate.run(ex, [a, b])
+    assert report.exit_code == 0 and list(zip(q.ran, q.watched)) == [(a, 600.0), (b, 0.0)]

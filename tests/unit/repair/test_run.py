@@ -246,12 +246,14 @@ class FakeQualifier:
     def __init__(self, results):
         self.results = list(results)
         self.ran: list[str] = []
+        self.watched: list[float] = []  # each qualification's link_watch_s
 
     def recover(self, nodes):
         return []
 
-    def qualify(self, n, on_error="fail"):
+    def qualify(self, n, on_error="fail", *, link_watch_s=0.0):
         self.ran.append(n.name)
+        self.watched.append(link_watch_s)
         status = self.results.pop(0)
         return Qualification(n.name, status, "kat: GPU 2 differs" if status == "fail" else "all passed",
                              "kat" if status == "fail" else "", "42")
@@ -488,7 +490,7 @@ def test_a_qualification_slurm_refuses_is_no_verdict_on_the_node(site):
     assert refused.refused and not judge("n", "", "srun: error: Socket timed out", 1).refused
 
     class Refusing(FakeQualifier):
-        def qualify(self, n, on_error="fail"):
+        def qualify(self, n, on_error="fail", *, link_watch_s=0.0):
             self.ran.append(n.name)
             if self.results.pop(0) == "refused":
                 return judge(n.name, "", "srun: error: Unable to allocate resources: Invalid account or "
@@ -575,10 +577,10 @@ class MeanwhileQualifier(FakeQualifier):
         super().__init__(["pass", "pass"])
         self.slurm, self.other, self.change = slurm, other, change
 
-    def qualify(self, n, on_error="fail"):
+    def qualify(self, n, on_error="fail", *, link_watch_s=0.0):
         if n.name != self.other:
             self.slurm._set(self.other, **self.change)
-        return super().qualify(n, on_error)
+        return super().qualify(n, on_error, link_watch_s=link_watch_s)
 
 
 @pytest.mark.parametrize("change, said", [
@@ -642,3 +644,20 @@ def test_the_gpus_of_several_incidents_are_reset_in_one_step(site):
     assert [d["step"] for d in report.done] == ["reset"] and report.exit_code == 0
     script = remote.commands[-1]  # one SSH command resets each in turn
     assert "--gpu-reset -i 2" in script and "--gpu-reset -i 5" in script, remote.commands
+
+
+def test_a_node_repaired_for_an_hca_is_qualified_with_the_link_watch(site):
+    """A flapping link came back from the ladder's reboot between flaps (the fleet replay): the
+    qualification of an HCA incident watches the links `repair.link_watch_s` (600 s unless the
+    site says otherwise); a GPU's qualification takes no longer than its tests."""
+    name, other = site.node_names[:2]
+    hca = node(name, reason="slurmadm: infiniband: mlx5_3 link flapped 2 times in 6 h [periodic]")
+    slurm = FakeSlurm([hca, node(other)] + [idle(n) for n in site.node_names[2:]])
+    incs = FakeIncidents([Inc("h1", name, cls="HCA", slot="mlx5_3/1", part_kind="hca", state="qualifying"),
+                          Inc("g1", other, state="qualifying")], step="qualify")
+    q = FakeQualifier(["pass", "pass"])
+    ex, store = _executor(site, slurm, incs, qualifier=q)
+    report = ex.run()
+    assert sorted(zip(q.ran, q.watched)) == sorted([(name, 600.0), (other, 0.0)]), report.done
+    said = {e.target: e.reason for e in store.events() if e.action == "repair.act.qualify"}
+    assert said[name].endswith("link watch (at least 600 s)") and said[other].endswith("link watch")
