@@ -78,6 +78,10 @@ from tests.integration.helpers import ensure_burnin_accounting  # noqa: E402
 
 PY = sys.executable
 POLICIES = ("a", "b", "c")
+# how often a flapping link (fault kind `flap`) goes down while it lasts, site seconds [ESTIMATE]:
+# the sources give how often links fail and how long their repair takes, not the flap rate
+# (fault-taxonomy: "goes down at first then goes up again... usually lasts for several seconds")
+FLAP_EVERY_SITE_S = 3600.0
 
 
 def site_for(policy: str, out: Path, nodes: int = 128) -> Path:
@@ -480,6 +484,10 @@ class Run:
         elif f.injector == "ib":
             args = ["dev-cluster", "ib-fault", f.node, "--hca", f.part, *sd]
             args += ["--clear"] if clear else ["--kind", f.kind]
+            if not clear and f.kind == "flap" and f.duration_s > 0:
+                # a bad cable goes on flapping until it is replaced (its repair clears it), across
+                # the ladder's reboot: once a site hour [ESTIMATE], at least once a replay second
+                args += ["--every", f"{max(1.0, FLAP_EVERY_SITE_S / self.args.compression):g}"]
         elif f.injector == "bmc":
             args = ["dev-cluster", "bmc-fault", f.node, *sd]
             args += ["--clear"] if clear else ["--kind", f.kind] + (["--value", f.value] if f.value else [])

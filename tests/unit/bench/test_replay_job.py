@@ -315,3 +315,33 @@ def test_a_return_after_the_ladder_s_qualification_is_the_ladder_s_whatever_the_
     run = m.Run("replay-00026", ("b200-009",), 45.9, 50.9, "COMPLETED")
     r = m.measure(m.Observed("a", 2000.0, 100.0, [(fault, True)], drains, returns, [run]))
     assert r["jobs"]["started_on_faulty_node"] == 0 and r["repair"]["returned_by_ladder"] == 1
+
+
+def test_a_flapping_link_goes_on_flapping_until_its_repair(monkeypatch):
+    """A `flap` fault with a repair time is a link that keeps flapping (the stand-in's `--every`,
+    once a site hour at the run's compression, at least once a replay second) until its repair
+    clears it: the 32-node run's flap wrote its lines once, and the ladder's reboot returned the
+    node between flaps."""
+    import sys
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(REPO))
+    from bench import fleet_replay
+
+    calls = []
+    monkeypatch.setattr(fleet_replay, "slurmadm", lambda env, *a, **k: calls.append(a) or SimpleNamespace(
+        returncode=0, stdout="", stderr=""))
+    run = fleet_replay.Run.__new__(fleet_replay.Run)
+    run.dc, run.env, run.errors = SimpleNamespace(state_dir="/s"), {}, []
+    run.args = SimpleNamespace(compression=720.0)
+    run._fault(schedule.Fault(5.0, "n1", "flap", "ib", "mlx5_0", "", 40.0, "network"), clear=False)
+    run._fault(schedule.Fault(5.0, "n1", "flap", "ib", "mlx5_0", "", 40.0, "network"), clear=True)
+    run._fault(schedule.Fault(5.0, "n2", "flap", "ib", "mlx5_1", "", 0.0, "network"), clear=False)
+    run.args.compression = 20000.0
+    run._fault(schedule.Fault(5.0, "n3", "flap", "ib", "mlx5_2", "", 9.0, "network"), clear=False)
+    assert calls == [
+        ("dev-cluster", "ib-fault", "n1", "--hca", "mlx5_0", "--state-dir", "/s", "--kind", "flap", "--every", "5"),
+        ("dev-cluster", "ib-fault", "n1", "--hca", "mlx5_0", "--state-dir", "/s", "--clear"),
+        ("dev-cluster", "ib-fault", "n2", "--hca", "mlx5_1", "--state-dir", "/s", "--kind", "flap"),
+        ("dev-cluster", "ib-fault", "n3", "--hca", "mlx5_2", "--state-dir", "/s", "--kind", "flap", "--every", "1"),
+    ] and run.errors == []
