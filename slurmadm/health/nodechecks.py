@@ -269,7 +269,6 @@ def hca_identity(root: str, hcas: list[str], port: int) -> str:
 
 def _flaps(ctx: Ctx, hcas: list[str]) -> dict[str, int]:
     """Link-down lines per HCA in the kernel log within the flap window (the XID source)."""
-    from . import xid as xidmod
 
     host = ctx.cfg.host
     since = ctx.now - host.get("ib_flap_window_hours", 6) * 3600
@@ -279,11 +278,18 @@ def _flaps(ctx: Ctx, hcas: list[str]) -> dict[str, int]:
         except ValueError:
             pass
     try:
-        lines = xidmod.kernel_lines(ctx.cfg.xid_source, ctx.cfg.node, ctx.now, FLAP_RE)
+        return link_downs(ctx.cfg.xid_source, ctx.cfg.node, ctx.now, hcas, since)
     except (OSError, ValueError):
         return {}  # the xid check reports an unreadable source
+
+
+def link_downs(source: str, node: str, now: float, hcas: list[str], since: float) -> dict[str, int]:
+    """Link-down lines per HCA in the kernel log (`health.xid_source`) logged at `since` or later.
+    OSError/ValueError: the source cannot be read. Also the repair qualification's link watch."""
+    from . import xid as xidmod
+
     counts: dict[str, int] = {}
-    for ts, line in lines:
+    for ts, line in xidmod.kernel_lines(source, node, now, FLAP_RE):
         if ts < since:
             continue
         for hca in hcas:

@@ -29,7 +29,6 @@ import argparse
 import getpass
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -353,8 +352,7 @@ def links_test(spec: dict[str, Any], started: float, before: dict[str, dict[str,
     check reads it) logged since `started`, or its link_downed counter risen since `before`."""
     from ..burnin import node as bnode
     from ..burnin.model import TestResult
-    from ..health import xid as xidmod
-    from ..health.nodechecks import FLAP_RE
+    from ..health.nodechecks import link_downs
 
     watch = float(spec.get("link_watch_s") or 0)
     hcas = list(spec.get("hcas") or [])
@@ -364,21 +362,11 @@ def links_test(spec: dict[str, Any], started: float, before: dict[str, dict[str,
     if left > 0:
         sleep(left)
     now = clock()
-    downs: dict[str, int] = {}
-    source = str(spec.get("xid_source") or "kmsg")
     try:
-        lines = xidmod.kernel_lines(source, spec.get("node") or "", now, FLAP_RE)
-    except (OSError, ValueError) as exc:
-        lines = []
-        unread = f"; kernel log unreadable ({type(exc).__name__})"
-    else:
+        downs = link_downs(str(spec.get("xid_source") or "kmsg"), spec.get("node") or "", now, hcas, started)
         unread = ""
-    for ts, line in lines:
-        if ts < started:
-            continue
-        for hca in hcas:
-            if re.search(rf"\b{re.escape(hca)}\b", line):
-                downs[hca] = downs.get(hca, 0) + 1
+    except (OSError, ValueError) as exc:
+        downs, unread = {}, f"; kernel log unreadable ({type(exc).__name__})"
     rise = bnode.counter_rise(before, bnode.read_counters(spec))
     for hca, counters in rise.items():
         downs[hca] = max(downs.get(hca, 0), counters.get("link_downed", 0))

@@ -19,10 +19,10 @@ from slurmadm.health import engine
 from slurmadm.health.record import NodeState
 from slurmadm.repair import qualify
 from slurmadm.resources import example_site
-from slurmadm.site import load_site, parse_site
+from slurmadm.site import load_site
 from slurmadm.store import Store
 from tests.unit.repair.helpers import health_drain
-from tests.unit.siteedit import edited, put
+from tests.unit.repair.test_qualify_ack import site  # noqa: F401 - the node-store site fixture
 
 pytestmark = pytest.mark.unit
 NODE = "b200-001"
@@ -84,17 +84,6 @@ def test_the_watch_waits_out_its_time_since_the_job_began(ports):
 def test_a_profile_without_hcas_skips_it(ports):
     spec, _kmsg, _port = ports
     assert qualify.links_test({**spec, "hcas": []}, time.time(), {}).status == "skip"
-
-
-@pytest.fixture()
-def site(tmp_path, monkeypatch):
-    text = edited(put("store.path", str(tmp_path / "stores" / "{node}.db")),
-                  put("store.audit_log", str(tmp_path / "audit.jsonl")))
-    (tmp_path / "stores").mkdir()
-    p = tmp_path / "site.toml"
-    p.write_text(text)
-    monkeypatch.setenv("SLURMADM_SITE", str(p))
-    return parse_site(text, source=str(p))
 
 
 def test_the_flaps_before_the_reboot_are_acknowledged_in_the_nodes_health(site):
