@@ -315,6 +315,26 @@ demo_rma_cost() {
 }
 if [ -n "${DEMO_REPAIR:-1}" ]; then demo_rma_cost; fi
 
+# ---- a link that keeps flapping (issue 37): the ladder's reboot does not mend a cable; the
+# qualification's link watch sees it go down again and holds the node for a person
+demo_link_flap() {
+  step "repair: b200-002's cable keeps flapping; reboot, the qualification's link watch fails it; cable replaced"
+  slurmadm dev-cluster ib-fault b200-002 --hca mlx5_3 --kind flap --every 2 >/dev/null
+  slurmadm health run --node b200-002 --checks infiniband >/dev/null || true   # the signal: drained
+  sinfo -h -R -n b200-002 -o "%100E %N"
+  slurmadm repair run || true                         # the HCA ladder's first rung: a reboot
+  wait_until 300 "b200-002's qualification to fail on its links" sh -c \
+    "slurmadm repair run >/dev/null 2>&1; sinfo -h -R -n b200-002 -o %E | grep -Eq 'repair: (qualify: HCA: failed|rma)'" || true
+  sinfo -h -R -n b200-002 -o "%100E %N"              # failed: links: mlx5_3 went down while watched
+  slurmadm repair history b200-002 | head -12
+  slurmadm dev-cluster ib-fault b200-002 --clear      # the cable replaced: the flapping stops
+  slurmadm repair clear b200-002 --reason "cable replaced" || true
+  wait_until 60 "b200-002 to answer slurmctld" sh -c '! sinfo -h -n b200-002 -o %T | grep -q "[*]"' || true
+  slurmadm repair qualify b200-002 || true            # the link watch passes: back in service
+  sinfo -h -p gpu -n b200-002 -o "%N %T"
+}
+if [ -n "${DEMO_REPAIR:-1}" ]; then demo_link_flap; fi
+
 # ---- slurmadm deploy (issue 26): slurmadm itself onto the fake nodes, each into its own /opt
 demo_deploy() {
   step "deploy: slurmadm onto every node from one wheelhouse (no index on the nodes), atomic switch, doctor"

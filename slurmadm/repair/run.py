@@ -139,8 +139,15 @@ def repair_breaker(node: NodeInfo, everyone: Sequence[NodeInfo], in_repair: set[
 
 def link_watch_s(site, classes) -> float:
     """How long a qualification watches the node's links at least: `repair.link_watch_s` for a
-    node repaired for an HCA (a link down or flapping), else no longer than its other tests."""
-    return float(site.repair.link_watch_s) if "HCA" in classes else 0.0
+    node repaired for an HCA (a link down or flapping), at most half the qualification job's time
+    limit (`burnin.job_time_limit`); else no longer than its other tests."""
+    if "HCA" not in classes:
+        return 0.0
+    from ..site.accounts import slurm_time_seconds
+
+    job = slurm_time_seconds(site.burnin.job_time_limit) or 0
+    # the job's own limit bounds it (a site's explicit watch must fit: site/validate.py)
+    return float(min(site.repair.link_watch_s, job / 2)) if job else float(site.repair.link_watch_s)
 
 
 def qualification_text(watch: float) -> str:

@@ -146,6 +146,10 @@ def _check_burnin_times(site: Site, p: Callable[[str], None]) -> None:
     if secs["job_time_limit"] > secs["sweep_time_limit"]:
         p(f"burnin.job_time_limit: {b.job_time_limit} is longer than burnin.sweep_time_limit "
           f"{b.sweep_time_limit}")
+    # the qualification job runs under it (a default watch is cut to fit: repair.run.link_watch_s)
+    if "link_watch_s" in site.repair.model_fields_set and site.repair.link_watch_s >= secs["job_time_limit"]:
+        p(f"repair.link_watch_s: {site.repair.link_watch_s:g} s does not fit in burnin.job_time_limit "
+          f"{b.job_time_limit}, the qualification job's limit")
     qos = site.qos_by_name().get(b.qos)
     if qos is not None and qos.max_wall is not None:
         wall = slurm_time_seconds(qos.max_wall)

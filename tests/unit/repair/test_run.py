@@ -661,3 +661,10 @@ def test_a_node_repaired_for_an_hca_is_qualified_with_the_link_watch(site):
     assert sorted(zip(q.ran, q.watched)) == sorted([(name, 600.0), (other, 0.0)]), report.done
     said = {e.target: e.reason for e in store.events() if e.action == "repair.act.qualify"}
     assert said[name].endswith("link watch (at least 600 s)") and said[other].endswith("link watch")
+
+
+def test_the_default_link_watch_fits_in_the_qualification_jobs_limit():
+    short = parse_site(edited(put("burnin.job_time_limit", "00:10:00")), source="site.toml")
+    assert rr.link_watch_s(short, ["HCA"]) == 300.0  # half the job's 10 minutes, not the default 600
+    assert rr.link_watch_s(short, ["ECC", "RESET_GPU"]) == 0.0
+    assert rr.link_watch_s(parse_site(edited(), source="site.toml"), {"HCA"}) == 600.0

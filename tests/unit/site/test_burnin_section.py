@@ -68,3 +68,15 @@ def test_job_limit_above_the_qos_max_wall():
         parse_site(text)
     assert any("burnin.job_time_limit: 03:00:00 is above the max_wall 02:30:00 of QOS 'burnin'" in line
                for line in err.value.lines())
+
+
+def test_a_link_watch_longer_than_the_qualification_jobs_limit_is_refused():
+    """repair.link_watch_s runs inside the qualification job (burnin.job_time_limit): a watch
+    that does not fit would be killed by Slurm and fail every HCA qualification."""
+    text = replace_line("job_time_limit", '"00:10:00"')
+    assert parse_site(text).repair.link_watch_s == 600.0  # the default: cut to fit where it is used
+    with pytest.raises(SiteError) as err:
+        parse_site(text + "\n[repair]\nlink_watch_s = 600\n")
+    assert any("repair.link_watch_s: 600 s does not fit in burnin.job_time_limit 00:10:00" in line
+               for line in err.value.lines()), err.value.lines()
+    assert parse_site(text + "\n[repair]\nlink_watch_s = 300\n").repair.link_watch_s == 300
