@@ -138,9 +138,7 @@ def _qualify(ex, a: Action) -> dict[str, Any]:
     elif not foreign and n.reason != a.reason:
         ex.backend.set_reason([a.node], a.reason)
     # a node an admin cleared (the part replaced) is watched as its cleared incidents ask
-    mine = incidents.list_incidents(ex.store, node=a.node)
-    cleared = ladder.cleared_at(a.node, mine)
-    watch = link_watch_s(ex.site, {i.cls for i in mine if i.step == "clear" and cleared and i.closed_ts == cleared})
+    watch = link_watch_s(ex.site, ladder.last_cleared(a.node, incidents.list_incidents(ex.store, node=a.node)))
     ex._audit(a, qualification_text(watch))
     q = ex.qualifier.qualify(ex._node(a.node), ex.site.health.on_error, link_watch_s=watch)
     if a.incident:  # someone else's drain over our incident: the result is evidence for it

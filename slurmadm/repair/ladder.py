@@ -123,6 +123,13 @@ def cleared_at(node: str, items: list[Incident]) -> float:
                default=0.0)
 
 
+def last_cleared(node: str, items: list[Incident]) -> set[str]:
+    """The classes of the incidents an admin's last `repair clear` of `node` closed (none when
+    never cleared): what the part replaced was, for the qualification that follows."""
+    when = cleared_at(node, items)
+    return {i.cls for i in items if when and i.node == node and i.step == "clear" and i.closed_ts == when}
+
+
 def failed_qualifications(inc: Incident, history: list[Incident]) -> int:
     """Failed qualification steps recorded in the evidence of this incident and its history (any
     window, `[lemon] failed_qualifications`), since each one's part was replaced (if it was) and
