@@ -71,8 +71,10 @@ UNFINISHED = {"PENDING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPE
 
 
 def accounted(env, job_ids) -> dict[str, dict[str, str]]:
-    """sacct's rows for `job_ids`, once slurmdbd has every one in a final state: slurmctld sends a
-    job's end to slurmdbd asynchronously, so squeue can be empty while sacct still says RUNNING."""
+    """sacct's rows for `job_ids`, once slurmdbd has every one in a final state and its start
+    record: slurmctld sends a job's start and end to slurmdbd asynchronously, so squeue can be
+    empty while sacct still says RUNNING, and a job whose step or end reached slurmdbd before its
+    start is a row without its QOS (sacct prints "Unknown") until the start arrives (CI, stop 56)."""
     fields = ["JobID", "State", "QOS", "Account", "NNodes", "NodeList", "Reservation"]
 
     def rows():
@@ -81,7 +83,8 @@ def accounted(env, job_ids) -> dict[str, dict[str, str]]:
 
     def final():
         got = rows()
-        return set(got) >= set(job_ids) and not any(r["State"] in UNFINISHED for r in got.values())
+        return set(got) >= set(job_ids) and not any(r["State"] in UNFINISHED or r["QOS"] == "Unknown"
+                                                     for r in got.values())
 
     wait_for(final, 60, interval=0.5)  # the asserts below say what was left if it never got there
     return rows()
