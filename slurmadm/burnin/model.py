@@ -12,7 +12,7 @@ from typing import Any
 STATUSES = ("pass", "fail", "warn", "skip", "error")
 
 # Test ids: stable, they appear in drain reasons as `slurmadm: burnin-<test>: ...`.
-TESTS = ("health", "stress", "dcgm", "allreduce-node", "allreduce-pair", "fabric", "job")
+TESTS = ("health", "stress", "dcgm", "allreduce-node", "allreduce-pair", "kat", "fabric", "links", "job")
 
 
 @dataclass

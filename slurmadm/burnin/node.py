@@ -9,7 +9,10 @@ JSON lines from stdout:
 
 Tests, in order: the GPU stress, DCGM's diagnostic where installed, the single-node all-reduce,
 the known-answer compute test (`kat`, burnin.known_answer: repair/kat.py, a disagreeing GPU named
-`GPU<index>` so that its drain opens an incident on that GPU), then the health suite
+`GPU<index>` so that its drain opens an incident on that GPU), the HCA ports' rates (`fabric`),
+the link watch (`links`: any compute HCA port down while the job ran fails it, NVIDIA's flap
+threshold of 1 under load; before the health suite, whose infiniband check counts flaps in its
+window, so that the drain names the port and opens an HCA incident on it), then the health suite
 (`slurmadm health run --dry-run --json`) on the node that has just been under load (Slurm's prolog checked it idle before the job began).
 """
 
@@ -21,7 +24,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import SlurmadmError, UsageError
@@ -200,6 +203,48 @@ def counter_rise(before: dict[str, dict[str, int]], after: dict[str, dict[str, i
     return out
 
 
+# Any link down while a burn-in or qualification job runs fails it: NVIDIA's Health-Validation
+# counts link flaps at `fatal_flap_threshold` = 1 (shared/anchors/fault-taxonomy-2026-12.md); the
+# health check's own rule (health.ib_flaps_max in health.ib_flap_window_hours) is for a node in
+# service, between jobs.
+LINK_FLAPS_MAX = 0
+
+
+def links_test(spec: dict[str, Any], started: float, before: dict[str, dict[str, int]], *,
+               clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep):
+    """The link watch, the last of burn-in's and the repair qualification's tests: waits until
+    `spec["link_watch_s"]` (0: none) have passed since the job `started` (wall clock; the other
+    tests' time counts), then fails when a compute HCA port went down meanwhile: a "Link down"
+    line of it in the kernel log (`spec["xid_source"]`, as the health check reads it) logged since
+    `started`, or its link_downed counter risen since `before`."""
+    from ..health.nodechecks import link_downs
+
+    watch = float(spec.get("link_watch_s") or 0)
+    hcas = list(spec.get("hcas") or [])
+    if not hcas:
+        return TestResult("links", "skip", "no compute HCAs in the profile")
+    left = started + watch - clock()
+    if left > 0:
+        sleep(left)
+    now = clock()
+    try:
+        downs = link_downs(str(spec.get("xid_source") or "kmsg"), spec.get("node") or "", now, hcas, started)
+        unread = ""
+    except (OSError, ValueError) as exc:
+        downs, unread = {}, f"; kernel log unreadable ({type(exc).__name__})"
+    rise = counter_rise(before, read_counters(spec))
+    for hca, counters in rise.items():
+        downs[hca] = max(downs.get(hca, 0), counters.get("link_downed", 0))
+    bad = {h: n for h, n in sorted(downs.items()) if n > LINK_FLAPS_MAX}
+    watched = f"{len(hcas)} port(s) watched {now - started:.0f} s"
+    data = {"watched_s": round(now - started, 1), "downs": bad}
+    if bad:
+        what = ", ".join(f"{h} {n}x" for h, n in bad.items())
+        return TestResult("links", "fail", f"link down while watched: {what} ({watched}){unread}",
+                          value=float(sum(bad.values())), unit="downs", data=data)
+    return TestResult("links", "pass", f"no link down ({watched}){unread}", value=0.0, unit="downs", data=data)
+
+
 def fabric_rates(spec: dict[str, Any], before: dict[str, dict[str, int]] | None = None) -> TestResult:
     """Each compute HCA port's link rate from sysfs (`<root>/class/infiniband/<hca>/ports/<port>/rate`,
     e.g. "400 Gb/sec (4X NDR)"), for the fleet-relative verdict `hca-rate`. The health suite's
@@ -302,7 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = json.loads(ap.parse_args(argv).spec)
     node = local_node(None)
     _emit({"event": "started", "node": node, "job_id": os.environ.get("SLURM_JOB_ID", ""), "pid": os.getpid()})
-    counters_before = read_counters(spec)  # before the load: their rise over it is a fleet metric
+    started, counters_before = time.time(), read_counters(spec)  # before the load: their rise over it is a fleet metric
+    spec.setdefault("node", node)
     # Load first, then the health suite: the prolog already checked the idle node before this job
     # started; what burn-in adds is whether the node is still healthy after hours-long load.
     steps = [
@@ -311,6 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("allreduce-node", lambda: single_node_allreduce(spec)),
         ("kat", kat_test),
         ("fabric", lambda: fabric_rates(spec, counters_before)),
+        ("links", lambda: links_test(spec, started, counters_before)),
         ("health", lambda: health_suite(spec["step_timeout"])),
     ]
     tests = []

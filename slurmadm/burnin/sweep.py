@@ -381,11 +381,13 @@ class Sweep:
         }
 
     def _fabric_spec(self, node: str) -> dict[str, Any]:
-        """Where the node job reads its HCA port rates (as the health suite's infiniband check)."""
+        """Where the node job reads its HCA ports' rates and counters and their "Link down" lines
+        (as the health suite's infiniband check)."""
         nics = self.site.node_profile(node).nics
         hcas = expand(nics.hcas, what="nics.hcas") if nics.hcas and nics.count else []
         return {"hcas": hcas, "hca_port": nics.port,
-                "sysfs_root": self.site.health.sysfs_root.replace("{node}", node)}
+                "sysfs_root": self.site.health.sysfs_root.replace("{node}", node),
+                "xid_source": self.site.health.xid_source.replace("{node}", node)}
 
     def _node_request(self, node: str) -> sjobs.JobRequest:
         argv = [self.python, "-m", "slurmadm.burnin.node", "--spec", json.dumps(self.node_spec(node), sort_keys=True)]

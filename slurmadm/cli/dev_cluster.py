@@ -9,6 +9,7 @@ import threading
 import click
 
 from ..devcluster.cluster import DEFAULT_PORT_BASE, DevCluster, default_state_dir
+from ..devcluster.ibsysfs import IB_FAULTS
 from ..errors import UsageError
 from ..hostlist import compress
 from .common import Group, console, json_option, print_json, progress, say, styled, table
@@ -148,8 +149,9 @@ def _show(st: dict) -> None:
 @dev_cluster.command("ib-fault")
 @click.argument("node")
 @click.option("--hca", default=None, help="The HCA (e.g. mlx5_3).")
-@click.option("--kind", type=click.Choice(["down", "rate", "errors", "missing", "flap"]), default=None,
-              help="down, rate (200 Gb/s), errors (symbol_error +5000, link_downed +3), missing, flap (2 x Link down; see --every).")
+@click.option("--kind", type=click.Choice(list(IB_FAULTS)), default=None,
+              help="down, rate (200 Gb/s), errors (symbol_error +5000, link_downed +3), missing, flap (2 x Link down; "
+                   "see --every), flap-once (Link down and up, link_downed +1).")
 @click.option("--every", type=click.FloatRange(0.5, 86400), default=None, metavar="SECONDS",
               help="With --kind flap: the link keeps flapping, once every SECONDS (across reboots), until --clear.")
 @click.option("--clear", is_flag=True, help="Every stand-in HCA of NODE healthy again, its flapping stopped "

@@ -28,7 +28,7 @@ from ..errors import UsageError
 from ..files import write_atomic
 from ..hostlist import expand
 
-IB_FAULTS = ("down", "rate", "errors", "missing", "flap")
+IB_FAULTS = ("down", "rate", "errors", "missing", "flap", "flap-once")
 _RATE = {400: "400 Gb/sec (4X NDR)", 200: "200 Gb/sec (4X HDR)", 100: "100 Gb/sec (4X EDR)", 800: "800 Gb/sec (4X XDR)"}
 COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors", "port_xmit_discards",
             "local_link_integrity_errors", "excessive_buffer_overrun_errors")
@@ -207,6 +207,10 @@ def ib_fault(state_dir: str | Path, node: str, hca: str, kind: str, *, port: int
             write_atomic(f, f"{min(int(f.read_text()) + n, 65535 if c == 'symbol_error' else 255)}\n")
     elif kind == "missing":
         _remove(state_dir, node, base)
+    elif kind == "flap-once":  # down once and back: one flap's lines, link_downed +1
+        if kmsg is None:
+            raise UsageError("fault flap-once needs the node's kernel log")
+        flap_once(kmsg, node, hca, pdir, now)
     elif kind == "flap":
         if kmsg is None:
             raise UsageError("fault flap needs the node's kernel log")

@@ -13,7 +13,7 @@ check's acknowledgement (`acknowledge_xids`: the head's time travels in the spec
 logged before repair's reboot or an admin's `repair clear` likewise), then runs, in order, a short
 GPU stress (burnin/stress.py), the single-node all-reduce (the burn-in's), the known-answer
 compute test (kat.py), the full health suite (`slurmadm health run --dry-run --json`, as burn-in
-runs it) and the link watch (`links_test`: no compute HCA port went down while the job ran, by
+runs it) and the link watch (burn-in's `links_test`: no compute HCA port went down while the job ran, by
 the kernel log's "Link down" lines and link_downed; a node repaired for an HCA is watched at
 least `repair.link_watch_s`), printing burn-in's JSON event lines; a node slow against its
 profile's burn-in baseline fails too (`against_baseline`). Afterwards the
@@ -51,10 +51,6 @@ XID_RESET_ACK_KEY = "repair-xid-reset-ack"
 QUALIFY_STRESS_MAX_S = 120  # a short stress: burnin.stress_seconds, at most this
 POLL_S = 0.5
 TESTS = ("stress", "allreduce-node", "kat", "health", "links")
-# Any link down while the qualification watches fails it: NVIDIA's Health-Validation counts link
-# flaps at `fatal_flap_threshold` = 1 (shared/anchors/fault-taxonomy-2026-12.md); the health
-# check's own rule (health.ib_flaps_max in health.ib_flap_window_hours) is for a node in service
-LINK_FLAPS_MAX = 0
 REFUSED = "refused"  # failed_test of a job Slurm would not allocate: nothing ran on the node
 # srun's words when slurmctld refuses the allocation outright (an unknown account or QOS, an
 # account/partition pair with no association, a partition gone): the site's setup, not the node
@@ -174,8 +170,7 @@ class Qualifier:
         spec = sweep.node_spec(node)
         stress_s = self.site.repair.qualify_stress_seconds or min(self.site.burnin.stress_seconds,
                                                                   QUALIFY_STRESS_MAX_S)
-        spec.update(stress_seconds=stress_s, dcgm_level=0, kat=True,
-                    xid_source=self.site.health.xid_source.replace("{node}", node), link_watch_s=link_watch_s)
+        spec.update(stress_seconds=stress_s, dcgm_level=0, kat=True, link_watch_s=link_watch_s)
         for key, name in ((XID_ACK_KEY, "xid_ack"), (XID_RESET_ACK_KEY, "xid_reset_ack")):
             try:
                 ack = float(self.store.get_node_state(node, key) or 0)
@@ -344,42 +339,6 @@ def acknowledge_xids(node: str, ack: float, reset_ack: float = 0.0, link_ack: fl
             "detail": f"{what} acknowledged in {path}"}
 
 
-def links_test(spec: dict[str, Any], started: float, before: dict[str, dict[str, int]], *,
-               clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep):
-    """The link watch: waits until `spec["link_watch_s"]` have passed since the job `started`
-    (wall clock; the other tests' time counts), then fails when a compute HCA port went down
-    meanwhile: a "Link down" line of it in the kernel log (`spec["xid_source"]`, as the health
-    check reads it) logged since `started`, or its link_downed counter risen since `before`."""
-    from ..burnin import node as bnode
-    from ..burnin.model import TestResult
-    from ..health.nodechecks import link_downs
-
-    watch = float(spec.get("link_watch_s") or 0)
-    hcas = list(spec.get("hcas") or [])
-    if not hcas:
-        return TestResult("links", "skip", "no compute HCAs in the profile")
-    left = started + watch - clock()
-    if left > 0:
-        sleep(left)
-    now = clock()
-    try:
-        downs = link_downs(str(spec.get("xid_source") or "kmsg"), spec.get("node") or "", now, hcas, started)
-        unread = ""
-    except (OSError, ValueError) as exc:
-        downs, unread = {}, f"; kernel log unreadable ({type(exc).__name__})"
-    rise = bnode.counter_rise(before, bnode.read_counters(spec))
-    for hca, counters in rise.items():
-        downs[hca] = max(downs.get(hca, 0), counters.get("link_downed", 0))
-    bad = {h: n for h, n in sorted(downs.items()) if n > LINK_FLAPS_MAX}
-    watched = f"{len(hcas)} port(s) watched {now - started:.0f} s"
-    data = {"watched_s": round(now - started, 1), "downs": bad}
-    if bad:
-        what = ", ".join(f"{h} {n}x" for h, n in bad.items())
-        return TestResult("links", "fail", f"link down while watched: {what} ({watched}){unread}",
-                          value=float(sum(bad.values())), unit="downs", data=data)
-    return TestResult("links", "pass", f"no link down ({watched}){unread}", value=0.0, unit="downs", data=data)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     from ..burnin import node as bnode
     from ..burnin import stress
@@ -403,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("allreduce-node", lambda: bnode.single_node_allreduce(spec)),
         ("kat", kat_test),
         ("health", lambda: bnode.health_suite(spec["step_timeout"])),
-        ("links", lambda: links_test(spec, started, counters)),
+        ("links", lambda: bnode.links_test(spec, started, counters)),
     ]
     tests = []
     standin = bnode.stand_in_gpus(node)  # the dev cluster's stand-in straggler and GPU rates, as burn-in's job

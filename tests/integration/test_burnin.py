@@ -170,23 +170,14 @@ def test_fault_under_load_drains_exactly_that_node_and_a_clean_sweep_resumes_it(
     burn-in load; the sweep drains that node alone, with the reason in the report; once the fault
     is cleared, the next sweep re-qualifies and resumes it."""
     clean(burnin_env)
-    report_dir = Path(dev_cluster.site().burnin.report_dir)
-    before = set(report_dir.glob("*/")) if report_dir.exists() else set()
-    proc = _start_sweep(burnin_env)
-    try:
-        def started_on_003() -> bool:
-            fresh = [d for d in report_dir.glob("*/") if d not in before]
-            return any("started" in f.read_text() for d in fresh for f in d.glob("jobs/*.b200-003.out"))
 
-        assert wait_for(started_on_003, 90, interval=0.1)  # the prolog passed; the load is on
+    def ecc() -> None:
         fault = run_slurmadm(burnin_env, "dev-cluster", "gpu-fault", "b200-003", "--gpu", "2", "--kind",
                              "ecc-uncorrected", "--state-dir", str(dev_cluster.state_dir))
         assert fault.returncode == 0, fault.stderr
-        out, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, err  # a node failed
+
+    rc, out, err = _fault_under_load(burnin_env, dev_cluster, "b200-003", ecc)
+    assert rc == 1, err  # a node failed
     s = json.loads(out)
     by = {n["node"]: n for n in s["nodes"]}
     assert [n for n, r in by.items() if r["verdict"] == "fail"] == ["b200-003"]
@@ -262,9 +253,40 @@ def test_a_standing_fault_fails_the_node_whoever_drains_it(burnin_env, dev_clust
     assert incidents[0]["serial"] and incidents[0]["part_key"] == incidents[0]["serial"], incidents
 
 
-def _start_sweep(env) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "slurmadm", "burnin", "run", "--json"], env=env,
+def _start_sweep(env, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "slurmadm", "burnin", "run", "--json", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _fault_under_load(env, dev_cluster, node: str, inject, *args: str) -> tuple[int, str, str]:
+    """A sweep (`burnin run --json ARGS`) with `inject()` called once NODE's burn-in job has
+    started (its prolog passed, its load is on), the job's process paused meanwhile: the fault
+    falls inside its run, before its tests read, however slow this machine is. The sweep's exit
+    code, stdout and stderr."""
+    report_dir = Path(dev_cluster.site().burnin.report_dir)
+    before = set(report_dir.glob("*/")) if report_dir.exists() else set()
+    proc = _start_sweep(env, *args)
+    pid: list[int] = []
+    try:
+        def job_started() -> bool:
+            for f in (f for d in report_dir.glob("*/") if d not in before for f in d.glob(f"jobs/*.{node}.out")):
+                for line in f.read_text().splitlines():
+                    if '"event": "started"' in line:
+                        pid.append(json.loads(line)["pid"])
+                        return True
+            return False
+
+        assert wait_for(job_started, 90, interval=0.1), proc.poll()
+        os.kill(pid[0], signal.SIGSTOP)
+        try:
+            inject()
+        finally:
+            os.kill(pid[0], signal.SIGCONT)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, out, err
 
 
 def _running(env, n: int) -> bool:
@@ -320,3 +342,41 @@ def test_a_killed_sweep_is_cleaned_up_by_the_next_one(burnin_env, dev_cluster):
         assert runs[1]["status"] == "interrupted"
         assert store.events(action="burnin.recover")
     assert not our_jobs(burnin_env) and "slurmadm_burnin" not in reservations(burnin_env)
+
+
+def test_a_link_down_once_under_load_fails_that_node_and_its_port_goes_to_repair(burnin_env, dev_cluster):
+    """A link that goes down once while its node is under burn-in load (`ib-fault --kind
+    flap-once`: one flap, which the health check's flap window lets pass): the sweep's link watch
+    fails that node, its drain names the port, and repair opens an HCA incident on that port. The
+    cable reseated (`repair clear`), `repair qualify` watches the link quiet and returns it."""
+    clean(burnin_env)
+    node, hca = "b200-001", "mlx5_3"
+    sd = ["--state-dir", str(dev_cluster.state_dir)]
+
+    def flap() -> None:
+        p = run_slurmadm(burnin_env, "dev-cluster", "ib-fault", node, "--hca", hca, "--kind", "flap-once", *sd)
+        assert p.returncode == 0, p.stderr
+
+    rc, out, err = _fault_under_load(burnin_env, dev_cluster, node, flap, "--nodes", node)
+    assert rc == 1, err  # a node failed
+    bad = {n["node"]: n for n in json.loads(out)["nodes"]}[node]
+    assert (bad["verdict"], bad["failed_test"], bad["action"]) == ("fail", "links", "drained"), bad
+    assert bad["reason"].startswith(f"slurmadm: burnin-links: link down while watched: {hca} 1x ("), bad["reason"]
+    assert settled(burnin_env)[node] == ("drained", bad["reason"])
+    status = run_slurmadm(burnin_env, "repair", "status", "--json")
+    assert status.returncode == 0, status.stderr
+    inc = [i for i in json.loads(status.stdout) if i["node"] == node and i["part_kind"] == "hca"]
+    assert [(i["class"], i["slot"], i["next"]) for i in inc] == [("HCA", hca, "reboot")], inc
+    assert "link down while watched" in inc[0]["last_signal"], inc
+
+    assert run_slurmadm(burnin_env, "dev-cluster", "ib-fault", node, "--clear", *sd).returncode == 0
+    cleared = run_slurmadm(burnin_env, "repair", "clear", node, "--reason", "cable reseated", "--json")
+    assert cleared.returncode == 0 and inc[0]["id"] in json.loads(cleared.stdout)["cleared"], cleared.stderr
+    settled(burnin_env)  # slurmctld's ping has reached it: the gate asks that of a node
+    qualified = run_slurmadm(burnin_env, "repair", "qualify", node, "--json", timeout=240)
+    assert qualified.returncode == 0, qualified.stderr + qualified.stdout
+    done = json.loads(qualified.stdout)["done"][0]
+    tests = {t["test"]: t for t in done["qualification"]["tests"]}
+    assert done["ok"] and tests["links"]["status"] == "pass", done
+    assert tests["links"]["data"]["watched_s"] >= 6, tests["links"]  # the dev site's repair.link_watch_s
+    assert settled(burnin_env)[node][0] == "idle"

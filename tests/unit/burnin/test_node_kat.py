@@ -76,7 +76,7 @@ def test_the_node_job_runs_the_test_only_when_the_spec_asks(standin, monkeypatch
         return {t["test"]: t for t in lines[-1]["tests"]}
 
     ran = tests({"kat": True})
-    assert list(ran) == ["stress", "allreduce-node", "kat", "fabric", "health"]
+    assert list(ran) == ["stress", "allreduce-node", "kat", "fabric", "links", "health"]
     assert ran["kat"]["status"] == "fail" and ran["kat"]["detail"].startswith("GPU2 (standin:node-a:gpu2)")
     assert "kat" not in tests({"kat": False}) and "kat" not in tests({})
 

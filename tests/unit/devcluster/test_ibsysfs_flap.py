@@ -41,3 +41,19 @@ def test_the_flapper_flaps_until_stopped(tmp_path):
         assert downs(kmsg) == logged
     finally:
         d.stop(timeout=5)
+
+
+def test_a_link_that_goes_down_once(tmp_path):
+    """`ib-fault --kind flap-once`: one flap (its Link down and Link up lines, link_downed +1),
+    what burn-in's link watch fails a node for and the health check's flap window lets pass."""
+    from slurmadm.health.nodechecks import link_downs
+
+    profile = load_site(example_site()).node_profile(NODE)
+    ibsysfs.write_healthy(tmp_path, NODE, profile)
+    kmsg = tmp_path / f"{NODE}.kmsg"
+    ibsysfs.ib_fault(tmp_path, NODE, "mlx5_2", "flap-once", port=profile.nics.port, kmsg=kmsg)
+    port = tmp_path / f"{NODE}.sysfs" / "class" / "infiniband" / "mlx5_2" / "ports" / str(profile.nics.port)
+    assert downs(kmsg) == 1 and (port / "counters" / "link_downed").read_text() == "1\n"
+    assert link_downs(str(kmsg), NODE, 4e9, ["mlx5_2", "mlx5_3"], 0.0) == {"mlx5_2": 1}
+    with pytest.raises(ibsysfs.UsageError, match="kernel log"):
+        ibsysfs.ib_fault(tmp_path, NODE, "mlx5_2", "flap-once", port=profile.nics.port)

@@ -1,4 +1,4 @@
-"""The qualification's link watch (repair/qualify.py `links_test`): a node drained for a flapping
+"""The link watch (burnin/node.py `links_test`, the last test of the repair qualification and one of burn-in's): a node drained for a flapping
 link came back from repair's reboot while its cable still flapped, passed the qualification and
 took jobs between flaps (the 32-node fleet replay, issue 37). The qualification now watches the
 compute HCA ports while it runs, at least `repair.link_watch_s` for a node repaired for an HCA,
@@ -47,10 +47,10 @@ def test_a_link_that_went_down_while_watched_fails_and_one_before_does_not(ports
     ibsysfs.flap_once(kmsg, NODE, "mlx5_3", port / "gone", before_job)  # logged before the job: not its
     started = time.time() - 30
     counters = bnode.read_counters(spec)
-    quiet = qualify.links_test(spec, started, counters)
+    quiet = bnode.links_test(spec, started, counters)
     assert quiet.status == "pass" and quiet.detail.startswith("no link down (8 port(s) watched"), quiet
     ibsysfs.flap_once(kmsg, NODE, "mlx5_3", port)  # while the job runs: a line and link_downed +1
-    r = qualify.links_test(spec, started, counters)
+    r = bnode.links_test(spec, started, counters)
     assert r.status == "fail" and r.detail.startswith("link down while watched: mlx5_3 1x"), r
     assert r.data["downs"] == {"mlx5_3": 1} and r.value == 1.0
 
@@ -61,7 +61,7 @@ def test_link_downed_rising_alone_fails_it(ports):
     spec, _kmsg, _port = ports
     started, counters = time.time(), bnode.read_counters(spec)
     ibsysfs.ib_fault(spec["sysfs_root"].rsplit("/", 1)[0], NODE, "mlx5_6", "errors")  # link_downed +3
-    r = qualify.links_test(spec, started, counters)
+    r = bnode.links_test(spec, started, counters)
     assert r.status == "fail" and "mlx5_6 3x" in r.detail, r
 
 
@@ -74,16 +74,16 @@ def test_the_watch_waits_out_its_time_since_the_job_began(ports):
         slept.append(s)
         now[0] += s
 
-    r = qualify.links_test({**spec, "link_watch_s": 600}, 900.0, {}, clock=lambda: now[0], sleep=sleep)
+    r = bnode.links_test({**spec, "link_watch_s": 600}, 900.0, {}, clock=lambda: now[0], sleep=sleep)
     assert slept == [500.0] and r.status == "pass" and r.data["watched_s"] == 600.0
     slept.clear()
-    qualify.links_test({**spec, "link_watch_s": 60}, 900.0, {}, clock=lambda: now[0], sleep=sleep)
+    bnode.links_test({**spec, "link_watch_s": 60}, 900.0, {}, clock=lambda: now[0], sleep=sleep)
     assert slept == []  # its other tests took longer than the watch asks
 
 
 def test_a_profile_without_hcas_skips_it(ports):
     spec, _kmsg, _port = ports
-    assert qualify.links_test({**spec, "hcas": []}, time.time(), {}).status == "skip"
+    assert bnode.links_test({**spec, "hcas": []}, time.time(), {}).status == "skip"
 
 
 def test_the_flaps_before_the_reboot_are_acknowledged_in_the_nodes_health(site):
@@ -107,7 +107,7 @@ def test_the_spec_carries_the_watch_and_the_link_acknowledgement(site, monkeypat
     head = Store(site.store.local_path("head"))
     q = qualify.Qualifier(site, backend=None, store=head)
     spec = q.spec(NODE)
-    assert "link_ack" not in spec and spec["link_watch_s"] == 0.0 and spec["xid_source"] == site.health.xid_source
+    assert "link_ack" not in spec and spec["link_watch_s"] == 0.0  # xid_source: burn-in's node_spec (test_node_links)
     head.set_node_state(NODE, qualify.XID_ACK_KEY, "1765000000.250")  # repair's reboot
     assert q.spec(NODE, 600.0)["link_ack"] == 1765000000.25
     argv = q.request(NODE, 600.0).argv
