@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from dataclasses import replace
 import tomllib
 from functools import cache
 from importlib import resources
@@ -128,10 +129,36 @@ def _slot(kind: str, text: str) -> str:
     return ""
 
 
+# burn-in's health test names each failed check of the suite it ran: "<check id>: <detail>",
+# joined with "; " (burnin/node.py parse_health)
+BURNIN_HEALTH = "burnin-health"
+CHECK_HEAD_RE = re.compile(r"(?P<id>[a-z][a-z0-9-]*): (?P<rest>.+)", re.S)
+
+
+def health_checks_in(detail: str) -> list[tuple[str, str]]:
+    """(check id, detail) of each health check a burn-in health failure names. A finding that does
+    not start with a check id this module knows continues the check before it (a check's own
+    findings are joined with "; " too)."""
+    groups: list[tuple[str, list[str]]] = []
+    for piece in findings(detail):
+        m = CHECK_HEAD_RE.fullmatch(piece)
+        if m and (m.group("id") == "xid" or check_class(m.group("id"), m.group("rest")) is not None):
+            groups.append((m.group("id"), [m.group("rest")]))
+        elif groups:
+            groups[-1][1].append(piece)
+    return [(cid, "; ".join(parts)) for cid, parts in groups]
+
+
 def classify(check_id: str, detail: str) -> list[Fault]:
     """The faults in one verdict (check id + detail), one per part and class. Application-class
     and auto-resume classes are included (their `opens_incident` is False): the caller drops
-    them. An unknown check id gives no fault."""
+    them. An unknown check id gives no fault. A burn-in health failure is classed by the checks
+    it names (an ECC error found under burn-in load is that GPU's ECC incident), and is a
+    node-wide burn-in fault only where none of them is known."""
+    if check_id == BURNIN_HEALTH:
+        inner = [replace(f, check_id=check_id) for cid, text in health_checks_in(detail) for f in classify(cid, text)]
+        if inner:
+            return _unique(inner)
     out: list[Fault] = []
     pieces = findings(detail)
     if check_id == "xid" or check_id.startswith("alert-GpuXid"):

@@ -185,6 +185,13 @@ def test_fault_under_load_drains_exactly_that_node_and_a_clean_sweep_resumes_it(
     assert bad["failed_test"] == "health" and "ecc-uncorrected: GPU2 volatile uncorrected ECC=1" in bad["detail"]
     assert bad["reason"].startswith("slurmadm: burnin-health: ecc-uncorrected: GPU2") and \
         bad["reason"].endswith("[burnin]")
+    # repair reads the drain: what burn-in's health suite found is GPU 2's ECC incident (on its
+    # serial), not a node-wide burn-in one
+    status = run_slurmadm(burnin_env, "repair", "status", "--json")
+    assert status.returncode == 0, status.stderr
+    inc = [(i["class"], i["part_kind"], i["slot"], i["source"]) for i in json.loads(status.stdout)
+           if i["node"] == "b200-003"]
+    assert inc == [("ECC", "gpu", "2", "burnin")], inc
     states = settled(burnin_env)
     assert states["b200-003"] == ("drained", bad["reason"])
     assert all(states[n][0] == "idle" for n in NODES if n != "b200-003")

@@ -77,6 +77,25 @@ def test_check_ids(check_id, detail, cls, kind):
     assert (f.cls, f.part_kind) == (cls, kind)
 
 
+def test_a_burnin_health_failure_is_classed_by_the_checks_it_names():
+    """Burn-in's health test names the suite's failed checks, "<check id>: <detail>" joined with
+    "; " (a check's own findings too): each is classed as health's own drain would be, on its
+    part, so an ECC error found under burn-in load is that GPU's incident, not a node-wide
+    BURNIN one; the fault keeps burn-in's check id (its evidence says who found it)."""
+    detail = ("infiniband: mlx5_3 link flapped 2 times in 6 h; mlx5_4 link flapped 3 times in 6 h; "
+              "ecc-uncorrected: GPU5 volatile uncorrected ECC=2; xid: GPU1 XID 79 X (RESTART_BM)")
+    got = [(f.cls, f.part_kind, f.slot, f.check_id) for f in classes.classify("burnin-health", detail)]
+    assert got == [("HCA", "hca", "mlx5_3", "burnin-health"), ("ECC", "gpu", "5", "burnin-health"),
+                   ("GPU_LOST", "gpu", "1", "burnin-health")]
+    assert classes.health_checks_in(detail)[0] == ("infiniband", "mlx5_3 link flapped 2 times in 6 h; "
+                                                                 "mlx5_4 link flapped 3 times in 6 h")
+    # no check it knows (a suite newer than this data, a hand-made reason): burn-in's own fault
+    (f,) = classes.classify("burnin-health", "gpu-widget: GPU2 sprocket loose")
+    assert (f.cls, f.part_kind) == ("BURNIN", "node")
+    (f,) = classes.classify("burnin-health", "12 checks: GPU2 odd")
+    assert (f.cls, f.part_kind) == ("BURNIN", "node")
+
+
 def test_unknown_check_is_no_fault():
     assert classes.classify("no-such-check", "whatever") == []
 

@@ -117,6 +117,8 @@ def test_other_sources(store):
 
     drain("b200-005", "slurmadm: bmc-psu: PSU2 Status: failure detected [bmc]", NOW, checks=["bmc-psu"])
     drain("b200-006", "slurmadm: burnin-stress: GPU3 2.1 TFLOPS < floor [burnin]", NOW, by="burnin")
+    # what burn-in's health suite found under load: that part's incident, found by burn-in
+    drain("b200-004", "slurmadm: burnin-health: ecc-uncorrected: GPU2 volatile uncorrected ECC=1 [burnin]", NOW)
     drain("b200-007", "slurmadm: alert-GpuXidFatal: GPU1 XID 45 on b200-007 [webhook]", NOW, alert="GpuXidFatal")
     drain("b200-008", "slurmadm: thermal: GPU2 92 C > 87 C [periodic]", NOW)  # no run_id: the reason alone
     drain("b200-009", "admin: bad fan", NOW)  # not ours
@@ -124,7 +126,9 @@ def test_other_sources(store):
     out = incidents.ingest(store, now=NOW + 10)
     got = {(i.node, i.cls, i.part_kind, i.source) for i in incidents.list_incidents(store)}
     assert got == {("b200-005", "PSU", "psu", "bmc"), ("b200-006", "BURNIN", "node", "burnin"),
-                   ("b200-010", "NODE_DOWN", "node", "bmc-recover")}
+                   ("b200-004", "ECC", "gpu", "burnin"), ("b200-010", "NODE_DOWN", "node", "bmc-recover")}
+    (ecc,) = incidents.list_incidents(store, node="b200-004")
+    assert ecc.slot == "2" and ecc.evidence[0]["check"] == "burnin-health"
     assert out.ignored == 2
 
 
