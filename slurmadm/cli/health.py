@@ -212,6 +212,51 @@ def history_cmd(site_file, as_json, node, check_id, status, context, since, limi
                           status_cell(r["status"]), r["detail"]) for r in out]))
 
 
+@health.command("observe")
+@site_option
+@json_option
+@click.option("--check", "check_ids", multiple=True, metavar="ID",
+              help="Report this check (repeatable; default: every check the site runs with on_fail = \"observe\").")
+@click.option("--since", default="7d", show_default=True, help="Results since a date (2026-11-01) or an age (24h, 7d).")
+def observe_cmd(site_file, as_json, check_ids, since) -> None:
+    """What the checks in observe mode would have drained. A check set to
+    `[health.checks.<id>] on_fail = "observe"` runs and is recorded everywhere but drains nothing:
+    this says, per check, which nodes failed it since --since (they would have been drained), how
+    often, when last and why, and whether that is more of the fleet than the drain breaker allows
+    (a false positive to fix before you promote it to "drain"). Errors (the check could not run)
+    are counted apart. Reads the store only."""
+    from ..health import observe
+
+    site = get_site(site_file)
+    unknown = [c for c in check_ids if c not in BY_ID]
+    if unknown:
+        raise UsageError(f"--check: unknown check id(s) {', '.join(unknown)} (known: {', '.join(BY_ID)})")
+    start = parse_since(since)
+    if start is None:
+        raise UsageError("--since: a date (2026-11-01) or an age (24h, 7d)")
+    checks = list(dict.fromkeys(check_ids)) or observe.observed(site)
+    if not checks:
+        if as_json:
+            print_json([])
+        else:
+            say("no check is in observe mode: set [health.checks.<id>] on_fail = \"observe\" in the site file, "
+                "or name one with --check")
+        return
+    with read.reader(site) as r:
+        rows = observe.report(r, site, checks, since=start)
+    if as_json:
+        print_json(rows)
+        return
+    for row in rows:
+        say((row["check_id"], "bold"), f" (on_fail {row['on_fail']}) since {when(row['since'])}: ",
+            (observe.verdict(row), "red" if row["over_breaker"] else ""))
+        if row["nodes"]:  # nodes that agree share a row; --json stays per node
+            console.print(table(None, ["nodes", "n", "fails", "errors", "last", "detail"],
+                                [(g["nodes"], str(g["count"]), str(g["fails"]), str(g["errors"]),
+                                  when(g["last"]) if g["last"] else "-", g["detail"]) for g in observe.fold(row["nodes"])],
+                                wrap=["nodes", "detail"], optional=("n", "errors")))
+
+
 @health.command("calibrate")
 @site_option
 @json_option

@@ -145,7 +145,8 @@ class Plan:
 def verdict(policy: Policy, status: str) -> str:
     """The action a result calls for under the site's policy."""
     if status == "fail":
-        return {"drain": "drain", "warn": "warn"}.get(policy.on_fail, "none")
+        # observe: a check tried on the fleet before it may drain (health/observe.py) acts as a warning
+        return {"drain": "drain", "warn": "warn", "observe": "warn"}.get(policy.on_fail, "none")
     if status == "warn":
         return "none" if policy.on_fail == "ignore" else "warn"
     if status == "error":

@@ -49,7 +49,9 @@ class CheckPolicy(Strict):
 
     severity: Severity | None = None
     contexts: list[Context] | None = None
-    on_fail: Literal["drain", "warn", "ignore"] | None = None
+    # observe: run and record it everywhere, act as on a warning; `slurmadm health observe` says
+    # which nodes it would have drained (try a new check or threshold before it drains anything)
+    on_fail: Literal["drain", "warn", "observe", "ignore"] | None = None
     on_error: Literal["fail", "warn"] | None = None
     timeout_s: Seconds | None = None
 

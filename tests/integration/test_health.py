@@ -285,3 +285,38 @@ def test_slurms_own_healthcheck_program_resumes_our_drain_but_not_a_burnin_drain
     assert len(runs_on_001) >= n_clean  # slurmd ran the checks there too, and left the burn-in drain
     assert node(env, "b200-001").reason == burnin
     sh(env, "scontrol", "update", "nodename=b200-001", "state=resume")
+
+
+def test_a_check_in_observe_mode_is_recorded_and_drains_nothing(dev_cluster, env):
+    """A check tried on the fleet before it may drain (`on_fail = "observe"`): the site puts
+    pcie-link in observe mode and b200-002's GPU 3 trains at Gen3 x8. Slurm's HealthCheckProgram
+    script records the failure and leaves the node in service; `health observe` names the node as
+    what the check would have drained. Back to its default, the same fault drains the node."""
+    import tomllib
+
+    import tomli_w
+
+    restore(dev_cluster, env)
+    path = dev_cluster.site_path
+    original = path.read_text()
+    data = tomllib.loads(original)
+    data["health"].setdefault("checks", {})["pcie-link"] = {"on_fail": "observe"}
+    t0 = time.time()
+    try:
+        path.write_text(tomli_w.dumps(data))
+        fault(env, "b200-002", "--gpu", "3", "--kind", "pcie-degraded", "--value", "3x8")
+        p, _ = hook(dev_cluster, "healthcheck.sh", "b200-002")
+        assert p.returncode == 0, p.stderr
+        failed = results_since(dev_cluster, t0, node="b200-002", check_id="pcie-link", status="fail")
+        assert failed and "GPU3" in failed[-1]["detail"], failed
+        assert not node(env, "b200-002").drained, node(env, "b200-002")
+        out = run_slurmadm(env, "health", "observe", "--since", "1h", "--json")
+        assert out.returncode == 0, out.stderr
+        (row,) = json.loads(out.stdout)
+        assert (row["check_id"], row["on_fail"], row["would_drain"]) == ("pcie-link", "observe", ["b200-002"]), row
+    finally:
+        path.write_text(original)
+    p, _ = hook(dev_cluster, "healthcheck.sh", "b200-002")
+    info = node(env, "b200-002")
+    assert info.drained and info.reason.startswith("slurmadm: pcie-link: GPU3"), (p.stderr, info)
+    restore(dev_cluster, env)

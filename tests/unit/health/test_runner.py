@@ -183,6 +183,8 @@ def test_run_delay_of_a_real_thread_is_read_from_the_kernel():
     ("drain", "fail", "fail", "drain"), ("warn", "fail", "fail", "warn"), ("ignore", "fail", "fail", "none"),
     ("drain", "fail", "error", "drain"), ("drain", "warn", "error", "warn"), ("warn", "fail", "error", "warn"),
     ("drain", "fail", "warn", "warn"), ("drain", "fail", "pass", "none"), ("drain", "fail", "skip", "none"),
+    # observe mode (health/observe.py): recorded as it is, acted on as a warning
+    ("observe", "fail", "fail", "warn"), ("observe", "fail", "error", "warn"), ("observe", "fail", "warn", "warn"),
 ])
 def test_policy_table(on_fail, on_error, status, action):
     c = cfg(policies={"ecc-uncorrected": {"on_fail": on_fail, "on_error": on_error}})
