@@ -114,6 +114,21 @@ slurmadm health run --node b200-004 --checks fabric,infiniband --dry-run || echo
 slurmadm dev-cluster gpu-fault b200-004 --clear
 slurmadm dev-cluster ib-fault b200-004 --clear
 
+step "a new check tried on the fleet first: pcie-link in observe mode records its failures, drains nothing"
+cp "$SLURMADM_SITE" "$STATE/site.before-observe.toml"
+python3 - "$SLURMADM_SITE" <<'PY'   # [health.checks.pcie-link] on_fail = "observe", as an admin would set it
+import sys, tomllib, tomli_w
+d = tomllib.loads(open(sys.argv[1]).read())
+d["health"].setdefault("checks", {})["pcie-link"] = {"on_fail": "observe"}
+open(sys.argv[1], "w").write(tomli_w.dumps(d))
+PY
+slurmadm dev-cluster gpu-fault b200-004 --gpu 3 --kind pcie-degraded --value 3x8 >/dev/null
+slurmadm health run --node b200-004 --checks pcie-link || true   # not a dry run: observe drains nothing
+sinfo -h -p gpu -n b200-004 -o "%N %T"                           # still in service
+slurmadm health observe --since 1h                               # what it would have drained
+slurmadm dev-cluster gpu-fault b200-004 --clear >/dev/null
+cp "$STATE/site.before-observe.toml" "$SLURMADM_SITE"            # back to its default, on_fail = "drain"
+
 step "nightly burn-in: NVLinks down on b200-002, b200-001's GPU5 computes wrong answers; a sweep of the 4 nodes"
 slurmadm dev-cluster gpu-fault b200-002 --gpu 1 --kind nvlink-down --value 2
 # silent data corruption: no counter, no log line, every check passes; only a known answer shows it
