@@ -12,10 +12,10 @@ which first writes what repair's reset or reboot cleared into the node's own sto
 check's acknowledgement (`acknowledge_xids`: the head's time travels in the spec; the link flaps
 logged before repair's reboot or an admin's `repair clear` likewise), then runs, in order, a short
 GPU stress (burnin/stress.py), the single-node all-reduce (the burn-in's), the known-answer
-compute test (kat.py), the full health suite (`slurmadm health run --dry-run --json`, as burn-in
-runs it) and the link watch (burn-in's `links_test`: no compute HCA port went down while the job ran, by
-the kernel log's "Link down" lines and link_downed; a node repaired for an HCA is watched at
-least `repair.link_watch_s`), printing burn-in's JSON event lines; a node slow against its
+compute test (kat.py), the link watch (burn-in's `links_test`: no compute HCA port went down
+while the job ran, by the kernel log's "Link down" lines and link_downed; a node repaired for an
+HCA is watched at least `repair.link_watch_s`) and the full health suite (`slurmadm health run
+--dry-run --json`, as burn-in runs it), printing burn-in's JSON event lines; a node slow against its
 profile's burn-in baseline fails too (`against_baseline`). Afterwards the
 node is drained again with its old reason *before* the reservation goes, whatever the outcome:
 `repair run` resumes it only on a pass. An interrupted qualification (SIGKILL, power loss) is
@@ -50,7 +50,7 @@ XID_ACK_KEY = "repair-xid-ack"
 XID_RESET_ACK_KEY = "repair-xid-reset-ack"
 QUALIFY_STRESS_MAX_S = 120  # a short stress: burnin.stress_seconds, at most this
 POLL_S = 0.5
-TESTS = ("stress", "allreduce-node", "kat", "health", "links")
+TESTS = ("stress", "allreduce-node", "kat", "links", "health")
 REFUSED = "refused"  # failed_test of a job Slurm would not allocate: nothing ran on the node
 # srun's words when slurmctld refuses the allocation outright (an unknown account or QOS, an
 # account/partition pair with no association, a partition gone): the site's setup, not the node
@@ -361,8 +361,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("stress", lambda: stress.stress(spec["stress_seconds"], cpu_only=spec["collective"] == "gloo")),
         ("allreduce-node", lambda: bnode.single_node_allreduce(spec)),
         ("kat", kat_test),
-        ("health", lambda: bnode.health_suite(spec["step_timeout"])),
+        # the link watch before the health suite, as in burn-in's job: a link that went down while
+        # watched fails as `links: ... mlx5_3 2x`, not as the infiniband check's flap count
         ("links", lambda: bnode.links_test(spec, started, counters)),
+        ("health", lambda: bnode.health_suite(spec["step_timeout"])),
     ]
     tests = []
     standin = bnode.stand_in_gpus(node)  # the dev cluster's stand-in straggler and GPU rates, as burn-in's job

@@ -546,7 +546,7 @@ class Executor:
             self.incidents.ingest()
             self._leaves(dry_run=True)
             return Report(self.plan(), dry_run=True)
-        with self.begun():
+        with self.begun(ladder=True):
             self._leaves(dry_run=False)
             actions = self.plan()
             self._probe([a for a in actions if a.do == "reset"])
@@ -566,10 +566,13 @@ class Executor:
                 report.done.append(self._act(a))
             return report
 
-    def begun(self):
+    def begun(self, *, ladder: bool = False):
         """What every acting run (`repair run`, `repair qualify`) starts with, under the one lock
         beside the head's store: Slurm must answer (exit 3 before the store changes), an
-        interrupted qualification is undone, new signals are ingested."""
+        interrupted qualification is undone, new signals are ingested. `ladder`: this is the
+        ladder's own run (`repair run`), recorded as such: while it runs, burn-in leaves it the
+        nodes with open incidents. An admin's `repair qualify` is not the ladder running: on a
+        site without repair's timer, one by hand must not keep burn-in from re-qualifying."""
         from contextlib import contextmanager
         from pathlib import Path
 
@@ -585,7 +588,8 @@ class Executor:
                     for node in self.qualifier.recover(self.site.node_names):
                         self.progress(f"{node}: an interrupted qualification undone")
                 self.incidents.ingest()
-                self.incidents.mark_run()  # the ladder runs: burn-in leaves it the nodes with open incidents
+                if ladder:
+                    self.incidents.mark_run()  # the ladder runs: burn-in leaves it the nodes with open incidents
                 yield
 
         return cm()

@@ -193,12 +193,13 @@ class FakeIncidents:
         self.after_failure = after_failure
         self.quals: list = []
         self.ingested = 0
+        self.marked = 0
 
     def ingest(self):
         self.ingested += 1
 
     def mark_run(self):
-        pass
+        self.marked += 1
 
     def current(self):
         return [i for i in self.incs.values() if i.state != "closed"]
