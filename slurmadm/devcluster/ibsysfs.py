@@ -214,7 +214,9 @@ def ib_fault(state_dir: str | Path, node: str, hca: str, kind: str, *, port: int
     elif kind == "flap":
         if kmsg is None:
             raise UsageError("fault flap needs the node's kernel log")
-        when = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).isoformat(timespec="seconds")
+        # stamped to the microsecond, as flap_lines: a whole-second stamp counts as logged at the end
+        # of its second, past an admin's acknowledgement made in that same second (CI, stop 57)
+        when = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).isoformat(timespec="microseconds")
         with open(kmsg, "a", encoding="utf-8") as fh:
             for _ in range(2):
                 fh.write(f"{when} {node} kernel: mlx5_core 0000:0c:00.0 {hca}: Link down\n")
