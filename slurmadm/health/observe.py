@@ -42,16 +42,12 @@ def on_fail(site, check_id: str) -> str:
     return (over.on_fail if over is not None and over.on_fail else None) or BY_ID[check_id].on_fail
 
 
-def fleet_nodes(site) -> list[str]:
-    return sorted(site.node_group_of)
-
-
 def report(r: Reader, site, checks: list[str], *, since: float, now: float | None = None) -> list[dict[str, Any]]:
     """Per check (in `checks`' order): the nodes whose results since `since` failed it, each with
     its failing runs, its errors, first and last failure and the latest failure's detail; the
     breaker's verdict on that many nodes. A check no node failed is reported with no nodes."""
     now = time.time() if now is None else now
-    fleet = fleet_nodes(site)
+    fleet = site.node_names  # the share of the fleet a check would drain
     cap_fraction = site.health.drain_cap_fraction
     out = []
     for cid in checks:
