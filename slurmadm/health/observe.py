@@ -27,13 +27,12 @@ from ..hostlist import compress
 from ..store.read import Reader
 from .checks import BY_ID
 
-OBSERVE = "observe"
 DETAIL_MAX = 160
 
 
 def observed(site) -> list[str]:
     """The ids of the checks the site runs in observe mode."""
-    return sorted(cid for cid, p in site.health.checks.items() if p.on_fail == OBSERVE and cid in BY_ID)
+    return [cid for cid in site.health.observed() if cid in BY_ID]
 
 
 def on_fail(site, check_id: str) -> str:

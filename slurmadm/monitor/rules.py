@@ -64,6 +64,14 @@ def _dn(expr: str, *more: tuple[str, str]) -> str:
     return out
 
 
+def _not_observed(site: Site) -> str:
+    """The label matcher that leaves the checks in observe mode out of a health-verdict series ("" if
+    none): tried on the fleet before they may drain, their failures page nobody (`slurmadm health
+    observe` reports them). Check ids are `[a-z0-9-]` (site/health.py CheckId): safe in a regex."""
+    ids = site.health.observed()
+    return '{check!~"' + "|".join(ids) + '"}' if ids else ""
+
+
 def build(site: Site, release=None) -> list[Rule]:
     """`release`: the target Slurm; from 25.11 (monitor.slurm_metrics) the rules read Slurm's own
     series where it has them (exporter/slurmseries.py) and watch its scrape."""
@@ -170,10 +178,11 @@ def build(site: Site, release=None) -> list[Rule]:
              "Physical-layer error counters of the port rose in the window, or one sits at the maximum of its "
              "width (IBA PortCounters are 4-32 bits and stop there: a saturated counter can no longer rise, so it "
              "keeps this alert firing until the counters are cleared). A dirty or failing cable or transceiver."),
-        Rule("HealthCheckFailing", "max by (node, check) (slurmadm_health_check_failing) == 1", ff, "warning", node,
-             "{{ $labels.node }}: health check {{ $labels.check }} failing",
+        Rule("HealthCheckFailing", f"max by (node, check) (slurmadm_health_check_failing{_not_observed(site)}) == 1",
+             ff, "warning", node, "{{ $labels.node }}: health check {{ $labels.check }} failing",
              "The node's latest verdict of a slurmadm health check is fail or error. Checks that drain have "
-             "drained the node already (slurmadm: <check> reason); the rest only report."),
+             "drained the node already (slurmadm: <check> reason); the rest only report. Checks in observe "
+             "mode (on_fail = \"observe\") never page: `slurmadm health observe` reports them."),
         Rule("NodeExporterDown", f'up{{job="{nj}"}} == 0', m.absent_for, "warning", node,
              "{{ $labels.node }}: the slurmadm node exporter does not answer",
              "Prometheus cannot scrape the node's slurmadm exporter: the node is down or the exporter stopped. "

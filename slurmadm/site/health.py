@@ -136,3 +136,8 @@ class HealthSection(Strict):
             if not key.isdigit() or not 1 <= int(key) <= 999:
                 raise ValueError(f"XID {key!r} is not a number from 1 to 999")
         return value
+
+    def observed(self) -> list[str]:
+        """The checks the site runs in observe mode (`[health.checks.<id>] on_fail = "observe"`):
+        run and recorded everywhere, acted on as warnings, paging nobody (health/observe.py)."""
+        return sorted(cid for cid, p in self.checks.items() if p.on_fail == "observe")

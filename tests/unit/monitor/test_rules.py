@@ -389,3 +389,25 @@ def test_bad_monitor_settings_are_one_line_site_errors():
     lines = exc.value.lines()
     assert any("monitor.gpu_temp_for" in line for line in lines)
     assert any("monitor.actions.GpuXidFatal" in line for line in lines)
+
+
+def test_a_check_in_observe_mode_pages_nobody(tmp_path):
+    """A check tried on the fleet before it may drain (on_fail = "observe") fails on every node it
+    would wrongly drain: HealthCheckFailing stays quiet for it and still fires for the others."""
+    import tomli_w
+
+    data = tomllib.loads((REPO / "site.example.toml").read_text())
+    data["health"].setdefault("checks", {})["pcie-link"] = {"on_fail": "observe"}
+    data["health"]["checks"]["clock-events"] = {"on_fail": "observe"}
+    site = parse_site(tomli_w.dumps(data), source="t.toml")
+    assert site.health.observed() == ["clock-events", "pcie-link"]
+    path = tmp_path / "rules.yml"
+    path.write_text(rules.render(site))
+    series = {sel("slurmadm_health_check_failing", node="b200-001", check="pcie-link"): "1x6",
+              sel("slurmadm_health_check_failing", node="b200-002", check="clock-events"): "1x6",
+              sel("slurmadm_health_check_failing", node="b200-003", check="xid"): "0 1 1 1 1 1"}
+    _promtool_test(path, tmp_path, site, "HealthCheckFailing",
+                   (series, "4m", {"node": "b200-003", "check": "xid", "severity": "warning"},
+                    "b200-003: health check xid failing", "2m"))
+    # promoted (back to its default), the same failure pages again
+    assert "check!~" not in next(r.expr for r in rules.build(_site()) if r.name == "HealthCheckFailing")
