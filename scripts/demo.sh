@@ -114,7 +114,7 @@ slurmadm health run --node b200-004 --checks fabric,infiniband --dry-run || echo
 slurmadm dev-cluster gpu-fault b200-004 --clear
 slurmadm dev-cluster ib-fault b200-004 --clear
 
-step "a new check tried on the fleet first: pcie-link in observe mode records its failures, drains nothing"
+step "tried on the fleet first: pcie-link in observe mode (recorded, drains nothing); a new threshold replayed"
 cp "$SLURMADM_SITE" "$STATE/site.before-observe.toml"
 python3 - "$SLURMADM_SITE" <<'PY'   # [health.checks.pcie-link] on_fail = "observe", as an admin would set it
 import sys, tomllib, tomli_w
@@ -126,6 +126,7 @@ slurmadm dev-cluster gpu-fault b200-004 --gpu 3 --kind pcie-degraded --value 3x8
 slurmadm health run --node b200-004 --checks pcie-link || true   # not a dry run: observe drains nothing
 sinfo -h -p gpu -n b200-004 -o "%N %T"                           # still in service
 slurmadm health observe --since 1h                               # what it would have drained
+slurmadm health observe --since 1h --what-if max_gpu_temp_c=40   # a stricter limit, replayed on the stored runs
 slurmadm dev-cluster gpu-fault b200-004 --clear >/dev/null
 cp "$STATE/site.before-observe.toml" "$SLURMADM_SITE"            # back to its default, on_fail = "drain"
 

@@ -212,28 +212,61 @@ def history_cmd(site_file, as_json, node, check_id, status, context, since, limi
                           status_cell(r["status"]), r["detail"]) for r in out]))
 
 
+WHAT_IF_ROWS = 10  # nodes listed per --what-if for people (the worst first); --json has them all
+
+
 @health.command("observe")
 @site_option
 @json_option
 @click.option("--check", "check_ids", multiple=True, metavar="ID",
               help="Report this check (repeatable; default: every check the site runs with on_fail = \"observe\").")
 @click.option("--since", default="7d", show_default=True, help="Results since a date (2026-11-01) or an age (24h, 7d).")
-def observe_cmd(site_file, as_json, check_ids, since) -> None:
+@click.option("--what-if", "what_ifs", multiple=True, metavar="KEY=VALUE",
+              help="Replay a threshold on the values the runs stored instead (repeatable): max_gpu_temp_c, "
+                   "ecc_corrected_volatile_max or nccl_busbw_floor_gbps, for every GPU model.")
+def observe_cmd(site_file, as_json, check_ids, since, what_ifs) -> None:
     """What the checks in observe mode would have drained. A check set to
     `[health.checks.<id>] on_fail = "observe"` runs and is recorded everywhere but drains nothing:
     this says, per check, which nodes failed it since --since (they would have been drained), how
     often, when last and why, and whether that is more of the fleet than the drain breaker allows
     (a false positive to fix before you promote it to "drain"). Errors (the check could not run)
-    are counted apart. Reads the store only."""
+    are counted apart. With --what-if, a new threshold is replayed on the values the fleet's runs
+    stored (no observe period needed): the nodes it would have drained, beside those the current
+    threshold drains. Reads the store only."""
     from ..health import observe
 
+    try:
+        proposals = [observe.parse_what_if(w) for w in what_ifs]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     site = get_site(site_file)
     unknown = [c for c in check_ids if c not in BY_ID]
     if unknown:
         raise UsageError(f"--check: unknown check id(s) {', '.join(unknown)} (known: {', '.join(BY_ID)})")
+    if check_ids and proposals:
+        raise UsageError("--what-if names its check by its threshold: leave out --check")
     start = parse_since(since)
     if start is None:
         raise UsageError("--since: a date (2026-11-01) or an age (24h, 7d)")
+    if proposals:
+        with read.reader(site) as r:
+            replays = [observe.what_if(r, site, key, value, since=start) for key, value in proposals]
+        if as_json:
+            print_json(replays)
+            return
+        for row in replays:
+            say((row["key"], "bold"), f" since {when(row['since'])}: ",
+                (observe.what_if_verdict(row), "red" if row["over_breaker"] else ""))
+            say((f"replays {row['scope']}", "dim"))
+            shown = row["nodes"][:WHAT_IF_ROWS]
+            if shown:
+                console.print(table(None, ["node", "runs", "would fail", "fail now", "worst", "last over"],
+                                    [(n["node"], str(n["runs"]), str(n["would_fail"]), str(n["fail_now"]),
+                                      f"{n['worst']:g}", when(n["last"]) if n["last"] else "-") for n in shown],
+                                    optional=("fail now",)))
+            if len(row["nodes"]) > len(shown):
+                say((f"... and {len(row['nodes']) - len(shown)} more node(s) (--json lists every one)", "dim"))
+        return
     checks = list(dict.fromkeys(check_ids)) or observe.observed(site)
     if not checks:
         if as_json:

@@ -10,6 +10,11 @@ and why, and whether that is more of the fleet at once than the drain breaker al
 (`on_fail = "drain"`, or its default). Errors (the check could not run) are counted apart: under
 `on_error = "fail"` they too would have drained.
 
+A new threshold needs no observe period where the check already stores the value it compares
+(`WHAT_IF`: GPU temperature, corrected ECC, all-reduce bandwidth): `slurmadm health observe
+--what-if max_gpu_temp_c=80` replays it on the values the fleet's runs stored, and says which nodes
+it would have drained beside those the current threshold drains.
+
 This is the shadow-mode rollout fleet admins ask of NVSentinel, GCM and DCGM's thresholds
 (`shared/anchors/what-fleet-admins-ask-2026-12.md`, part 4, item 8): a check's false positives
 are found on the fleet's own history before they cost a drain.
@@ -100,3 +105,96 @@ def verdict(row: dict[str, Any]) -> str:
     if row["over_breaker"]:
         what += f": more than the breaker's {row['drain_cap_fraction']:.0%}, look for a false positive first"
     return what
+
+
+# ------------------------------------------------------------------------------ what-if thresholds
+# A stricter (or looser) threshold replayed against the values the fleet's runs already stored
+# (check_results.value): the thresholds whose check stores exactly the quantity it compares. key
+# (health.models.<model>.<key>) -> (check, comparison that fails, unit, what the replay cannot see).
+WHAT_IF: dict[str, tuple[str, str, str, str]] = {
+    "max_gpu_temp_c": ("thermal", ">", "C", "the hottest GPU core of each run; HBM temperature is not replayed"),
+    "ecc_corrected_volatile_max": ("ecc-corrected", ">", "errors",
+                                   "each run's highest volatile corrected ECC count of one GPU"),
+    "nccl_busbw_floor_gbps": ("nccl-allreduce", "<", "GB/s", "each run's 8-GPU all-reduce bus bandwidth"),
+}
+
+
+def parse_what_if(text: str) -> tuple[str, float]:
+    """`KEY=VALUE` (`--what-if max_gpu_temp_c=80`) -> (key, value). ValueError: one line naming it."""
+    key, sep, raw = text.partition("=")
+    key = key.strip().removeprefix("health.models.*.")
+    if not sep or key not in WHAT_IF:
+        raise ValueError(f"--what-if {text!r}: KEY=VALUE with KEY one of {', '.join(WHAT_IF)}")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"--what-if {text!r}: {raw.strip()!r} is not a number") from None
+    if not value == value or value < 0 or value in (float("inf"), float("-inf")):
+        raise ValueError(f"--what-if {text!r}: {raw.strip()!r} is not a threshold")
+    return key, value
+
+
+def what_if(r: Reader, site, key: str, proposed: float, *, since: float,
+            now: float | None = None) -> dict[str, Any]:
+    """`key` at `proposed` for every GPU model, replayed on the check's stored values since `since`:
+    per node, its runs, how many would fail at the proposed and at its model's current threshold,
+    its worst value and when it last crossed the proposed one; the nodes that would be drained
+    and the breaker's verdict on that many, beside the nodes the current threshold drains."""
+    now = time.time() if now is None else now
+    cid, op, unit, scope = WHAT_IF[key]
+    worst = "MAX" if op == ">" else "MIN"
+    by_model: dict[str, list[str]] = {}
+    for name in site.node_names:
+        by_model.setdefault(site.node_profile(name).gpus.model, []).append(name)
+    current: dict[str, float] = {}
+    nodes: dict[str, dict[str, Any]] = {}
+    for model, names in sorted(by_model.items()):
+        limit = float(getattr(site.thresholds(model), key))
+        current[model] = limit
+        # one row per node (SQLite and MariaDB alike): its runs, those past each threshold, its worst
+        rows = r.query(
+            f"SELECT node, COUNT(*) AS runs, SUM(CASE WHEN value {op} ? THEN 1 ELSE 0 END) AS would, "
+            f"SUM(CASE WHEN value {op} ? THEN 1 ELSE 0 END) AS now_, {worst}(value) AS worst, "
+            f"MAX(CASE WHEN value {op} ? THEN ts END) AS last FROM check_results "
+            f"WHERE {r.trusted()} AND check_id = ? AND ts >= ? AND value IS NOT NULL "
+            f"AND status IN ('pass', 'warn', 'fail') AND node IN ({','.join('?' * len(names))}) GROUP BY node",
+            [proposed, limit, proposed, cid, since, *names])
+        for row in rows:
+            nodes[str(row["node"])] = {
+                "node": str(row["node"]), "model": model, "runs": int(row["runs"]),
+                "would_fail": int(row["would"] or 0), "fail_now": int(row["now_"] or 0),
+                "worst": float(row["worst"]), "current": limit,
+                "last": float(row["last"]) if row["last"] is not None else None}
+    fleet = site.node_names
+    cap_fraction = site.health.drain_cap_fraction
+    would = sorted(n["node"] for n in nodes.values() if n["would_fail"])
+    now_drain = sorted(n["node"] for n in nodes.values() if n["fail_now"])
+    share = len(would) / len(fleet) if fleet else 0.0
+    return {
+        "key": key, "check_id": cid, "op": op, "unit": unit, "scope": scope, "proposed": proposed,
+        "current": sorted(set(current.values())), "since": since, "until": now,
+        "nodes_seen": len(nodes), "runs": sum(n["runs"] for n in nodes.values()),
+        "would_drain": would, "would_drain_count": len(would),
+        "drains_now": now_drain, "drains_now_count": len(now_drain),
+        "fleet": len(fleet), "share": round(share, 4), "over_breaker": share > cap_fraction,
+        "drain_cap_fraction": cap_fraction,
+        "nodes": sorted((n for n in nodes.values() if n["would_fail"] or n["fail_now"]),
+                        key=lambda n: (-n["would_fail"], -n["worst"] if op == ">" else n["worst"], n["node"])),
+    }
+
+
+def what_if_verdict(row: dict[str, Any]) -> str:
+    """One line (after the key): what the proposed threshold would have drained, beside the current one."""
+    cur = "/".join(f"{c:g}" for c in row["current"]) or "-"
+    head = (f"{row['proposed']:g} {row['unit']} (now {cur}) on {row['check_id']}'s "
+            f"{row['runs']:,} run(s) of {row['nodes_seen']} node(s): ")
+    if not row["nodes_seen"]:
+        return head + "no stored value to replay"
+    now = f"; at the current threshold {row['drains_now_count']}"
+    if not row["would_drain"]:
+        return head + "would have drained no node" + now
+    what = (f"would have drained {row['would_drain_count']} of {row['fleet']} node(s) "
+            f"({compress(row['would_drain'])}){now}")
+    if row["over_breaker"]:
+        what += f": more than the breaker's {row['drain_cap_fraction']:.0%}, look for a false positive first"
+    return head + what

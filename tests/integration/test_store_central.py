@@ -305,3 +305,26 @@ def test_the_head_exporter_shows_every_nodes_records_from_mariadb(dev_cluster, e
         exporter.wait(10)
         fault(env, "b200-001", "--clear")
         sh(env, "scontrol", "update", "nodename=b200-001", "state=resume", check=False)
+
+
+def test_a_threshold_replayed_on_every_nodes_stored_values_in_mariadb(dev_cluster, env):
+    """`health observe --what-if` (issue-less ask 8: a new threshold tried on the fleet's history)
+    reads every node's thermal runs from MariaDB, as Slurm's periodic runs shipped them: the
+    stand-in GPUs run at 35-45 C, so a 30 C limit would have drained every node and the site's
+    own (87 C) none; each node's worst value is its hottest GPU's reading."""
+    nodes = set(dev_cluster.nodes())
+
+    def replay(limit: str) -> dict:
+        p = run_slurmadm(env, "health", "observe", "--since", "2h", "--what-if", f"max_gpu_temp_c={limit}", "--json")
+        assert p.returncode == 0, p.stderr
+        (row,) = json.loads(p.stdout)
+        return row
+
+    # the periodic runs ship in the background: polled until every node's runs are there
+    assert wait_for(lambda: set(replay("30")["would_drain"]) >= nodes, 2 * dev_cluster.site().slurm
+                    .health_check_interval + 90, interval=1), replay("30")
+    hot = replay("30")
+    assert hot["check_id"] == "thermal" and hot["current"] == [87.0] and hot["drains_now"] == []
+    assert all(35 <= n["worst"] <= 45 and n["would_fail"] == n["runs"] >= 1 for n in hot["nodes"]), hot["nodes"]
+    site = replay("87")
+    assert site["would_drain"] == [] and site["nodes_seen"] == hot["nodes_seen"] and site["runs"] == hot["runs"]
