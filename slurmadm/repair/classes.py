@@ -40,6 +40,7 @@ class ClassInfo:
     part: str
     incident: bool
     source: str
+    burnin_closes: bool = False  # a later burn-in pass closes an incident the ladder has not acted on
 
 
 @record(frozen=True)
@@ -75,7 +76,8 @@ def _data() -> dict:
 
 @cache
 def classes() -> dict[str, ClassInfo]:
-    return {name: ClassInfo(name, v["part"], bool(v["incident"]), v["source"]) for name, v in _data()["class"].items()}
+    return {name: ClassInfo(name, v["part"], bool(v["incident"]), v["source"], bool(v.get("burnin_closes", False)))
+            for name, v in _data()["class"].items()}
 
 
 @cache

@@ -21,6 +21,11 @@ What a node's step may be:
   `slurmadm: repair: lemon: ...`; never resumed by slurmadm.
 - `drain`: an incident on a node still in service (the verdict did not drain it): drain it with
   the repair reason, under the health breaker; the step follows once its jobs are gone.
+- `close`: incidents the ladder has not acted on yet, of a class a burn-in pass proves
+  (classes.toml `burnin_closes`), on a node a burn-in sweep passed that began after their last
+  signal: closed, and nothing else is done to the node (a site without the ladder's timer lets
+  burn-in re-qualify its drained nodes; the ladder must not drain a node that passed for a step
+  it no longer needs).
 
 Never acted on: a node drained by someone else or whose reason an admin edited, a node in a
 MAINT reservation or another state someone else handles (reboot, power, DOWN) unless it is our
@@ -91,7 +96,7 @@ def repair_step_of(node: NodeInfo) -> str:
 @dataclass
 class Action:
     node: str
-    do: str  # reset | reboot | power-cycle | qualify | rma | lemon | drain | wait | hold | skip | none
+    do: str  # reset | reboot | power-cycle | qualify | rma | lemon | drain | close | wait | hold | skip | none
     why: str
     incident: str = ""
     cls: str = ""
@@ -99,14 +104,18 @@ class Action:
     reason: str = ""  # the drain reason this step sets ('' = leaves it)
     state: str = ""  # the incident's state now
     rung: int | None = None  # the ladder rung the step is on (None: the incident's own)
+    closes: tuple[str, ...] = ()  # `close`: the incidents a burn-in pass closes
 
     @property
     def acts(self) -> bool:
         return self.do not in ("wait", "hold", "skip", "none")
 
     def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "step": self.do, "why": self.why, "incident": self.incident, "class": self.cls,
-                "gpus": list(self.slots), "reason": self.reason, "state": self.state}
+        out = {"node": self.node, "step": self.do, "why": self.why, "incident": self.incident, "class": self.cls,
+               "gpus": list(self.slots), "reason": self.reason, "state": self.state}
+        if self.closes:
+            out["closes"] = list(self.closes)
+        return out
 
 
 def _slots(inc) -> tuple[int, ...]:
@@ -169,6 +178,22 @@ class Facts:
     failed_quals: dict[str, int] = field(default_factory=dict)  # node -> failed qualifications
     # nodes whose BootTime is still the one before our reboot (registered, but not rebooted yet)
     not_rebooted: set[str] = field(default_factory=set)
+    # node -> (when it began, id) of the latest burn-in sweep that passed it
+    burnin_passed: dict[str, tuple[float, str]] = field(default_factory=dict)
+
+
+def burnin_closable(incs: list, passed: tuple[float, str] | None) -> list:
+    """The incidents of one node that a burn-in pass closes: open, not acted on by the ladder yet
+    (no step), of a class burn-in's tests prove (classes.toml `burnin_closes`), and whose last
+    signal came before the passing sweep began."""
+    if passed is None:
+        return []
+    from . import classes
+
+    known = classes.classes()
+    began = passed[0]
+    return [i for i in incs if i.state == "open" and not i.step and getattr(known.get(i.cls), "burnin_closes", False)
+            and float(i.updated_ts) < began]
 
 
 def plan(incidents: Iterable, nodes: Sequence[NodeInfo], *, next_step: Callable[[Any], Any], now: float,
@@ -195,6 +220,15 @@ def plan(incidents: Iterable, nodes: Sequence[NodeInfo], *, next_step: Callable[
         base = {"node": node_name, "incident": str(inc.id), "cls": inc.cls, "slots": _slots(inc), "state": inc.state}
         if n is None:
             out.append(Action(do="skip", why="Slurm does not report this node", **base))
+            continue
+        closable = burnin_closable(incs, facts.burnin_passed.get(node_name))
+        if closable:
+            began, sweep = facts.burnin_passed[node_name]
+            first = closable[0]
+            what = ", ".join(f"{i.cls} {i.id}" for i in closable)
+            out.append(Action(node=node_name, do="close", incident=str(first.id), cls=first.cls, slots=_slots(first),
+                              state=first.state, closes=tuple(str(i.id) for i in closable),
+                              why=f"passed burn-in sweep {sweep}, begun after the last signal of {what}"))
             continue
         if inc.state == "rebooting" and n.reason.startswith("slurmadm: repair: "):
             n = replace(n, reason=without_reboot_notes(n.reason))  # our reason, as Slurm rebooted it
@@ -299,7 +333,7 @@ def _ours_reboot(act: Action, n: NodeInfo) -> bool:
 def _guard(act: Action, n: NodeInfo, everyone: Sequence[NodeInfo], in_repair: set[str], fraction: float,
            drain_fraction: float, breaker) -> Action:
     """The safety rules: ownership, foreign states, jobs, the breakers."""
-    if not act.acts:
+    if not act.acts or act.do == "close":  # closing touches no node
         return act
     if n.drained and not is_ours(n):
         return replace(act, do="skip", why=f"drained by {n.reason_user or 'someone else'}: {n.reason!r}; "
@@ -340,7 +374,7 @@ def changed_since(act: Action, n: NodeInfo) -> str:
     changed in the meantime (the run acts node after node, and a qualification takes minutes):
     someone else's drain or state, a MAINT reservation, a node resumed under us, or a job on a
     node a reset, reboot or qualification needs idle. The step is then left for the next run."""
-    if not act.acts:
+    if not act.acts or act.do == "close":  # closing touches no node
         return ""
     if act.state == "rebooting" and n.reason.startswith("slurmadm: repair: "):
         n = replace(n, reason=without_reboot_notes(n.reason))  # our reason, as Slurm rebooted it (as in plan)
@@ -359,6 +393,23 @@ def changed_since(act: Action, n: NodeInfo) -> str:
         if busy:
             return busy
     return ""
+
+
+def burnin_passes(store, nodes: Iterable[str]) -> dict[str, tuple[float, str]]:
+    """Node -> (when it began, id) of the latest burn-in sweep that passed it (the head's store,
+    where `burnin run` records its sweeps)."""
+    wanted = sorted(set(nodes))
+    if not wanted:
+        return {}
+    rows = store.query("SELECT n.node AS node, s.started AS started, s.id AS id FROM burnin_nodes n "
+                       "JOIN burnin_sweeps s ON s.id = n.sweep_id WHERE n.verdict = 'pass' "
+                       f"AND n.node IN ({','.join('?' * len(wanted))})", tuple(wanted))
+    out: dict[str, tuple[float, str]] = {}
+    for r in rows:
+        began = float(r["started"])
+        if r["node"] not in out or began > out[r["node"]][0]:
+            out[str(r["node"])] = (began, str(r["id"]))
+    return out
 
 
 # ---------------------------------------------------------------------- the world, behind protocols
@@ -527,6 +578,7 @@ class Executor:
             before = self.store.get_node_state(n, BOOT_BEFORE)
             if n in f.reboot_at and before and self.boot_time is not None and self.boot_time(n) == before:
                 f.not_rebooted.add(n)
+        f.burnin_passed = burnin_passes(self.store, nodes)
         return f
 
     def plan(self, now: float | None = None) -> list[Action]:
@@ -642,6 +694,14 @@ class Executor:
             self.backend.set_reason([a.node], a.reason)
 
     # ---- steps
+    def _do_close(self, a: Action) -> dict[str, Any]:
+        began, sweep = (self.facts([a.node], self.clock()).burnin_passed.get(a.node) or (0.0, ""))
+        for incident in a.closes:
+            self.incidents.advance(incident, "closed", "resume", evidence={"burnin": {"sweep": sweep, "began": began}},
+                                   why=a.why, outcome="ok")
+        self._audit(a, f"closed {', '.join(a.closes)}: {a.why}", closes=list(a.closes))
+        return {"ok": True, "detail": f"closed {len(a.closes)} incident(s): {a.why}"}
+
     def _do_drain(self, a: Action) -> dict[str, Any]:
         r = reason(a.why.split(" ", 1)[0], f"{a.cls}: waiting for jobs to end")
         self.backend.drain([a.node], r)

@@ -211,6 +211,14 @@ def test_fault_under_load_drains_exactly_that_node_and_a_clean_sweep_resumes_it(
     assert (node3["why"], node3["verdict"], node3["action"]) == ("requalify", "pass", "resumed")
     assert node3["prior_reason"] == bad["reason"]
     assert settled(burnin_env)["b200-003"][0] == "idle"
+    # its ECC incident is still open (no ladder ran); the ladder's next run closes it on this pass
+    # rather than draining the node again for a GPU reset it no longer needs (the plan; executing
+    # it is tests/unit/repair/test_run.py's)
+    plan = run_slurmadm(burnin_env, "repair", "run", "--dry-run", "--json")
+    assert plan.returncode == 0, plan.stderr
+    mine = [a for a in json.loads(plan.stdout)["plan"] if a["node"] == "b200-003"]
+    assert [(a["step"], a["class"]) for a in mine] == [("close", "ECC")], mine
+    assert f"passed burn-in sweep {s2['sweep_id']}" in mine[0]["why"]
     assert s2["previous"]["nodes"]["b200-003"]["verdict"] == "fail"  # compared with the failed sweep
     assert "b200-003: <span class=\"fail\">fail</span> &rarr; <span class=\"pass\">pass</span>" in \
         Path(s2["report"]).read_text()

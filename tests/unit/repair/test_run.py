@@ -32,6 +32,8 @@ class Inc:
     part_kind: str = "gpu"
     why: str = ""
     steps: list = field(default_factory=list)
+    step: str = ""  # the ladder's last step (repair/model.py Incident.step)
+    updated_ts: float = 1_000.0  # its last signal, or the ladder's last step
 
 
 @dataclass(frozen=True)
@@ -669,3 +671,77 @@ def test_the_default_link_watch_fits_in_the_qualification_jobs_limit():
     assert rr.link_watch_s(short, ["HCA"]) == 300.0  # half the job's 10 minutes, not the default 600
     assert rr.link_watch_s(short, ["ECC", "RESET_GPU"]) == 0.0
     assert rr.link_watch_s(parse_site(edited(), source="site.toml"), {"HCA"}) == 600.0
+
+
+# ---------------------------------------------------------------------- a burn-in pass closes
+def Opened(id, node, cls="NVLINK", slot="1", **kw):  # noqa: N802 - an incident the ladder has not acted on
+    return Inc(id, node, cls=cls, slot=slot, **kw)
+
+
+def test_a_burn_in_pass_after_the_last_signal_closes_what_it_proves_and_only_that():
+    # n01: the sweep that passed it began after its NVLINK and HCA incidents' last signals
+    # n02: the sweep began before the incident's last signal (a fault found again since)
+    # n03: a PSU the BMC reports: burn-in's tests do not look at it; the ladder drains for it
+    # n04: the ladder took its incident already (a reset): the ladder's to finish
+    incs = [Opened("r1", "n01"), Opened("r2", "n01", cls="HCA", slot="mlx5_3/1", part_kind="hca"),
+            Opened("r3", "n02", updated_ts=2_500.0), Opened("r4", "n03", cls="PSU", slot="PSU2", part_kind="psu"),
+            Opened("r5", "n04", state="qualifying", step="reset")]
+    passed = {n: (2_000.0, "20261207-020000") for n in ("n01", "n02", "n03", "n04")}
+    got = _plan(incs, FLEET, step="reset", facts=rr.Facts(burnin_passed=passed))
+    assert got["n01"].do == "close" and got["n01"].closes == ("r1", "r2")
+    assert got["n01"].why == "passed burn-in sweep 20261207-020000, begun after the last signal of NVLINK r1, HCA r2"
+    assert got["n01"].to_json()["closes"] == ["r1", "r2"]
+    assert got["n02"].do == "drain" and got["n03"].do == "drain"  # in service: drained for the ladder's step
+    assert got["n04"].do != "close"
+    assert "closes" not in got["n02"].to_json()
+    # no pass on record: nothing closes
+    assert _plan(incs[:1], FLEET, facts=rr.Facts())["n01"].do == "drain"
+
+
+def test_with_the_real_ladder_a_node_burn_in_passed_is_not_drained_again(site):
+    """The demo's story (stop 57): burn-in drained b200-002 for GPU1's NVLinks (the NVLINK
+    incident), the cable was fixed and the next sweep re-qualified and resumed the node. On a site
+    whose ladder timer was not running, the incident stayed open, and the ladder's next run drained
+    the node again for a GPU reset it no longer needed. Now the run closes it and leaves the node."""
+    import time
+
+    from slurmadm.repair import incidents
+    from tests.unit.repair.helpers import health_drain, inventory
+
+    name = site.node_names[1]
+    store = Store(site.store.path)
+    inventory(store, name, [f"16550000000{i}" for i in range(8)])
+    t0 = time.time() - 3600
+    health_drain(store, name, [("burnin-health", "nvlink: GPU1 2 of 18 NVLinks inactive")], ts=t0,
+                 run_id="sweep-1", context="burnin")
+    slurm = FakeSlurm([idle(n) for n in site.node_names])  # resumed by the sweep that passed it
+    ex = rr.Executor(site, slurm, store, remote_factory=FakeRemote, qualifier=FakeQualifier([]),
+                     reboot=lambda n, r: None, boot_time=lambda n: "", power_cycle=lambda n: "on")
+    ex.incidents.ingest()
+    (inc,) = incidents.list_incidents(store, node=name)
+    assert (inc.cls, inc.state) == ("NVLINK", "open")
+    # a sweep that began before the drain passed it: no proof; the ladder drains it for its reset
+    with store.transaction() as db:
+        for sid, began, verdict in (("20261207-010000", t0 - 600, "pass"), ("20261207-020000", t0 + 600, "fail")):
+            db.execute("INSERT INTO burnin_sweeps (id, started, finished, status, pid, host, actor, nodes) "
+                       "VALUES (?,?,?,'done',1,'head','root',?)", (sid, began, began + 300, name))
+            db.execute("INSERT INTO burnin_nodes (sweep_id, node, why, verdict, ts) VALUES (?,?,'requalify',?,?)",
+                       (sid, name, verdict, began + 300))
+    assert [(a.node, a.do) for a in ex.run(dry_run=True).actions] == [(name, "drain")]
+    with store.transaction() as db:
+        db.execute("INSERT INTO burnin_sweeps (id, started, finished, status, pid, host, actor, nodes) "
+                   "VALUES ('20261207-030000',?,?,'done',1,'head','root',?)", (t0 + 1200, t0 + 1500, name))
+        db.execute("INSERT INTO burnin_nodes (sweep_id, node, why, verdict, ts) VALUES "
+                   "('20261207-030000',?,'requalify','pass',?)", (name, t0 + 1500))
+    plan = ex.run(dry_run=True)
+    assert [(a.node, a.do, a.closes) for a in plan.actions] == [(name, "close", (inc.id,))]
+    assert incidents.get(store, inc.id).state == "open"  # a dry run closes nothing
+    report = ex.run()
+    assert report.exit_code == 0 and [(d["step"], d["ok"]) for d in report.done] == [("close", True)]
+    assert slurm.calls == []  # the node in service was not touched
+    closed = incidents.get(store, inc.id)
+    assert (closed.state, closed.step, closed.outcome) == ("closed", "resume", "ok")
+    assert "passed burn-in sweep 20261207-030000" in closed.why
+    assert any(e.get("burnin", {}).get("sweep") == "20261207-030000" for e in closed.evidence if isinstance(e, dict))
+    assert {"repair.act.close", "repair.resume"} <= {e.action for e in store.events(target=name)}
+    assert ex.run().done == []
