@@ -34,7 +34,9 @@ def test_the_sdc_schedule_is_cis_with_one_silent_corruption():
             for p in ("bench/replay/faults-8-sdc.csv", "tests/fixtures/replay/faults-8.csv")]
     sdc = [f for f in read[0] if f.cls == "sdc"]
     assert [(f.node, f.kind, f.part) for f in sdc] == [("b200-003", "corrupt", "4")]
-    assert [f for f in read[0] if f.cls != "sdc"] == read[1]
+    # the CI schedule's faults but its flapping cable (on b200-003, this schedule's SDC node; added
+    # to CI's after this schedule's runs in bench/RESULTS.md)
+    assert [f for f in read[0] if f.cls != "sdc"] == [f for f in read[1] if f.kind != "flap"]
     assert {r.cls: r.signal for r in schedule.load_mix()}["sdc"] == "none"  # no detection target
 
 
