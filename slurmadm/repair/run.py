@@ -695,7 +695,7 @@ class Executor:
 
     # ---- steps
     def _do_close(self, a: Action) -> dict[str, Any]:
-        began, sweep = (self.facts([a.node], self.clock()).burnin_passed.get(a.node) or (0.0, ""))
+        began, sweep = burnin_passes(self.store, [a.node]).get(a.node) or (0.0, "")
         for incident in a.closes:
             self.incidents.advance(incident, "closed", "resume", evidence={"burnin": {"sweep": sweep, "began": began}},
                                    why=a.why, outcome="ok")
