@@ -327,4 +327,6 @@ def test_a_threshold_replayed_on_every_nodes_stored_values_in_mariadb(dev_cluste
     assert hot["check_id"] == "thermal" and hot["current"] == [87.0] and hot["drains_now"] == []
     assert all(35 <= n["worst"] <= 45 and n["would_fail"] == n["runs"] >= 1 for n in hot["nodes"]), hot["nodes"]
     site = replay("87")
-    assert site["would_drain"] == [] and site["nodes_seen"] == hot["nodes_seen"] and site["runs"] == hot["runs"]
+    # the periodic runs keep shipping between the two reads: the count can only grow
+    assert site["would_drain"] == [] and site["nodes_seen"] == hot["nodes_seen"] and site["runs"] >= hot["runs"]
+    assert site["nodes"] == [], site["nodes"]  # listed only when over a threshold, proposed or current
