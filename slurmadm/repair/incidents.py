@@ -559,3 +559,39 @@ def failed_qualifications(store, *, node: str | None = None, part_key: str | Non
             continue
         n += 1
     return n
+
+
+# ---- burn-in passes: what one proves (read by `repair run`'s close step and `repair status`)
+
+def burnin_passes(store, nodes) -> dict[str, tuple[float, str]]:
+    """Node -> (when it began, id) of the latest burn-in sweep that passed it (the head's store,
+    where `burnin run` records its sweeps)."""
+    wanted = sorted(set(nodes))
+    if not wanted:
+        return {}
+    rows = store.query("SELECT n.node AS node, s.started AS started, s.id AS id FROM burnin_nodes n "
+                       "JOIN burnin_sweeps s ON s.id = n.sweep_id WHERE n.verdict = 'pass' "
+                       f"AND n.node IN ({','.join('?' * len(wanted))})", tuple(wanted))
+    out: dict[str, tuple[float, str]] = {}
+    for r in rows:
+        began = float(r["started"])
+        if r["node"] not in out or began > out[r["node"]][0]:
+            out[str(r["node"])] = (began, str(r["id"]))
+    return out
+
+
+def burnin_closable(incs: list, passed: tuple[float, str] | None) -> list:
+    """The incidents of one node that a burn-in pass closes: open, not acted on by the ladder yet
+    (no step), of a class burn-in's tests prove (classes.toml `burnin_closes`), and whose last
+    signal came before the passing sweep began."""
+    if passed is None:
+        return []
+    known = classes.classes()
+    began = passed[0]
+    return [i for i in incs if i.state == "open" and not i.step and getattr(known.get(i.cls), "burnin_closes", False)
+            and float(i.updated_ts) < began]
+
+
+def close_why(closable: list, passed: tuple[float, str]) -> str:
+    what = ", ".join(f"{i.cls} {i.id}" for i in closable)
+    return f"passed burn-in sweep {passed[1]}, begun after the last signal of {what}"

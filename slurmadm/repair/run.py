@@ -53,6 +53,7 @@ from ..slurm.ownership import (
     reason_check_id,
     reason_detail,
 )
+from .incidents import burnin_closable, burnin_passes, close_why
 
 CHECK_ID = "repair"
 CONTEXT = "repair"
@@ -182,20 +183,6 @@ class Facts:
     burnin_passed: dict[str, tuple[float, str]] = field(default_factory=dict)
 
 
-def burnin_closable(incs: list, passed: tuple[float, str] | None) -> list:
-    """The incidents of one node that a burn-in pass closes: open, not acted on by the ladder yet
-    (no step), of a class burn-in's tests prove (classes.toml `burnin_closes`), and whose last
-    signal came before the passing sweep began."""
-    if passed is None:
-        return []
-    from . import classes
-
-    known = classes.classes()
-    began = passed[0]
-    return [i for i in incs if i.state == "open" and not i.step and getattr(known.get(i.cls), "burnin_closes", False)
-            and float(i.updated_ts) < began]
-
-
 def plan(incidents: Iterable, nodes: Sequence[NodeInfo], *, next_step: Callable[[Any], Any], now: float,
          fraction: float, drain_fraction: float, facts: Facts | None = None, lemon_after: int = 2,
          reboot_timeout_s: float = REBOOT_TIMEOUT_S) -> list[Action]:
@@ -223,12 +210,10 @@ def plan(incidents: Iterable, nodes: Sequence[NodeInfo], *, next_step: Callable[
             continue
         closable = burnin_closable(incs, facts.burnin_passed.get(node_name))
         if closable:
-            began, sweep = facts.burnin_passed[node_name]
             first = closable[0]
-            what = ", ".join(f"{i.cls} {i.id}" for i in closable)
             out.append(Action(node=node_name, do="close", incident=str(first.id), cls=first.cls, slots=_slots(first),
                               state=first.state, closes=tuple(str(i.id) for i in closable),
-                              why=f"passed burn-in sweep {sweep}, begun after the last signal of {what}"))
+                              why=close_why(closable, facts.burnin_passed[node_name])))
             continue
         if inc.state == "rebooting" and n.reason.startswith("slurmadm: repair: "):
             n = replace(n, reason=without_reboot_notes(n.reason))  # our reason, as Slurm rebooted it
@@ -393,23 +378,6 @@ def changed_since(act: Action, n: NodeInfo) -> str:
         if busy:
             return busy
     return ""
-
-
-def burnin_passes(store, nodes: Iterable[str]) -> dict[str, tuple[float, str]]:
-    """Node -> (when it began, id) of the latest burn-in sweep that passed it (the head's store,
-    where `burnin run` records its sweeps)."""
-    wanted = sorted(set(nodes))
-    if not wanted:
-        return {}
-    rows = store.query("SELECT n.node AS node, s.started AS started, s.id AS id FROM burnin_nodes n "
-                       "JOIN burnin_sweeps s ON s.id = n.sweep_id WHERE n.verdict = 'pass' "
-                       f"AND n.node IN ({','.join('?' * len(wanted))})", tuple(wanted))
-    out: dict[str, tuple[float, str]] = {}
-    for r in rows:
-        began = float(r["started"])
-        if r["node"] not in out or began > out[r["node"]][0]:
-            out[str(r["node"])] = (began, str(r["id"]))
-    return out
 
 
 # ---------------------------------------------------------------------- the world, behind protocols

@@ -80,11 +80,25 @@ def ladder_rows(s: ladder.Settings) -> list[tuple[str, ...]]:
 # ---- status
 
 def status_json(open_incidents: list[Incident], s: ladder.Settings, store, now: float) -> list[dict[str, Any]]:
+    """Each incident not closed with the step `repair run` gives it next: the ladder's, or
+    `close` where a burn-in sweep that passed its node proves it (as `repair run` plans it)."""
+    per_node: dict[str, list[Incident]] = {}
+    for i in open_incidents:
+        per_node.setdefault(i.node, []).append(i)
+    passes = incidents.burnin_passes(store, per_node)
+    closes: dict[str, str] = {}
+    for node, incs in per_node.items():
+        closable = incidents.burnin_closable(incs, passes.get(node))
+        closes.update({i.id: incidents.close_why(closable, passes[node]) for i in closable})
     out = []
     for i in open_incidents:
-        step = ladder.next_step(i, incidents.part_history(store, i), s, now)
+        if i.id in closes:
+            nxt, why = "close", closes[i.id]
+        else:
+            step = ladder.next_step(i, incidents.part_history(store, i), s, now)
+            nxt, why = step.action, step.why
         out.append({**{k: v for k, v in i.to_json().items() if k != "evidence"},
-                    "in_repair_s": round(now - i.opened_ts, 1), "next": step.action, "next_why": step.why,
+                    "in_repair_s": round(now - i.opened_ts, 1), "next": nxt, "next_why": why,
                     "last_signal": (i.evidence[0].get("line") if i.evidence else "")})
     return out
 

@@ -705,7 +705,8 @@ def test_with_the_real_ladder_a_node_burn_in_passed_is_not_drained_again(site):
     the node again for a GPU reset it no longer needed. Now the run closes it and leaves the node."""
     import time
 
-    from slurmadm.repair import incidents
+    from slurmadm.repair import incidents, views
+    from slurmadm.repair.model import STATES
     from tests.unit.repair.helpers import health_drain, inventory
 
     name = site.node_names[1]
@@ -728,6 +729,12 @@ def test_with_the_real_ladder_a_node_burn_in_passed_is_not_drained_again(site):
             db.execute("INSERT INTO burnin_nodes (sweep_id, node, why, verdict, ts) VALUES (?,?,'requalify',?,?)",
                        (sid, name, verdict, began + 300))
     assert [(a.node, a.do) for a in ex.run(dry_run=True).actions] == [(name, "drain")]
+
+    def status() -> list[tuple[str, str]]:  # what `repair status` shows as the next step
+        shown = incidents.list_incidents(store, states=[s for s in STATES if s != "closed"])
+        return [(r["next"], r["next_why"]) for r in views.status_json(shown, views.settings_of(site), store, time.time())]
+
+    assert [n for n, _ in status()] == ["reset"]
     with store.transaction() as db:
         db.execute("INSERT INTO burnin_sweeps (id, started, finished, status, pid, host, actor, nodes) "
                    "VALUES ('20261207-030000',?,?,'done',1,'head','root',?)", (t0 + 1200, t0 + 1500, name))
@@ -735,6 +742,8 @@ def test_with_the_real_ladder_a_node_burn_in_passed_is_not_drained_again(site):
                    "('20261207-030000',?,'requalify','pass',?)", (name, t0 + 1500))
     plan = ex.run(dry_run=True)
     assert [(a.node, a.do, a.closes) for a in plan.actions] == [(name, "close", (inc.id,))]
+    # `repair status` tells the same step as the plan, with the same why
+    assert status() == [("close", plan.actions[0].why)] and "20261207-030000" in plan.actions[0].why
     assert incidents.get(store, inc.id).state == "open"  # a dry run closes nothing
     report = ex.run()
     assert report.exit_code == 0 and [(d["step"], d["ok"]) for d in report.done] == [("close", True)]
