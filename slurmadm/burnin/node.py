@@ -353,7 +353,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # started; what burn-in adds is whether the node is still healthy after hours-long load.
     steps = [
         ("stress", lambda: stress.stress(spec["stress_seconds"], cpu_only=spec["collective"] == "gloo")),
-        ("dcgm", lambda: stress.dcgm_diag(spec["dcgm_level"], spec["dcgm_timeout"])),
+        ("dcgm", lambda: stress.dcgm_diag(spec["dcgm_level"], spec["dcgm_timeout"], spec.get("gpu_model", ""),
+                                          spec.get("ignore_known_issues", ()))),
         ("allreduce-node", lambda: single_node_allreduce(spec)),
         ("kat", kat_test),
         ("fabric", lambda: fabric_rates(spec, counters_before)),

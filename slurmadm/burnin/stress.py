@@ -5,7 +5,9 @@
   CUDA error, when its matmul result differs from the other GPUs' (same inputs, same kernels:
   silent data corruption), or when its throughput is below `SLOW_FRACTION` of the node's median
   (a throttled or degraded GPU; no fleet-specific threshold needed).
-- `dcgm_diag`: `dcgmi diag -r 2|3 -j` where DCGM is installed; any failed test fails.
+- `dcgm_diag`: `dcgmi diag -r 2|3 -j` where DCGM is installed; any failed test fails, except where
+  a known issue of that DCGM release on that GPU model says otherwise (known.py: a run that hangs
+  is not started, a test that fails healthy GPUs only warns).
 - `cpu_stand_in`: no CUDA device: exercises the host's CPU and memory for `seconds` and says so;
   it never claims to have stressed a GPU.
 """
@@ -208,9 +210,11 @@ def _stress(seconds: float, *, cpu_only: bool) -> TestResult:
 # ------------------------------------------------------------------------------ DCGM
 
 
-def parse_dcgm(text: str) -> tuple[str, str]:
+def parse_dcgm(text: str, found: list | None = None) -> tuple[str, str]:
     """Verdict from `dcgmi diag -j` output (DCGM 3 "DCGM GPU Diagnostic" and DCGM 4
-    "DCGM Diagnostic" shapes): any result with status Fail fails; Warn warns."""
+    "DCGM Diagnostic" shapes): any result with status Fail fails; Warn warns. `found`: the known
+    issues (known.py) of this DCGM release on this GPU model: failures of the tests a false-fail
+    entry names only warn, and say which entry excused them."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
@@ -235,6 +239,13 @@ def parse_dcgm(text: str) -> tuple[str, str]:
                     fails.append(msg)
                 elif status.startswith("warn"):
                     warns.append(msg)
+    if fails and found:
+        from . import known
+
+        excused, used = known.excused(fails, found)
+        if excused:
+            fails = [f for f in fails if f not in excused]
+            warns += [f"{f} (known issue {', '.join(i.id for i in used)}, not the GPU's)" for f in excused]
     if fails:
         return "fail", "; ".join(fails)[:600]
     if warns:
@@ -242,14 +253,40 @@ def parse_dcgm(text: str) -> tuple[str, str]:
     return "pass", f"{ran} results passed"
 
 
-def dcgm_diag(level: int, timeout: float) -> TestResult:
+def dcgmi_release(timeout: float) -> str | None:
+    """The DCGM release that runs the diagnostic (`dcgmi -v`: the host engine's where it answers,
+    else the client's; None when it cannot be read)."""
+    from . import known
+
+    try:
+        proc = run(["dcgmi", "-v"], timeout=min(timeout, 30.0), check=False)
+    except SlurmadmError:
+        return None
+    return known.dcgmi_version(proc.stdout)
+
+
+def dcgm_diag(level: int, timeout: float, model: str = "", ignore: tuple[str, ...] | list[str] = ()) -> TestResult:
+    """`dcgmi diag -r LEVEL -j`, unless a known issue of this DCGM release on this GPU model says
+    the run hangs (known.py): then it is not started, and the test is a skip that names the issue."""
+    from . import known
+
     if not shutil.which("dcgmi"):
         return TestResult("dcgm", "skip", "dcgmi is not installed on this node")
     start = time.monotonic()
+    version = dcgmi_release(timeout)
+    found = known.matching("dcgmi-diag", model, version, level, ignore)
+    hang = next((i for i in found if i.effect == "hang"), None)
+    if hang is not None:
+        return TestResult("dcgm", "skip", f"dcgmi diag -r {level} not run on {model} (DCGM {version or 'release unknown'}): "
+                          f"known issue {hang.label()}", duration_s=time.monotonic() - start,
+                          data={"level": level, "dcgm": version, "known_issue": hang.id})
     try:
         proc = run(["dcgmi", "diag", "-r", str(level), "-j"], timeout=timeout, check=False)
     except SlurmadmError as exc:
         return TestResult("dcgm", "error", str(exc), duration_s=time.monotonic() - start)
-    status, detail = parse_dcgm(proc.stdout)
+    status, detail = parse_dcgm(proc.stdout, found)
     return TestResult("dcgm", status, f"dcgmi diag -r {level}: {detail}", duration_s=time.monotonic() - start,
-                      data={"level": level, "exit_code": proc.returncode})
+                      data={"level": level, "exit_code": proc.returncode, "dcgm": version,
+                            "known_issues": [i.id for i in found]})
+
+

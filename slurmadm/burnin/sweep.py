@@ -374,6 +374,7 @@ class Sweep:
         return {
             "stress_seconds": self.b.stress_seconds, "dcgm_level": self.b.dcgm_level, "kat": self.b.known_answer,
             "dcgm_timeout": {2: 900, 3: 3600}.get(self.b.dcgm_level, 900),
+            "gpu_model": model, "ignore_known_issues": list(self.b.ignore_known_issues),
             "collective": self.b.collective, "allreduce_mib": self.b.allreduce_mib,
             "allreduce_iters": self.b.allreduce_iters, "rendezvous_port": self.b.rendezvous_port,
             "rendezvous_ports": self.b.rendezvous_ports, "node_floor_gbps": floor, "step_timeout": self._step_timeout(),

@@ -13,8 +13,8 @@ from ..burnin.sweep import Sweep
 from ..errors import UsageError
 from ..site import site_path
 from ..store import Store, read
-from .common import (Group, console, dry_run_option, get_site, info, install_files, json_option, print_json, progress,
-                     reason_option, say, site_option, styled, table, warn)
+from .common import (Group, console, dry_run_option, get_site, info, install_files, json_option, paragraph, print_json,
+                     progress, reason_option, say, site_option, styled, table, warn)
 
 
 @click.group(cls=Group)
@@ -160,6 +160,27 @@ def held_cmd(site_file, as_json) -> None:
     b = s.burnin
     say(f"the sweeps: cron '{b.schedule}' (`slurmadm burnin install-schedule`), in the window "
         f"{b.window_start}-{b.window_end}")
+
+
+@burnin.command("known-issues")
+@site_option
+@json_option
+def known_issues_cmd(site_file, as_json) -> None:
+    """Known defects of the tools burn-in runs, per GPU model and release (each with its public
+    report), and what each does on this site: a `dcgmi diag` that hangs is not started, a test
+    that fails healthy GPUs only warns. `burnin.ignore_known_issues` turns one off."""
+    from ..burnin import known
+
+    s = get_site(site_file)
+    items = known.for_site(s)
+    if as_json:
+        print_json(items)
+        return
+    console.print(table(None, ["id", "models", "releases", "levels", "effect", "here"], known.rows(items),
+                        optional=["levels"]))
+    for i in items:
+        paragraph(f"{i['id']}: {i['why']}. {i['source']}")
+    say(f"(burnin.dcgm_level {s.burnin.dcgm_level}; burnin.ignore_known_issues turns an entry off)")
 
 
 @burnin.command("install-schedule")

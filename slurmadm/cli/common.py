@@ -193,6 +193,11 @@ def say(*parts: str | tuple[str, str]) -> None:
     console.print(Text.assemble(*parts))
 
 
+def paragraph(message: str) -> None:
+    """Prose on stdout: wrapped at word boundaries in a terminal, one line when piped."""
+    console.print(Text(message), soft_wrap=not console.is_terminal)
+
+
 def progress(message: str) -> None:
     """One step of a long command (bring-up, a sweep), on stderr."""
     err_console.print(Text.assemble(("·", "dim"), " ", message))

@@ -95,6 +95,10 @@ class BurninSection(Strict):
     known_answer: bool = True
     # `dcgmi diag -r LEVEL` on nodes that have DCGM (2: ~2 min, 3: ~15 min); 0: never.
     dcgm_level: Literal[0, 2, 3] = 2
+    # Known defects of DCGM releases per GPU model (slurmadm/burnin/data/known_tool_issues.toml,
+    # each with its source) that burn-in works around: `dcgmi diag -r 2` hangs on B200 and is not
+    # started (dcgm-247). A site whose DCGM build has the fix names the entry here to run it anyway.
+    ignore_known_issues: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9\-]{0,63}$")]] = []
     # Each burn-in job's time limit, the time a job may wait to start, and the whole sweep's.
     job_time_limit: SlurmTime = "02:00:00"
     start_timeout: SlurmTime = "00:15:00"
@@ -120,6 +124,17 @@ class BurninSection(Strict):
     python: Annotated[str, Field(pattern=r"^/")] | None = None
     report_dir: Annotated[str, Field(pattern=r"^/")] = "/var/lib/slurmadm/burnin"
     straggler: StragglerSection = StragglerSection()
+
+    @model_validator(mode="after")
+    def _known_issues_exist(self) -> "BurninSection":
+        if not self.ignore_known_issues:
+            return self  # the hooks load the site on every job: the data is read only when named
+        from ..burnin import known
+
+        bad = known.unknown(self.ignore_known_issues)
+        if bad:
+            raise ValueError(f"ignore_known_issues: {', '.join(bad)} is no known issue (known: {', '.join(known.ids())})")
+        return self
 
     @model_validator(mode="after")
     def _rendezvous_fits(self) -> "BurninSection":
