@@ -145,6 +145,7 @@ slurmadm dev-cluster gpu-fault b200-001 --clear
 # an admin swapped the GPU: the incident closes; the next sweep re-qualifies and resumes the node
 slurmadm repair clear b200-001 --reason "demo: GPU5 swapped" || true
 slurmadm burnin status
+slurmadm burnin known-issues   # DCGM defects per GPU model burn-in works around (B200: a diag that hangs)
 
 step "stragglers: b200-003 passes every check but runs 70% slower than its fleet"
 # fleet-relative verdicts, on for this step (the dev site leaves them off), on the stand-in GPUs'

@@ -116,19 +116,22 @@ def for_site(site) -> list[dict]:
         profiles = sorted(name for name, p in site.profiles.items() if _model_matches(i.models, p.gpus.model))
         ignored = i.id in set(b.ignore_known_issues)
         acts = bool(profiles) and b.dcgm_level in i.levels and not ignored
+        if ignored:
+            here = "ignored (site)"
+        elif not profiles:
+            here = "-"
+        elif not b.dcgm_level:
+            here = "diag off (dcgm_level 0)"
+        elif not acts:
+            here = f"not at dcgm_level {b.dcgm_level}"
+        else:
+            here = ("not run on " if i.effect == "hang" else "warns on ") + ", ".join(profiles)
         out.append({"id": i.id, "tool": i.tool, "models": list(i.models), "versions": list(i.versions),
                     "levels": list(i.levels), "effect": i.effect, "tests": list(i.tests), "why": i.why,
-                    "source": i.source, "profiles": profiles, "ignored": ignored, "acts_here": acts})
+                    "source": i.source, "profiles": profiles, "ignored": ignored, "acts_here": acts, "here": here})
     return out
 
 
 def rows(items: list[dict]) -> list[tuple[str, ...]]:
-    def here(r: dict) -> str:
-        if r["ignored"]:
-            return "ignored (site)"
-        if not r["acts_here"]:
-            return "-"
-        return ("not run on " if r["effect"] == "hang" else "warns on ") + ", ".join(r["profiles"])
-
     return [(r["id"], "/".join(r["models"]), ",".join(r["versions"]), ",".join(map(str, r["levels"])), r["effect"],
-             here(r)) for r in items]
+             r["here"]) for r in items]

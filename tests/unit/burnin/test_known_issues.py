@@ -199,6 +199,12 @@ def test_a_site_that_ignores_an_issue_is_told_so(tmp_path):
     site.write_text(text.replace("\nignore_known_issues = []\n", '\nignore_known_issues = ["dcgm-247"]\n'))
     r = CliRunner().invoke(cli, ["burnin", "known-issues", "--site", str(site)])
     assert r.exit_code == 0 and "ignored (site)" in r.output, r.output
+    off = tmp_path / "off.toml"
+    assert "\ndcgm_level = 2 " in text
+    off.write_text(text.replace("\ndcgm_level = 2 ", "\ndcgm_level = 0 "))
+    r = CliRunner().invoke(cli, ["burnin", "known-issues", "--site", str(off), "--json"])
+    assert {i["id"]: (i["acts_here"], i["here"]) for i in json.loads(r.stdout)}["dcgm-247"] == \
+        (False, "diag off (dcgm_level 0)")
     bad = tmp_path / "bad.toml"
     bad.write_text(text.replace("\nignore_known_issues = []\n", '\nignore_known_issues = ["dcgm-999"]\n'))
     r = CliRunner().invoke(cli, ["burnin", "known-issues", "--site", str(bad)])
