@@ -167,11 +167,21 @@ def select(site: Site, nodes: list[NodeInfo], *, now: dt.datetime, named: str | 
 def _due(sel: Selection, site: Site, nodes: list[NodeInfo], *, now: dt.datetime,
          last_tested: Mapping[str, float], since: float) -> None:
     """Busy nodes not burned in for burnin.due_days, oldest first, as many as the next sweep has
-    room for: nodes already held so count against it."""
+    room for: the nodes slurmadm drained that this sweep does not test count against it (held
+    for it earlier, or health's drains still running jobs or past max_nodes: the next sweep takes
+    them first, REQUALIFY_ORDER)."""
     b = site.burnin
     part = burnin_partition(site)
-    # already held for a sweep, and not tested by this one: the next sweep's room is taken
-    held = sum(1 for n in nodes if n.name not in sel.chosen and is_ours(n) and reason_check_id(n.reason) == DUE_CHECK)
+
+    def waiting(n: NodeInfo) -> bool:  # the next sweep's, and not tested by this one
+        if n.name in sel.chosen or not is_ours(n):
+            return False
+        if reason_check_id(n.reason) == DUE_CHECK:
+            return True
+        why = sel.skipped.get(n.name, "")
+        return n.drained and (why.startswith("busy") or why.startswith("burnin.max_nodes"))
+
+    held = sum(1 for n in nodes if waiting(n))
     horizon = now.timestamp() - b.due_days * 86400
     busy = [n for n in nodes if n.name not in sel.chosen and part in n.partitions and not n.drained
             and n.state in ("ALLOCATED", "MIXED") and not foreign_state(n) and "RESERVED" not in n.flags

@@ -199,6 +199,35 @@ def test_busy_nodes_not_burned_in_for_due_days_are_held_for_the_next_sweep_oldes
     assert list(sel.due) == ["b200-005", "b200-004", "b200-001", "b200-002"]
 
 
+def test_the_next_sweeps_room_counts_health_drains_it_will_take_first(site):
+    """Health's drains are re-qualified before the rotation's holds (REQUALIFY_ORDER): those this
+    sweep does not test (still running jobs, or past max_nodes) fill the next sweep first, so
+    fewer busy nodes are held for it (a hold the next sweep cannot take keeps a node out twice)."""
+    now = NIGHT.timestamp()
+    since = now - 100 * DAY
+    tested = {f"b200-{i:03d}": now - 5 * DAY for i in range(1, 17)}
+    tested.update({"b200-001": now - 45 * DAY, "b200-002": now - 31 * DAY, "b200-004": now - 60 * DAY})
+    del tested["b200-005"]
+    busy = {f"b200_{i:03d}": node(f"b200-{i:03d}", state="ALLOCATED") for i in range(1, 6)}
+    xid = "slurmadm: xid: GPU2 XID 79 fell off the bus (reset) [health]"
+    draining = {f"b200_{i:03d}": node(f"b200-{i:03d}", state="ALLOCATED", flags={"DRAIN"}, reason=xid)
+                for i in range(9, 16)}  # 7 health drains whose jobs still run
+    sel = select(site, fleet(**busy, **draining), now=NIGHT, last_tested=tested, since=since)
+    assert list(sel.due) == ["b200-005"]  # 8 - 7
+    # 10 idle health drains: this sweep takes 8, the next one the other 2 first
+    idle = {f"b200_{i:03d}": node(f"b200-{i:03d}", state="IDLE", flags={"DRAIN"}, reason=xid) for i in range(6, 16)}
+    sel = select(site, fleet(16, **busy, **idle), now=NIGHT, last_tested=tested, since=since)
+    assert len(sel.chosen) == 8 and [n for n, why in sel.skipped.items() if why.startswith("burnin.max_nodes")
+                                     and n in {v.name for v in idle.values()}] == ["b200-014", "b200-015"]
+    assert list(sel.due) == ["b200-005", "b200-004", "b200-001", "b200-002"]  # room 6, 4 due
+    # someone else's drain and repair's hold are not the next sweep's: they leave the room free
+    others = {"b200_009": node("b200-009", state="ALLOCATED", flags={"DRAIN"}, reason="cable swap", user="alice"),
+              "b200_010": node("b200-010", state="ALLOCATED", flags={"DRAIN"},
+                               reason="slurmadm: repair: reboot: XID 79 [repair]")}
+    sel = select(site, fleet(**busy, **others), now=NIGHT, last_tested=tested, since=since)
+    assert list(sel.due) == ["b200-005", "b200-004", "b200-001", "b200-002"]
+
+
 def test_no_node_is_due_outside_the_window_without_history_or_when_turned_off(site):
     now = NIGHT.timestamp()
     busy = {"b200_001": node("b200-001", state="ALLOCATED")}
