@@ -219,9 +219,56 @@ def test_fault_under_load_drains_exactly_that_node_and_a_clean_sweep_resumes_it(
     mine = [a for a in json.loads(plan.stdout)["plan"] if a["node"] == "b200-003"]
     assert [(a["step"], a["class"]) for a in mine] == [("close", "ECC")], mine
     assert f"passed burn-in sweep {s2['sweep_id']}" in mine[0]["why"]
+    status = run_slurmadm(burnin_env, "repair", "status", "--json")  # what an admin looks at first
+    assert status.returncode == 0, status.stderr
+    shown = [(r["class"], r["next"]) for r in json.loads(status.stdout) if r["node"] == "b200-003"]
+    assert shown == [("ECC", "close")], shown
     assert s2["previous"]["nodes"]["b200-003"]["verdict"] == "fail"  # compared with the failed sweep
     assert "b200-003: <span class=\"fail\">fail</span> &rarr; <span class=\"pass\">pass</span>" in \
         Path(s2["report"]).read_text()
+
+
+def test_a_dcgm_diag_known_to_hang_on_b200_is_not_started(burnin_env, dev_cluster, tmp_path):
+    """The reference site's own setting (`dcgm_level = 2`) on nodes with DCGM: `dcgmi diag -r 2`
+    hangs forever on B200 (NVIDIA/DCGM#247). The nodes' `dcgmi` here answers `-v` with DCGM
+    4.7.0's real output (tests/fixtures/burnin/dcgmi-versions.toml) and, asked for a diag, never
+    returns. Each real burn-in job reads the release, names the known issue and goes on: the sweep
+    passes, and no diag was started (else it would sit out its 15-minute timeout)."""
+    import tomllib
+
+    import tomli_w
+
+    clean(burnin_env)
+    sample = tomllib.loads((Path(__file__).resolve().parents[1] / "fixtures" / "burnin" / "dcgmi-versions.toml")
+                           .read_text())["sample"][0]
+    (tmp_path / "dcgmi-v.txt").write_text(sample["text"])
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    stand_in = bin_dir / "dcgmi"
+    stand_in.write_text(f"""#!/bin/sh
+echo "$SLURMD_NODENAME $*" >> {calls}
+case "$1" in
+  -v) cat {tmp_path / "dcgmi-v.txt"} ;;
+  diag) exec sleep 3600 ;;
+esac
+""")
+    stand_in.chmod(0o755)
+    data = tomllib.loads(Path(dev_cluster.site_path).read_text())
+    data["burnin"]["dcgm_level"] = 2
+    site_file = tmp_path / "site.toml"
+    site_file.write_text(tomli_w.dumps(data))
+    env = {**burnin_env, "SLURMADM_SITE": str(site_file), "PATH": f"{bin_dir}{os.pathsep}{burnin_env['PATH']}"}
+    result = burnin(env, "run", "--nodes", "b200-001,b200-002", "--json")
+    assert result.returncode == 0, result.stderr + result.stdout
+    s = json.loads(result.stdout)
+    assert sorted(n["node"] for n in s["nodes"]) == ["b200-001", "b200-002"]
+    for n in s["nodes"]:
+        dcgm = {t["test"]: t for t in n["tests"]}["dcgm"]
+        assert dcgm["status"] == "skip" and "known issue dcgm-247" in dcgm["detail"], dcgm
+        assert dcgm["data"]["dcgm"] == "4.7.0" and n["verdict"] == "pass", n
+    lines = calls.read_text().splitlines()
+    assert sorted(lines) == ["b200-001 -v", "b200-002 -v"], lines  # the release read on each node; no diag
 
 
 def test_a_standing_fault_fails_the_node_whoever_drains_it(burnin_env, dev_cluster):
