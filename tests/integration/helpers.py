@@ -39,6 +39,20 @@ def sh(env: dict[str, str], *argv: str, timeout: float = 60, check: bool = True)
     return p.stdout
 
 
+def delete_reservation(env: dict[str, str], name: str, timeout: float = 120) -> None:
+    """Delete a reservation a test made, retried until slurmctld no longer has it: it refuses while
+    a job still uses it (a cancelled one completing, on a loaded machine), and a reservation left
+    behind keeps its nodes RESERVED for the rest of its duration, so every later module's job on
+    them waits (a whole-suite run at stop 59: b200-002 held 30 minutes by test_hardening's)."""
+    from slurmadm.devcluster.daemons import wait_for
+
+    def gone() -> bool:
+        sh(env, "scontrol", "delete", f"reservation={name}", check=False)
+        return f"ReservationName={name} " not in sh(env, "scontrol", "show", "reservation", "-o", check=False)
+
+    assert wait_for(gone, timeout, interval=1), sh(env, "scontrol", "show", "reservation", check=False)
+
+
 def slurm_node(env: dict[str, str], name: str):
     """Slurm's view of one node through slurmadm's own adapter (sinfo/scontrol JSON)."""
     from slurmadm.slurm.cli_backend import CliBackend

@@ -32,7 +32,7 @@ from slurmadm.resources import example_site
 from slurmadm.slurm.cli_backend import CliBackend
 from slurmadm.store import Store
 from tests.integration.conftest import TEST_PORT_BASE
-from tests.integration.helpers import run_slurmadm
+from tests.integration.helpers import delete_reservation, run_slurmadm
 
 pytestmark = pytest.mark.integration
 NODES = ["b200-001", "b200-002", "b200-003", "b200-004"]
@@ -428,7 +428,7 @@ def test_reservation_rollout_reboots_asap_nextstate_down(dev_cluster, env, tmp_p
         assert not nodeinfo(env, "b200-001").drained and installs(dev_cluster, "b200-001") == 0
     finally:
         stop.set()
-        subprocess.run(["scontrol", "delete", f"reservation={rsv}"], env=env, capture_output=True, timeout=30)
+        delete_reservation(env, rsv)
 
 
 def test_worker_process_fan_out_gives_the_same_answers(dev_cluster):

@@ -18,7 +18,7 @@ import tomli_w
 from slurmadm.devcluster.daemons import wait_for
 from slurmadm.slurm.cli_backend import CliBackend
 from slurmadm.store import Store
-from tests.integration.helpers import run_slurmadm, sh
+from tests.integration.helpers import delete_reservation, run_slurmadm, sh
 
 pytestmark = pytest.mark.integration
 
@@ -87,7 +87,7 @@ def test_a_user_reservations_faulty_node_is_drained_and_its_job_never_runs(dev_c
     finally:
         if job:
             sh(env, "scancel", job, check=False)
-        sh(env, "scontrol", "delete", "reservation=hard-user", check=False)
+        delete_reservation(env, "hard-user")
         restore(dev_cluster, env, name)
 
 
