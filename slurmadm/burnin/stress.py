@@ -288,5 +288,3 @@ def dcgm_diag(level: int, timeout: float, model: str = "", ignore: tuple[str, ..
     return TestResult("dcgm", status, f"dcgmi diag -r {level}: {detail}", duration_s=time.monotonic() - start,
                       data={"level": level, "exit_code": proc.returncode, "dcgm": version,
                             "known_issues": [i.id for i in found]})
-
-
