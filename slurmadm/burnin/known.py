@@ -59,7 +59,8 @@ def ids() -> list[str]:
 
 def unknown(names) -> list[str]:
     """The names among a site's `burnin.ignore_known_issues` that are no known issue."""
-    return [n for n in names if n not in set(ids())]
+    known = set(ids())
+    return [n for n in names if n not in known]
 
 
 def dcgmi_version(text: str) -> str | None:
@@ -90,7 +91,8 @@ def _version_matches(versions: tuple[str, ...], version: str | None) -> bool:
 def matching(tool: str, model: str, version: str | None, level: int, ignore=()) -> list[KnownIssue]:
     """The known issues of `tool` at this run level for this GPU model and release, less those
     the site ignores."""
-    return [i for i in issues() if i.tool == tool and i.id not in set(ignore) and level in i.levels
+    ignored = set(ignore)
+    return [i for i in issues() if i.tool == tool and i.id not in ignored and level in i.levels
             and _model_matches(i.models, model) and _version_matches(i.versions, version)]
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import SlurmadmError
 from ..proc import run
 from ..health.allreduce import import_torch
-from . import watch
+from . import known, watch
 from .model import TestResult
 
 SLOW_FRACTION = 0.80
@@ -240,8 +240,6 @@ def parse_dcgm(text: str, found: list | None = None) -> tuple[str, str]:
                 elif status.startswith("warn"):
                     warns.append(msg)
     if fails and found:
-        from . import known
-
         excused, used = known.excused(fails, found)
         if excused:
             fails = [f for f in fails if f not in excused]
@@ -256,8 +254,6 @@ def parse_dcgm(text: str, found: list | None = None) -> tuple[str, str]:
 def dcgmi_release(timeout: float) -> str | None:
     """The DCGM release that runs the diagnostic (`dcgmi -v`: the host engine's where it answers,
     else the client's; None when it cannot be read)."""
-    from . import known
-
     try:
         proc = run(["dcgmi", "-v"], timeout=min(timeout, 30.0), check=False)
     except SlurmadmError:
@@ -268,8 +264,6 @@ def dcgmi_release(timeout: float) -> str | None:
 def dcgm_diag(level: int, timeout: float, model: str = "", ignore: tuple[str, ...] | list[str] = ()) -> TestResult:
     """`dcgmi diag -r LEVEL -j`, unless a known issue of this DCGM release on this GPU model says
     the run hangs (known.py): then it is not started, and the test is a skip that names the issue."""
-    from . import known
-
     if not shutil.which("dcgmi"):
         return TestResult("dcgm", "skip", "dcgmi is not installed on this node")
     start = time.monotonic()
